@@ -1,0 +1,1 @@
+"""corral's Hydra configs: config.yaml, experiment/ presets and hydra/ presets."""

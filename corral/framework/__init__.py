@@ -1,0 +1,1 @@
+"""The contracts and machinery of corral. Nothing here imports a plugin."""

@@ -1,0 +1,123 @@
+"""cfg -> objects: environment, policy, WorkerFactory, sampler, algorithm, loggers, trainer."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from corral.framework.algorithm import Algorithm
+from corral.framework.config import config_of
+from corral.framework.env import EnvSpec, make_env
+from corral.framework.errors import ConfigError
+from corral.framework.logger import Logger
+from corral.framework.plugins import PluginManager, get_plugin_manager
+from corral.framework.policy import Policy
+from corral.framework.sampler import Sampler
+from corral.framework.worker import WorkerFactory
+
+
+@dataclass
+class Run:
+    """Every object of one composed run."""
+
+    cfg: DictConfig
+    env: Any
+    env_spec: EnvSpec
+    policy: Policy
+    worker_factory: WorkerFactory
+    sampler: Sampler
+    algo: Algorithm
+    loggers: list[Logger]
+    trainer: Any
+
+    def train(self) -> dict[str, float]:
+        """Train with the trainer's configured epochs and batch size."""
+        return self.trainer.train()
+
+    def close(self) -> None:
+        """Shut the sampler down and close the loggers (idempotent)."""
+        self.trainer.shutdown()
+
+
+def validate(cfg: DictConfig, manager: PluginManager | None = None) -> None:
+    """Check that every chosen option exists and that the choices fit together."""
+    manager = manager or get_plugin_manager()
+    for kind in ("trainer", "env", "algo", "policy", "sampler", "worker"):
+        node = cfg.get(kind)
+        if not isinstance(node, DictConfig) or "name" not in node:
+            raise ConfigError(f"config group '{kind}' is missing; choose one with {kind}=<option> (see `corral plugins`)")
+        manager.registry.get(kind, node.name)
+    for name in (cfg.get("logger") or {}):
+        manager.registry.get("logger", name)
+    manager.hook.corral_validate_config(cfg=cfg)
+
+
+def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: PluginManager | None = None) -> Run:
+    """Build every part of a run from a composed config (nothing starts sampling yet)."""
+    import torch
+
+    manager = manager or get_plugin_manager()
+    validate(cfg, manager)
+    reg = manager.registry
+    seed = int(cfg.seed)
+    torch.manual_seed(seed)
+
+    env_reg = reg.get("env", cfg.env.name)
+    env = env_reg.factory(config_of(env_reg, cfg.env))
+    probe = make_env(env)
+    try:
+        env_spec = EnvSpec.from_env(probe, cfg.env.get("max_episode_length"))
+    finally:
+        probe.close()
+
+    policy_reg = reg.get("policy", cfg.policy.name)
+    policy = policy_reg.factory(config_of(policy_reg, cfg.policy), env_spec=env_spec)
+
+    worker_reg = reg.get("worker", cfg.worker.name)
+    worker_cfg = config_of(worker_reg, cfg.worker)
+    sampler_reg = reg.get("sampler", cfg.sampler.name)
+    sampler_options = _asdict(config_of(sampler_reg, cfg.sampler))
+    n_workers = int(sampler_options.pop("n_workers", 1))
+    worker_factory = WorkerFactory(
+        seed=seed,
+        max_episode_length=env_spec.max_episode_length,
+        n_workers=n_workers,
+        worker_class=worker_reg.factory,
+        worker_args=_asdict(worker_cfg),
+    )
+    sampler = sampler_reg.factory.from_worker_factory(worker_factory, agents=policy, envs=env, **sampler_options)
+
+    try:
+        algo_reg = reg.get("algo", cfg.algo.name)
+        algo = algo_reg.factory(
+            config_of(algo_reg, cfg.algo), env_spec=env_spec, policy=policy, sampler=sampler, seed=seed
+        )
+        log_path = Path(log_dir) if log_dir is not None else None
+        loggers = []
+        for name, node in (cfg.get("logger") or {}).items():
+            logger_reg = reg.get("logger", name)
+            loggers.append(logger_reg.factory(config_of(logger_reg, node), log_dir=log_path))
+        trainer_reg = reg.get("trainer", cfg.trainer.name)
+        trainer = trainer_reg.factory(
+            config_of(trainer_reg, cfg.trainer), snapshot_dir=log_path, loggers=loggers, seed=seed, run_config=cfg
+        )
+        trainer.setup(algo, env)
+    except BaseException:
+        sampler.shutdown_worker()
+        raise
+    return Run(cfg, env, env_spec, policy, worker_factory, sampler, algo, loggers, trainer)
+
+
+def _asdict(obj: Any) -> dict[str, Any]:
+    if obj is None:
+        return {}
+    if dataclasses.is_dataclass(obj):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return dict(OmegaConf.to_container(obj, resolve=True))  # type: ignore[arg-type]
+
+
+__all__ = ["Run", "build", "validate"]

@@ -1,0 +1,126 @@
+"""The registry -> Hydra ConfigStore bridge and the primary config schema.
+
+Each registration becomes one ConfigStore node: group = kind, option = name. The node is the
+plugin's config dataclass plus a ``name`` field holding the registered name, which is how
+``compose.build`` finds the component again (no dotted import paths in configs). Loggers are
+multi-select (``logger=[console,csv]``); each sits under ``logger.<name>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from corral.framework.plugins import PluginManager, Registration, get_plugin_manager
+
+#: Hydra's config module holding config.yaml, experiment/ presets and hydra/ presets.
+CONFIG_MODULE = "corral.conf"
+CONFIG_NAME = "config"
+
+
+@dataclass
+class CorralConfig:
+    """Schema of the primary config (the groups are filled by their selected options)."""
+
+    trainer: Any = MISSING
+    env: Any = MISSING
+    algo: Any = MISSING
+    policy: Any = MISSING
+    sampler: Any = MISSING
+    worker: Any = MISSING
+    logger: Any = field(default_factory=dict)
+    experiment: Any = None
+    seed: int = 1
+
+
+@dataclass
+class _EmptyConfig:
+    """Config of a component that has no settings."""
+
+
+def node_class(reg: Registration) -> type:
+    """The dataclass stored for ``reg``: its config plus ``name: str = <registered name>``."""
+    base = reg.config or _EmptyConfig
+    return dataclasses.make_dataclass(
+        f"{base.__name__}__{reg.kind}_{reg.name}".replace("-", "_"),
+        [("name", str, field(default=reg.name, metadata={"help": f"registered {reg.kind} name"}))],
+        bases=(base,),
+    )
+
+
+_STORED: set[tuple[str, str, int]] = set()
+
+
+def register_configs(manager: PluginManager | None = None) -> None:
+    """Store every registration (and the primary schema) in Hydra's ConfigStore. Idempotent."""
+    manager = manager or get_plugin_manager()
+    cs = ConfigStore.instance()
+    cs.store(name="corral_schema", node=CorralConfig)
+    for reg in manager.registry:
+        key = (reg.kind, reg.name, id(reg.config))
+        if key in _STORED and _group_has(cs, reg.kind, reg.name):
+            continue
+        package = f"logger.{reg.name}" if reg.kind == "logger" else None
+        cs.store(group=reg.kind, name=reg.name, node=node_class(reg), package=package)
+        _STORED.add(key)
+
+
+def _group_has(cs: ConfigStore, group: str, name: str) -> bool:
+    try:
+        return f"{name}.yaml" in cs.repo[group]
+    except KeyError:
+        return False
+
+
+def searchpath(manager: PluginManager | None = None) -> list[str]:
+    """Config search-path entries contributed by plugins (``corral_config_searchpath``)."""
+    manager = manager or get_plugin_manager()
+    paths: list[str] = []
+    for result in manager.hook.corral_config_searchpath():
+        for p in result or []:
+            if p not in paths:
+                paths.append(p)
+    return paths
+
+
+def searchpath_override(manager: PluginManager | None = None) -> list[str]:
+    """``hydra.searchpath=[...]`` as a command-line override (empty list when none)."""
+    paths = searchpath(manager)
+    if not paths:
+        return []
+    return ["hydra.searchpath=[" + ",".join(paths) + "]"]
+
+
+def _instantiate_config(reg: Registration, node: DictConfig) -> Any:
+    data = OmegaConf.to_container(node, resolve=True)
+    assert isinstance(data, dict)
+    data.pop("name", None)
+    if reg.config is None:
+        return None
+    names = {f.name for f in dataclasses.fields(reg.config)}
+    return reg.config(**{k: v for k, v in data.items() if k in names})
+
+
+def config_of(reg: Registration, node: DictConfig | dict | None) -> Any:
+    """Instance of ``reg``'s config dataclass from a composed node (or a plain dict)."""
+    if node is None:
+        return reg.config() if reg.config is not None else None
+    if isinstance(node, dict):
+        node = OmegaConf.create(node)
+    return _instantiate_config(reg, node)
+
+
+__all__ = [
+    "CONFIG_MODULE",
+    "CONFIG_NAME",
+    "CorralConfig",
+    "config_of",
+    "node_class",
+    "register_configs",
+    "searchpath",
+    "searchpath_override",
+]

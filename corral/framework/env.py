@@ -1,0 +1,128 @@
+"""EnvSpec and the adaptation of gymnasium environments: building, copying, seeding, RNG state."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import gymnasium as gym
+import numpy as np
+
+from corral.framework.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """What a policy and a worker need to know about an environment."""
+
+    observation_space: gym.Space
+    action_space: gym.Space
+    max_episode_length: int | None = None
+
+    @classmethod
+    def from_env(cls, env: gym.Env, max_episode_length: int | None = None) -> "EnvSpec":
+        """Read the spaces of ``env``; the episode limit is the smaller of ``max_episode_length``
+        and the environment's own ``TimeLimit`` (``env.spec.max_episode_steps``)."""
+        own = getattr(getattr(env, "spec", None), "max_episode_steps", None)
+        limits = [x for x in (max_episode_length, own) if x]
+        return cls(env.observation_space, env.action_space, min(limits) if limits else None)
+
+    @property
+    def is_discrete(self) -> bool:
+        """True when actions are integers from a ``Discrete`` space."""
+        return isinstance(self.action_space, gym.spaces.Discrete)
+
+
+@dataclass
+class EnvFactory:
+    """A small, picklable recipe for an environment: ``EnvFactory("CartPole-v1")()`` makes one.
+
+    This, not a live environment, is what travels to worker processes and nodes. ``fn`` may be a
+    gymnasium id or a module-level callable returning a ``gymnasium.Env``.
+    """
+
+    fn: str | Callable[..., gym.Env]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self) -> gym.Env:
+        """Build a fresh environment."""
+        if isinstance(self.fn, str):
+            try:
+                return gym.make(self.fn, **dict(self.kwargs))
+            except gym.error.Error as exc:
+                raise ConfigError(
+                    f"gymnasium cannot make environment {self.fn!r}: {exc}. Check env.id "
+                    "(any registered gymnasium id works, e.g. env=gym env.id=Acrobot-v1)."
+                ) from exc
+        return self.fn(**dict(self.kwargs))
+
+    def __repr__(self) -> str:
+        name = self.fn if isinstance(self.fn, str) else getattr(self.fn, "__qualname__", repr(self.fn))
+        return f"EnvFactory({name!r}, kwargs={dict(self.kwargs)})"
+
+
+def make_env(source: gym.Env | EnvFactory | Callable[[], gym.Env]) -> gym.Env:
+    """A fresh environment from ``source``: a factory is called, a live environment is deep-copied."""
+    if isinstance(source, gym.Env):
+        return copy.deepcopy(source)
+    if callable(source):
+        env = source()
+        if not isinstance(env, gym.Env):
+            raise ConfigError(f"environment factory {source!r} returned {type(env).__name__}, not a gymnasium.Env")
+        return env
+    raise ConfigError(f"expected a gymnasium.Env or an environment factory, got {type(source).__name__}")
+
+
+def is_new_env(update: object) -> bool:
+    """True when an ``env_update`` replaces the environment (rather than being applied to it)."""
+    return isinstance(update, (gym.Env, EnvFactory))
+
+
+def env_rng_state(env: gym.Env) -> dict[str, Any] | None:
+    """The bit-generator state of ``env.np_random`` (None if the env was never seeded)."""
+    rng = getattr(env.unwrapped, "_np_random", None)
+    if rng is None:
+        return None
+    return copy.deepcopy(rng.bit_generator.state)
+
+
+def set_env_rng_state(env: gym.Env, state: dict[str, Any] | None) -> None:
+    """Restore ``env.np_random`` from :func:`env_rng_state`'s output."""
+    if state is None:
+        return
+    bitgen = getattr(np.random, state["bit_generator"])()
+    bitgen.state = state
+    env.unwrapped.np_random = np.random.Generator(bitgen)
+
+
+def seed_int(seed: np.random.SeedSequence) -> int:
+    """A 32-bit integer seed drawn from a seed sequence (what ``env.reset(seed=...)`` takes)."""
+    return int(seed.generate_state(1, np.uint32)[0])
+
+
+def child_seed(seed: np.random.SeedSequence, *path: int) -> np.random.SeedSequence:
+    """The ``path``-th descendant of ``seed``, the same as ``seed.spawn(...)[i]...`` but stateless."""
+    return np.random.SeedSequence(
+        entropy=seed.entropy, spawn_key=tuple(seed.spawn_key) + tuple(int(p) for p in path), pool_size=seed.pool_size
+    )
+
+
+def as_seed_sequence(seed: int | np.random.SeedSequence | None) -> np.random.SeedSequence:
+    """Accept an int, a SeedSequence or None (fresh entropy)."""
+    if isinstance(seed, np.random.SeedSequence):
+        return seed
+    return np.random.SeedSequence(seed)
+
+
+__all__ = [
+    "EnvSpec",
+    "EnvFactory",
+    "make_env",
+    "is_new_env",
+    "env_rng_state",
+    "set_env_rng_state",
+    "seed_int",
+    "child_seed",
+    "as_seed_sequence",
+]

@@ -1,0 +1,291 @@
+"""The plugin manager: built-in plugins, then entry points of group ``corral``, each isolated.
+
+A plugin that fails to import or to register is unregistered (its registrations dropped) and
+reported in one warning naming its distribution, version and error. Environment variables:
+
+- ``CORRAL_PLUGINS=a,b``: load only these entry points / distributions (built-ins always load).
+- ``CORRAL_DISABLE_PLUGINS=a,b``: skip these entry points / distributions.
+- ``CORRAL_STRICT_PLUGINS=1``: re-raise plugin failures instead of warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Callable, Iterator
+
+import pluggy
+
+from corral.framework import hookspecs
+from corral.framework.errors import PluginError
+
+ENTRY_POINT_GROUP = "corral"
+
+#: The built-in plugin modules, registered exactly like third-party ones.
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "corral.plugins.trainers.default",
+    "corral.plugins.samplers.local",
+    "corral.plugins.workers.default",
+    "corral.plugins.workers.vec",
+    "corral.plugins.workers.fragment",
+    "corral.plugins.policies.mlp",
+    "corral.plugins.algos.vpg",
+    "corral.plugins.algos.ppo",
+    "corral.plugins.envs.gym",
+    "corral.plugins.envs.cartpole",
+    "corral.plugins.envs.acrobot",
+    "corral.plugins.envs.pendulum",
+    "corral.plugins.envs.mountaincar_continuous",
+    "corral.plugins.envs.cpu_heavy",
+    "corral.plugins.loggers.console",
+    "corral.plugins.loggers.csv",
+    "corral.plugins.loggers.tensorboard",
+    "corral.plugins.validation",
+)
+
+#: The kinds of component a plugin may register (one Hydra config group each).
+KINDS: tuple[str, ...] = ("trainer", "algo", "env", "policy", "sampler", "worker", "logger")
+
+
+class PluginWarning(UserWarning):
+    """A plugin failed to load or register and was skipped."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a plugin came from."""
+
+    plugin: str
+    distribution: str
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.distribution} {self.version} (plugin {self.plugin!r})"
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One registered component: kind + name -> factory and config dataclass."""
+
+    kind: str
+    name: str
+    factory: Any
+    config: type | None
+    help: str
+    source: Source
+
+    def config_fields(self) -> list[dict[str, Any]]:
+        """The config dataclass's fields: name, type, default and help."""
+        if self.config is None:
+            return []
+        out = []
+        for f in dataclasses.fields(self.config):
+            if f.default is not dataclasses.MISSING:
+                default: Any = f.default
+            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+                default = f.default_factory()  # type: ignore[misc]
+            else:
+                default = "???"
+            typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            out.append({"name": f.name, "type": typ, "default": default, "help": f.metadata.get("help", "")})
+        return out
+
+
+@dataclass(frozen=True)
+class FailedPlugin:
+    """A plugin that could not be loaded or registered."""
+
+    source: Source
+    error: str
+    traceback: str
+
+
+@dataclass
+class Registry:
+    """All registered components, by (kind, name)."""
+
+    entries: dict[tuple[str, str], Registration] = field(default_factory=dict)
+    failed: list[FailedPlugin] = field(default_factory=list)
+
+    def add(self, reg: Registration) -> None:
+        """Add a registration; a duplicate (kind, name) is an error naming both plugins."""
+        if reg.kind not in KINDS:
+            raise PluginError(
+                f"{reg.source} registered {reg.name!r} under unknown kind {reg.kind!r}; kinds are {', '.join(KINDS)}"
+            )
+        key = (reg.kind, reg.name)
+        if key in self.entries:
+            other = self.entries[key].source
+            raise PluginError(
+                f"duplicate registration of {reg.kind} {reg.name!r}: by {other} and by {reg.source}. "
+                f"Uninstall one, or disable it with CORRAL_DISABLE_PLUGINS={reg.source.plugin}"
+            )
+        if reg.config is not None:
+            if not dataclasses.is_dataclass(reg.config):
+                raise PluginError(f"{reg.source}: config for {reg.kind} {reg.name!r} must be a dataclass")
+            if "name" in {f.name for f in dataclasses.fields(reg.config)}:
+                raise PluginError(
+                    f"{reg.source}: config dataclass of {reg.kind} {reg.name!r} has a field called 'name', "
+                    "which corral reserves for the registered option name"
+                )
+        self.entries[key] = reg
+
+    def get(self, kind: str, name: str) -> Registration:
+        """Look a component up; an unknown name is an error listing the known ones."""
+        try:
+            return self.entries[(kind, name)]
+        except KeyError:
+            known = ", ".join(sorted(self.names(kind))) or "none"
+            raise PluginError(f"no {kind} named {name!r} is registered; available: {known}") from None
+
+    def names(self, kind: str) -> list[str]:
+        """Registered names of one kind."""
+        return sorted(n for k, n in self.entries if k == kind)
+
+    def __iter__(self) -> Iterator[Registration]:
+        return iter(sorted(self.entries.values(), key=lambda r: (r.kind, r.name)))
+
+
+class PluginManager:
+    """Loads plugins and holds the registry and the hook relay."""
+
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager("corral")
+        self.pm.add_hookspecs(hookspecs)
+        self.registry = Registry()
+        self.sources: dict[str, Source] = {}
+
+    @property
+    def hook(self) -> Any:
+        """The pluggy hook relay (``manager.hook.corral_epoch_end(...)``)."""
+        return self.pm.hook
+
+    # ------------------------------------------------------------------ loading
+    def load(self) -> None:
+        """Register the built-ins, then every allowed entry point."""
+        version = _version("corral")
+        for module_name in BUILTIN_PLUGINS:
+            self._load_one(Source(module_name, "corral", version), lambda m=module_name: importlib.import_module(m))
+        only = _env_list("CORRAL_PLUGINS")
+        disabled = _env_list("CORRAL_DISABLE_PLUGINS")
+        for ep in _entry_points():
+            dist = ep.dist.name if getattr(ep, "dist", None) else "unknown"
+            names = {ep.name, dist}
+            if only is not None and not names & only:
+                continue
+            if disabled and names & disabled:
+                continue
+            ver = ep.dist.version if getattr(ep, "dist", None) else "?"
+            self._load_one(Source(ep.name, dist, ver), ep.load)
+
+    def register_object(self, plugin: Any, source: Source) -> None:
+        """Register an already-imported plugin object (tests, notebooks) with full isolation."""
+        self._load_one(source, lambda: plugin)
+
+    def _load_one(self, source: Source, loader: Callable[[], Any]) -> None:
+        plugin = None
+        added: list[tuple[str, str]] = []
+        try:
+            plugin = loader()
+            self.pm.register(plugin, name=source.plugin)
+            self.sources[source.plugin] = source
+
+            def register(kind: str, name: str, factory: Any, config: type | None = None, help: str = "") -> None:
+                if not help:
+                    doc = (getattr(factory, "__doc__", None) or "").strip()
+                    help_ = doc.splitlines()[0] if doc else ""
+                else:
+                    help_ = help
+                self.registry.add(Registration(kind, name, factory, config, help_, source))
+                added.append((kind, name))
+
+            for impl in self.pm.hook.corral_register.get_hookimpls():
+                if impl.plugin is plugin:
+                    impl.function(register=register)
+        except Exception as exc:  # noqa: BLE001 - isolation is the point
+            for key in added:
+                self.registry.entries.pop(key, None)
+            if plugin is not None and self.pm.is_registered(plugin):
+                self.pm.unregister(plugin)
+            self.sources.pop(source.plugin, None)
+            message = f"corral plugin from {source} failed to load and was skipped: {type(exc).__name__}: {exc}"
+            if os.environ.get("CORRAL_STRICT_PLUGINS", "").strip() not in ("", "0", "false", "False"):
+                raise PluginError(message + " (CORRAL_STRICT_PLUGINS is set)") from exc
+            self.registry.failed.append(FailedPlugin(source, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+            warnings.warn(message + f". Disable it with CORRAL_DISABLE_PLUGINS={source.plugin}", PluginWarning, stacklevel=2)
+
+    def unregister(self, plugin_name: str) -> None:
+        """Remove a plugin and everything it registered."""
+        plugin = self.pm.get_plugin(plugin_name)
+        if plugin is not None:
+            self.pm.unregister(plugin)
+        for key, reg in list(self.registry.entries.items()):
+            if reg.source.plugin == plugin_name:
+                del self.registry.entries[key]
+        self.sources.pop(plugin_name, None)
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _entry_points() -> list[metadata.EntryPoint]:
+    return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+
+
+def _env_list(var: str) -> set[str] | None:
+    value = os.environ.get(var)
+    if value is None:
+        return None
+    return {x.strip() for x in value.split(",") if x.strip()}
+
+
+_MANAGER: PluginManager | None = None
+
+
+def get_plugin_manager() -> PluginManager:
+    """The process-wide plugin manager, loaded on first use."""
+    global _MANAGER
+    if _MANAGER is None:
+        manager = PluginManager()
+        _MANAGER = manager
+        try:
+            manager.load()
+        except BaseException:
+            _MANAGER = None
+            raise
+    return _MANAGER
+
+
+def get_registry() -> Registry:
+    """The registry of the process-wide plugin manager."""
+    return get_plugin_manager().registry
+
+
+def reset_plugin_manager() -> None:
+    """Forget the loaded plugins (the next use loads them again). For tests."""
+    global _MANAGER
+    _MANAGER = None
+
+
+__all__ = [
+    "BUILTIN_PLUGINS",
+    "KINDS",
+    "PluginManager",
+    "PluginWarning",
+    "Registration",
+    "Registry",
+    "Source",
+    "FailedPlugin",
+    "get_plugin_manager",
+    "get_registry",
+    "reset_plugin_manager",
+]

@@ -1,0 +1,115 @@
+"""The Sampler contract: hand work to workers, gather their EpisodeBatches."""
+
+from __future__ import annotations
+
+import atexit
+import math
+import weakref
+from abc import ABC, abstractmethod
+from typing import Any, Mapping
+
+from corral.framework.batch import EpisodeBatch
+from corral.framework.worker import Worker, WorkerFactory
+
+
+def split_steps(num_samples: int, n_workers: int) -> list[int]:
+    """Each worker's share of ``num_samples`` steps (the same split for every sampler)."""
+    share = math.ceil(num_samples / n_workers)
+    return [share] * n_workers
+
+
+class Sampler(ABC):
+    """Collects episodes with ``n_workers`` workers built from a :class:`WorkerFactory`.
+
+    Build one from parameters, as in garage::
+
+        LocalSampler(agents=policy, envs=env, max_episode_length=100, n_workers=4,
+                     worker_class=VecWorker, worker_args=dict(n_envs=12))
+
+    or from a factory: ``LocalSampler.from_worker_factory(WorkerFactory(...), agents, envs)``.
+    ``agents`` and ``envs`` are one object (broadcast to every worker) or a list of exactly
+    ``n_workers`` (one per worker).
+
+    Contract: ``obtain_samples`` returns whole episodes totalling at least ``num_samples`` steps,
+    split evenly over workers and returned in worker order; ``obtain_exact_episodes`` returns
+    exactly ``n`` episodes per worker, in worker order. Same seed, worker type and number of
+    workers: same episodes, whatever the sampler. ``shutdown_worker`` is idempotent and also runs
+    on ``with`` exit and at interpreter exit.
+    """
+
+    def __init__(
+        self,
+        agents: Any,
+        envs: Any,
+        *,
+        worker_factory: WorkerFactory | None = None,
+        max_episode_length: int | None = None,
+        seed: int | None = None,
+        n_workers: int = 1,
+        worker_class: type[Worker] | None = None,
+        worker_args: Mapping[str, Any] | None = None,
+    ) -> None:
+        if worker_factory is None:
+            worker_factory = WorkerFactory(
+                seed=seed,
+                max_episode_length=max_episode_length,
+                n_workers=n_workers,
+                worker_class=worker_class,
+                worker_args=dict(worker_args or {}),
+            )
+        self.worker_factory = worker_factory
+        self.total_env_steps = 0
+        self._closed = False
+        ref = weakref.ref(self)
+        self._atexit = lambda: (s := ref()) is not None and s.shutdown_worker()
+        atexit.register(self._atexit)
+
+    @classmethod
+    def from_worker_factory(cls, worker_factory: WorkerFactory, agents: Any, envs: Any, **options: Any) -> "Sampler":
+        """Build this sampler from a factory; ``options`` are the sampler's own settings."""
+        return cls(agents, envs, worker_factory=worker_factory, **options)
+
+    @property
+    def n_workers(self) -> int:
+        """Number of workers."""
+        return self.worker_factory.n_workers
+
+    @abstractmethod
+    def obtain_samples(
+        self, itr: int, num_samples: int, agent_update: Any, env_update: Any = None
+    ) -> EpisodeBatch:
+        """Whole episodes totalling at least ``num_samples`` steps, all from ``agent_update``."""
+
+    @abstractmethod
+    def obtain_exact_episodes(
+        self, n_eps_per_worker: int, agent_update: Any, env_update: Any = None
+    ) -> EpisodeBatch:
+        """Exactly ``n_eps_per_worker`` episodes from each worker, in worker order."""
+
+    def shutdown_worker(self) -> None:
+        """Stop the workers and free what they hold. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        atexit.unregister(self._atexit)
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        """Sampler-specific shutdown, called once."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Sampling state (RNG states, noise counters) for an exact resume."""
+        raise NotImplementedError(f"{type(self).__name__} cannot snapshot its sampling state")
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restore a sampling state")
+
+    def __enter__(self) -> "Sampler":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown_worker()
+
+
+__all__ = ["Sampler", "split_steps"]

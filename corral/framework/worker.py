@@ -1,0 +1,224 @@
+"""Worker (the thing that steps environments with an agent) and WorkerFactory (how to build one anywhere)."""
+
+from __future__ import annotations
+
+import copy
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from corral.framework.batch import EpisodeBatch
+from corral.framework.env import (
+    as_seed_sequence,
+    child_seed,
+    env_rng_state,
+    is_new_env,
+    make_env,
+    seed_int,
+    set_env_rng_state,
+)
+from corral.framework.errors import ConfigError
+from corral.framework.policy import Policy
+
+
+class Worker(ABC):
+    """Steps ``n_envs`` environments with one agent and returns whole episodes.
+
+    Seeds: a worker gets one ``SeedSequence``; environment slot ``j`` gets its child ``j`` (or
+    ``env_seeds[j]`` when given). A slot's environment is seeded on its first reset with child 0
+    of that stream, and the agent's exploration noise for the slot comes from child 1.
+    """
+
+    #: True for workers whose episodes may end in a MID step (cut at a batch boundary).
+    returns_fragments: bool = False
+
+    def __init__(
+        self,
+        *,
+        seed: int | np.random.SeedSequence | None,
+        max_episode_length: int | None,
+        worker_number: int = 0,
+        n_envs: int = 1,
+        env_seeds: Sequence[np.random.SeedSequence] | None = None,
+    ) -> None:
+        if n_envs < 1:
+            raise ConfigError(f"worker.n_envs must be >= 1, got {n_envs}")
+        self.seed = as_seed_sequence(seed)
+        self.max_episode_length = max_episode_length
+        self.worker_number = worker_number
+        self.n_envs = n_envs
+        if env_seeds is not None and len(env_seeds) != n_envs:
+            raise ConfigError(f"env_seeds has {len(env_seeds)} entries, expected n_envs={n_envs}")
+        self.env_seeds = list(env_seeds) if env_seeds is not None else [child_seed(self.seed, j) for j in range(n_envs)]
+        self.agent: Policy | None = None
+        self.envs: list[gym.Env] = []
+        self._seeded = [False] * n_envs
+        self.episode_limit: int | None = None
+
+    # ------------------------------------------------------------------ updates
+    @property
+    def action_seeds(self) -> list[np.random.SeedSequence]:
+        """Noise stream of each environment slot."""
+        return [child_seed(s, 1) for s in self.env_seeds]
+
+    def update_agent(self, agent_update: Any) -> None:
+        """Take a new agent (a Policy) or new parameters for the current one (None: no change)."""
+        if agent_update is None:
+            return
+        if isinstance(agent_update, Policy):
+            self.agent = agent_update
+            self.agent.seed(self.action_seeds)
+        elif self.agent is None:
+            raise ConfigError(
+                f"worker {self.worker_number} received parameters before it had an agent; "
+                "give the sampler a Policy first (agents=policy)"
+            )
+        else:
+            self.agent.set_param_values(agent_update)
+
+    def update_env(self, env_update: Any) -> None:
+        """Take a new environment (Env or EnvFactory) or apply a callable to the current ones."""
+        if env_update is None:
+            return
+        if is_new_env(env_update):
+            for env in self.envs:
+                env.close()
+            self.envs = [make_env(env_update) for _ in range(self.n_envs)]
+            self._seeded = [False] * self.n_envs
+            self._on_new_envs()
+        elif callable(env_update):
+            for j, env in enumerate(self.envs):
+                result = env_update(env)
+                if isinstance(result, gym.Env) and result is not env:
+                    self.envs[j] = result
+        else:
+            raise ConfigError(
+                f"env_update must be a gymnasium.Env, an EnvFactory or a callable applied to the "
+                f"environment; got {type(env_update).__name__}"
+            )
+
+    def _on_new_envs(self) -> None:
+        """Recompute what depends on the environments (episode limit, buffers)."""
+        own = getattr(getattr(self.envs[0], "spec", None), "max_episode_steps", None)
+        limits = [x for x in (self.max_episode_length, own) if x]
+        if not limits:
+            raise ConfigError(
+                "the environment has no time limit and max_episode_length is not set; "
+                "set env.max_episode_length (or max_episode_length= in Python)"
+            )
+        self.episode_limit = int(min(limits))
+
+    def reset_env(self, j: int) -> tuple[Any, dict]:
+        """Reset slot ``j``: the first reset of a slot seeds its environment."""
+        if not self._seeded[j]:
+            self._seeded[j] = True
+            return self.envs[j].reset(seed=seed_int(child_seed(self.env_seeds[j], 0)))
+        return self.envs[j].reset()
+
+    # ------------------------------------------------------------------ sampling
+    @abstractmethod
+    def rollout(self, *, min_steps: int | None = None, n_episodes: int | None = None) -> EpisodeBatch:
+        """Collect whole episodes: ``n_episodes`` of them, or at least ``min_steps`` steps' worth,
+        or (neither given) the worker's natural unit (one episode per environment slot)."""
+
+    def start_episode(self) -> None:
+        """Begin a new episode (step-by-step API)."""
+        raise NotImplementedError(f"{type(self).__name__} has no step-by-step API")
+
+    def step_episode(self) -> bool:
+        """Take one step; return True when the episode is over."""
+        raise NotImplementedError(f"{type(self).__name__} has no step-by-step API")
+
+    def collect_episode(self) -> EpisodeBatch:
+        """Return the episode built by start_episode/step_episode."""
+        raise NotImplementedError(f"{type(self).__name__} has no step-by-step API")
+
+    def shutdown(self) -> None:
+        """Close the environments."""
+        for env in self.envs:
+            env.close()
+        self.envs = []
+
+    # ------------------------------------------------------------------ snapshots
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to continue sampling exactly: RNG states and noise counters."""
+        return {
+            "seeded": list(self._seeded),
+            "env_rng": [env_rng_state(e) for e in self.envs],
+            "agent": self.agent.get_sampling_state() if self.agent is not None else {},
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (environments and agent must already be set)."""
+        self._seeded = list(state["seeded"])
+        for env, rng in zip(self.envs, state["env_rng"]):
+            set_env_rng_state(env, rng)
+        if self.agent is not None:
+            self.agent.set_sampling_state(state["agent"])
+
+
+@dataclass
+class WorkerFactory:
+    """Picklable recipe for the workers of a sampler; ``factory(i)`` builds worker ``i`` where it runs.
+
+    Worker ``i`` is seeded with child ``i`` of ``SeedSequence(seed)``; a restarted worker gets
+    child ``(i, restart)`` so its stream moves on instead of repeating.
+    """
+
+    seed: int | None = None
+    max_episode_length: int | None = None
+    n_workers: int = 1
+    worker_class: type[Worker] | None = None
+    worker_args: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.n_workers < 1:
+            raise ConfigError(f"n_workers must be >= 1, got {self.n_workers}")
+        if self.seed is None:
+            self.seed = int(np.random.SeedSequence().generate_state(1, np.uint32)[0])
+        if self.worker_class is None:
+            from corral.framework.plugins import get_registry
+
+            self.worker_class = get_registry().get("worker", "default").factory
+        self.worker_args = dict(self.worker_args or {})
+
+    @property
+    def root_seed(self) -> np.random.SeedSequence:
+        """The seed sequence every worker's stream descends from."""
+        return np.random.SeedSequence(self.seed)
+
+    def worker_seed(self, worker_number: int, restart: int = 0) -> np.random.SeedSequence:
+        """Seed stream of worker ``worker_number`` after ``restart`` restarts."""
+        if restart:
+            return child_seed(self.root_seed, worker_number, restart)
+        return child_seed(self.root_seed, worker_number)
+
+    def __call__(self, worker_number: int, restart: int = 0) -> Worker:
+        """Build worker ``worker_number``."""
+        if not 0 <= worker_number < self.n_workers:
+            raise ValueError(f"worker number {worker_number} out of range for {self.n_workers} workers")
+        assert self.worker_class is not None
+        return self.worker_class(
+            seed=self.worker_seed(worker_number, restart),
+            max_episode_length=self.max_episode_length,
+            worker_number=worker_number,
+            **self.worker_args,
+        )
+
+    def prepare_worker_messages(self, objs: Any, preprocess: Callable[[Any], Any] = copy.deepcopy) -> list[Any]:
+        """Spread ``objs`` over the workers: a list of exactly ``n_workers`` items is one per
+        worker; anything else is broadcast (``preprocess``-ed once per worker)."""
+        if isinstance(objs, list):
+            if len(objs) != self.n_workers:
+                raise ConfigError(
+                    f"a list of {len(objs)} updates was given for {self.n_workers} workers; a list must "
+                    "have exactly one item per worker (or pass a single object to broadcast it)"
+                )
+            return objs
+        return [preprocess(objs) for _ in range(self.n_workers)]
+
+
+__all__ = ["Worker", "WorkerFactory"]

@@ -1,0 +1,1 @@
+"""Shared building blocks used by plugins: networks, noise streams, returns, episode buffers."""

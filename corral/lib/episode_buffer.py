@@ -1,0 +1,81 @@
+"""Preallocated per-slot storage for episodes while a worker builds them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from corral.framework.batch import EpisodeBatch, StepType
+
+
+def space_dtype(space: gym.Space) -> np.dtype:
+    """The numpy dtype a worker stores for values of ``space``."""
+    if isinstance(space, gym.spaces.Discrete):
+        return np.dtype(np.int64)
+    if isinstance(space, gym.spaces.Box):
+        return np.dtype(space.dtype) if np.issubdtype(space.dtype, np.floating) else np.dtype(np.float32)
+    return np.dtype(getattr(space, "dtype", None) or np.float32)
+
+
+class EpisodeBuffers:
+    """``[n_slots, max_length, ...]`` arrays for observations, actions, rewards, step types and agent infos."""
+
+    def __init__(self, n_slots: int, max_length: int, observation_space: gym.Space, action_space: gym.Space) -> None:
+        self.n_slots = n_slots
+        self.max_length = max_length
+        obs_shape = observation_space.shape or ()
+        act_shape = action_space.shape or ()
+        self.observations = np.zeros((n_slots, max_length, *obs_shape), dtype=space_dtype(observation_space))
+        self.actions = np.zeros((n_slots, max_length, *act_shape), dtype=space_dtype(action_space))
+        self.rewards = np.zeros((n_slots, max_length), dtype=np.float32)
+        self.step_types = np.full((n_slots, max_length), StepType.MID, dtype=np.uint8)
+        self.agent_infos: dict[str, np.ndarray] = {}
+
+    def write_agent_infos(self, slots: np.ndarray | int, steps: np.ndarray | int, infos: dict[str, np.ndarray], rows: Any) -> None:
+        """Store ``infos[key][rows]`` at ``[slots, steps]``, allocating a key's buffer on first sight."""
+        for key, value in infos.items():
+            buf = self.agent_infos.get(key)
+            if buf is None:
+                value = np.asarray(value)
+                buf = np.zeros((self.n_slots, self.max_length, *value.shape[1:]), dtype=value.dtype)
+                self.agent_infos[key] = buf
+            buf[slots, steps] = value[rows]
+
+    def take(self, slot: int, start: int, stop: int, last_observation: np.ndarray) -> dict[str, Any]:
+        """Copy steps ``[start, stop)`` of ``slot`` out as one episode's arrays."""
+        return {
+            "observations": self.observations[slot, start:stop].copy(),
+            "actions": self.actions[slot, start:stop].copy(),
+            "rewards": self.rewards[slot, start:stop].copy(),
+            "step_types": self.step_types[slot, start:stop].copy(),
+            "agent_infos": {k: v[slot, start:stop].copy() for k, v in self.agent_infos.items()},
+            "last_observation": np.array(last_observation, dtype=self.observations.dtype, copy=True),
+        }
+
+
+def batch_from_episodes(episodes: list[dict[str, Any]], allow_fragments: bool = False) -> EpisodeBatch:
+    """Join episodes produced by :meth:`EpisodeBuffers.take` into one EpisodeBatch."""
+    if not episodes:
+        raise ValueError("no episodes to batch")
+    keys = episodes[0]["agent_infos"].keys()
+    return EpisodeBatch(
+        observations=np.concatenate([e["observations"] for e in episodes]),
+        actions=np.concatenate([e["actions"] for e in episodes]),
+        rewards=np.concatenate([e["rewards"] for e in episodes]),
+        step_types=np.concatenate([e["step_types"] for e in episodes]),
+        lengths=np.array([len(e["rewards"]) for e in episodes], dtype=np.int64),
+        last_observations=np.stack([e["last_observation"] for e in episodes]),
+        agent_infos={k: np.concatenate([e["agent_infos"][k] for e in episodes]) for k in keys},
+        episode_infos={},
+        allow_fragments=allow_fragments,
+    )
+
+
+def action_clipper(space: gym.Space):  # noqa: ANN201 - returns a callable or None
+    """For a Box action space, a function clipping actions to its bounds; otherwise None."""
+    if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
+        low, high = space.low, space.high
+        return lambda a: np.clip(a, low, high)
+    return None

@@ -1,0 +1,101 @@
+"""What VPG, PPO and TRPO share: a value function, GAE, and snapshot state."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from corral.framework.algorithm import Algorithm
+from corral.framework.batch import EpisodeBatch
+from corral.framework.env import EnvSpec, child_seed
+from corral.framework.policy import Policy
+from corral.framework.sampler import Sampler
+from corral.lib.networks import flat_dim, mlp
+from corral.lib.returns import gae
+
+#: Spawn-key branch of the algorithm's own RNG (minibatch shuffling).
+ALGO_BRANCH = 2**31 - 2
+
+
+class OnPolicyAlgorithm(Algorithm):
+    """Base of the on-policy algorithms: holds the policy, a value network and an RNG."""
+
+    accepts_fragments = False
+
+    def __init__(
+        self,
+        env_spec: EnvSpec,
+        policy: Policy,
+        sampler: Sampler | None,
+        *,
+        seed: int,
+        discount: float,
+        gae_lambda: float,
+        vf_hidden_sizes: Sequence[int],
+    ) -> None:
+        self.env_spec = env_spec
+        self.policy = policy
+        self.sampler = sampler
+        self.discount = discount
+        self.gae_lambda = gae_lambda
+        obs_dim = flat_dim(env_spec.observation_space.shape)
+        self.value_function = mlp(obs_dim, vf_hidden_sizes, 1, "tanh", out_gain=1.0)
+        self.rng = np.random.Generator(np.random.PCG64(child_seed(np.random.SeedSequence(seed), ALGO_BRANCH)))
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+
+    def values(self, observations: torch.Tensor) -> torch.Tensor:
+        """V(s) for a batch of observations."""
+        return self.value_function(observations.reshape(observations.shape[0], -1).float()).squeeze(-1)
+
+    def process(self, episodes: EpisodeBatch) -> dict[str, torch.Tensor]:
+        """Tensors for an update: observations, actions, old log-probs, advantages, returns, values."""
+        t = episodes.to_torch()
+        obs = t["observations"].float()
+        with torch.no_grad():
+            values = self.values(obs).numpy()
+            last_values = self.values(t["last_observations"].float()).numpy()
+        advantages, returns = gae(episodes, values, last_values, self.discount, self.gae_lambda)
+        actions = t["actions"]
+        if "log_prob" in t["agent_infos"]:
+            old_log_prob = t["agent_infos"]["log_prob"].float()
+        else:
+            with torch.no_grad():
+                old_log_prob = self.policy.log_prob_entropy(obs, actions)[0]  # type: ignore[attr-defined]
+        return {
+            "observations": obs,
+            "actions": actions,
+            "old_log_prob": old_log_prob,
+            "advantages": torch.as_tensor(advantages, dtype=torch.float32),
+            "returns": torch.as_tensor(returns, dtype=torch.float32),
+            "values": torch.as_tensor(values, dtype=torch.float32),
+        }
+
+    @staticmethod
+    def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+        """1 - Var(returns - values) / Var(returns)."""
+        var = returns.var()
+        return float("nan") if var == 0 else float(1 - (returns - values).var() / var)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Parameters, optimiser states and the RNG state."""
+        return {
+            "policy": {k: v.clone() for k, v in self.policy.state_dict().items()},  # type: ignore[attr-defined]
+            "value_function": {k: v.clone() for k, v in self.value_function.state_dict().items()},
+            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        self.policy.load_state_dict(state["policy"])  # type: ignore[attr-defined]
+        self.value_function.load_state_dict(state["value_function"])
+        for k, o in self.optimizers.items():
+            o.load_state_dict(state["optimizers"][k])
+        self.rng.bit_generator.state = state["rng"]
+
+    def parameters(self) -> list[nn.Parameter]:
+        """Policy and value-function parameters."""
+        return list(self.policy.parameters()) + list(self.value_function.parameters())  # type: ignore[attr-defined]

@@ -1,0 +1,111 @@
+"""``algo=ppo``: Proximal Policy Optimization (Schulman et al. 2017), clipped objective, GAE.
+
+Read top to bottom: hyperparameters, then ``train_once``: advantages with GAE (bootstrapping on
+TIMEOUT, not on TERMINAL), then ``n_epochs`` passes of shuffled minibatches over the clipped
+surrogate plus value loss and entropy bonus, one Adam optimiser, gradient-norm clipping.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from corral import hookimpl
+from corral.framework.batch import EpisodeBatch
+from corral.framework.env import EnvSpec
+from corral.framework.policy import Policy
+from corral.framework.sampler import Sampler
+from corral.lib.on_policy import OnPolicyAlgorithm
+
+
+@dataclass
+class PPOConfig:
+    """PPO hyperparameters."""
+
+    discount: float = field(default=0.99, metadata={"help": "discount factor gamma"})
+    gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda"})
+    learning_rate: float = field(default=3e-4, metadata={"help": "Adam learning rate (policy and value)"})
+    n_epochs: int = field(default=10, metadata={"help": "passes over each batch"})
+    minibatch_size: int = field(default=64, metadata={"help": "steps per gradient step"})
+    clip_range: float = field(default=0.2, metadata={"help": "probability-ratio clip epsilon"})
+    vf_coef: float = field(default=0.5, metadata={"help": "value-loss weight"})
+    ent_coef: float = field(default=0.0, metadata={"help": "entropy-bonus weight"})
+    max_grad_norm: float = field(default=0.5, metadata={"help": "gradient-norm clip"})
+    normalize_advantages: bool = field(default=True, metadata={"help": "standardise advantages per minibatch"})
+    target_kl: Optional[float] = field(default=None, metadata={"help": "stop the epoch loop early above this KL"})
+    vf_hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "value network widths"})
+
+
+class PPO(OnPolicyAlgorithm):
+    """PPO with the clipped surrogate objective. ``PPO(env_spec, policy, sampler, **PPOConfig fields)``."""
+
+    def __init__(self, env_spec: EnvSpec, policy: Policy, sampler: Sampler | None = None, *, seed: int = 1,
+                 **hyperparameters: Any) -> None:
+        self.config = config = PPOConfig(**hyperparameters)
+        super().__init__(env_spec, policy, sampler, seed=seed, discount=config.discount,
+                         gae_lambda=config.gae_lambda, vf_hidden_sizes=config.vf_hidden_sizes)
+        self.optimizers["adam"] = torch.optim.Adam(self.parameters(), lr=config.learning_rate, eps=1e-5)
+
+    def train_once(self, itr: int, episodes: EpisodeBatch) -> dict[str, float]:
+        """Several epochs of minibatch updates on one batch of episodes."""
+        c = self.config
+        data = self.process(episodes)
+        n = len(episodes)
+        optimizer = self.optimizers["adam"]
+        pg_losses, vf_losses, entropies, clip_fracs, kls = [], [], [], [], []
+        stop = False
+        for _ in range(c.n_epochs):
+            order = torch.from_numpy(self.rng.permutation(n))
+            for start in range(0, n, c.minibatch_size):
+                idx = order[start : start + c.minibatch_size]
+                if len(idx) < 2:
+                    continue
+                adv = data["advantages"][idx]
+                if c.normalize_advantages:
+                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+                log_prob, entropy = self.policy.log_prob_entropy(data["observations"][idx], data["actions"][idx])
+                log_ratio = log_prob - data["old_log_prob"][idx]
+                ratio = log_ratio.exp()
+                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - c.clip_range, 1 + c.clip_range)).mean()
+                vf_loss = 0.5 * (self.values(data["observations"][idx]) - data["returns"][idx]).pow(2).mean()
+                ent = entropy.mean()
+                loss = pg_loss + c.vf_coef * vf_loss - c.ent_coef * ent
+                optimizer.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.parameters(), c.max_grad_norm)
+                optimizer.step()
+                with torch.no_grad():
+                    approx_kl = float(((ratio - 1) - log_ratio).mean())
+                pg_losses.append(pg_loss.item())
+                vf_losses.append(vf_loss.item())
+                entropies.append(ent.item())
+                clip_fracs.append(float(((ratio - 1).abs() > c.clip_range).float().mean()))
+                kls.append(approx_kl)
+                if c.target_kl is not None and approx_kl > 1.5 * c.target_kl:
+                    stop = True
+                    break
+            if stop:
+                break
+        return {
+            "loss/policy": float(np.mean(pg_losses)),
+            "loss/value": float(np.mean(vf_losses)),
+            "loss/entropy": float(np.mean(entropies)),
+            "ppo/approx_kl": float(np.mean(kls)),
+            "ppo/clip_fraction": float(np.mean(clip_fracs)),
+            "ppo/explained_variance": self.explained_variance(data["values"], data["returns"]),
+        }
+
+
+def build_ppo(config: PPOConfig, *, env_spec: EnvSpec, policy: Policy, sampler: Sampler, seed: int) -> PPO:
+    """Build PPO from its config."""
+    return PPO(env_spec, policy, sampler, seed=seed, **dataclasses.asdict(config))
+
+
+@hookimpl
+def corral_register(register: Any) -> None:
+    """Register ``algo=ppo``."""
+    register("algo", "ppo", build_ppo, config=PPOConfig, help="Proximal Policy Optimization (clipped, GAE)")

@@ -1,0 +1,156 @@
+"""``policy=mlp``: an MLP policy, categorical for Discrete actions, Gaussian for Box actions."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from corral import hookimpl
+from corral.framework.env import EnvSpec
+from corral.framework.errors import ConfigError
+from corral.framework.policy import Policy
+from corral.lib.networks import flat_dim, mlp, numpy_to_params, params_to_numpy
+from corral.lib.noise import NoiseStreams
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@dataclass
+class MLPPolicyConfig:
+    """Settings of the MLP policy."""
+
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "hidden layer widths"})
+    activation: str = field(default="tanh", metadata={"help": "tanh, relu, elu, gelu or silu"})
+    init_log_std: float = field(default=0.0, metadata={"help": "initial log standard deviation (Box actions)"})
+
+
+class MLPPolicy(Policy, nn.Module):
+    """Categorical (Discrete) or diagonal-Gaussian (Box) policy on an MLP.
+
+    Exploration noise comes from per-slot :class:`~corral.lib.noise.NoiseStreams`, so an
+    environment's actions depend only on its own seed, not on how it was batched.
+    """
+
+    def __init__(self, env_spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
+                 init_log_std: float = 0.0) -> None:
+        nn.Module.__init__(self)
+        obs_space, act_space = env_spec.observation_space, env_spec.action_space
+        if not isinstance(obs_space, gym.spaces.Box):
+            raise ConfigError(f"policy=mlp needs a Box observation space, got {obs_space}; flatten it with a wrapper")
+        self.obs_dim = flat_dim(obs_space.shape)
+        self.discrete = isinstance(act_space, gym.spaces.Discrete)
+        if self.discrete:
+            self.n_actions = int(act_space.n)
+            self.net = mlp(self.obs_dim, hidden_sizes, self.n_actions, activation, out_gain=0.01)
+        elif isinstance(act_space, gym.spaces.Box):
+            self.act_shape = act_space.shape
+            self.act_dim = flat_dim(act_space.shape)
+            self.net = mlp(self.obs_dim, hidden_sizes, self.act_dim, activation, out_gain=0.01)
+            self.log_std = nn.Parameter(torch.full((self.act_dim,), float(init_log_std)))
+        else:
+            raise ConfigError(f"policy=mlp supports Discrete and Box action spaces, got {act_space}")
+        self.deterministic = False
+        self._streams: NoiseStreams | None = None
+
+    # ------------------------------------------------------------------ torch side (for algorithms)
+    def distribution(self, observations: torch.Tensor) -> torch.distributions.Distribution:
+        """The action distribution for a batch of observations."""
+        out = self.net(observations.reshape(observations.shape[0], -1).float())
+        if self.discrete:
+            return torch.distributions.Categorical(logits=out)
+        return torch.distributions.Independent(torch.distributions.Normal(out, self.log_std.exp()), 1)
+
+    def log_prob_entropy(self, observations: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities of ``actions`` and the entropy of the distribution."""
+        dist = self.distribution(observations)
+        if not self.discrete:
+            actions = actions.reshape(actions.shape[0], -1)
+        return dist.log_prob(actions), dist.entropy()
+
+    # ------------------------------------------------------------------ numpy side (for workers)
+    def seed(self, seeds: Sequence[np.random.SeedSequence]) -> None:
+        """One noise stream per environment slot."""
+        self._streams = NoiseStreams(seeds)
+
+    def reset(self, dones: np.ndarray | None = None) -> None:
+        """New episodes in the masked slots."""
+        if self._streams is not None:
+            self._streams.reset(dones)
+
+    def _streams_for(self, n: int) -> NoiseStreams:
+        if self._streams is None:
+            self._streams = NoiseStreams(np.random.SeedSequence().spawn(n))
+        if len(self._streams) != n:
+            raise ValueError(
+                f"the policy was seeded for {len(self._streams)} environment slots but got {n} observations; "
+                "call policy.seed() with one seed per slot"
+            )
+        return self._streams
+
+    def get_actions(self, observations: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Sample (or, when deterministic, pick the mode of) one action per observation."""
+        obs = np.asarray(observations, dtype=np.float32)
+        n = obs.shape[0]
+        with torch.inference_mode():
+            out = self.net(torch.from_numpy(obs.reshape(n, -1))).numpy().astype(np.float64)
+        streams = None if self.deterministic else self._streams_for(n)
+        if self.discrete:
+            log_p = out - out.max(axis=1, keepdims=True)
+            log_p -= np.log(np.exp(log_p).sum(axis=1, keepdims=True))
+            if streams is None:
+                actions = log_p.argmax(axis=1)
+            else:
+                cdf = np.cumsum(np.exp(log_p), axis=1)
+                u = streams.uniform(1) * cdf[:, -1:]
+                actions = np.minimum((cdf < u).sum(axis=1), self.n_actions - 1)
+            logp = log_p[np.arange(n), actions]
+            actions = actions.astype(np.int64)
+        else:
+            log_std = self.log_std.detach().numpy().astype(np.float64)
+            if streams is None:
+                eps = np.zeros_like(out)
+            else:
+                eps = streams.normal(self.act_dim)
+            actions = out + np.exp(log_std) * eps
+            logp = (-0.5 * eps**2 - log_std - _LOG_SQRT_2PI).sum(axis=1)
+            actions = actions.astype(np.float32).reshape((n, *self.act_shape))
+        if streams is not None:
+            streams.advance()
+        return actions, {"log_prob": logp.astype(np.float32)}
+
+    def get_param_values(self) -> dict[str, np.ndarray]:
+        """Parameters as numpy arrays."""
+        return params_to_numpy(self)
+
+    def set_param_values(self, params: dict[str, np.ndarray]) -> None:
+        """Load parameters."""
+        numpy_to_params(self, params)
+
+    def get_sampling_state(self) -> dict[str, Any]:
+        """Noise-stream counters."""
+        return {"streams": self._streams.state_dict() if self._streams is not None else None}
+
+    def set_sampling_state(self, state: dict[str, Any]) -> None:
+        """Restore the noise-stream counters."""
+        if state.get("streams") is not None:
+            if self._streams is None:
+                self._streams = NoiseStreams([])
+            self._streams.load_state_dict(state["streams"])
+
+
+def build_mlp_policy(config: MLPPolicyConfig, *, env_spec: EnvSpec) -> MLPPolicy:
+    """Build the policy from its config."""
+    return MLPPolicy(env_spec, config.hidden_sizes, config.activation, config.init_log_std)
+
+
+@hookimpl
+def corral_register(register: Any) -> None:
+    """Register ``policy=mlp``."""
+    register("policy", "mlp", build_mlp_policy, config=MLPPolicyConfig,
+             help="MLP policy: categorical for Discrete, Gaussian for Box actions")

@@ -1,0 +1,86 @@
+"""``sampler=local``: every worker in the calling process, one after another (the default)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from corral import hookimpl
+from corral.framework.batch import EpisodeBatch
+from corral.framework.sampler import Sampler, split_steps
+from corral.framework.worker import Worker
+
+
+@dataclass
+class LocalSamplerConfig:
+    """Settings of the local sampler."""
+
+    n_workers: int = field(default=1, metadata={"help": "workers, run one after another in this process"})
+
+
+class LocalSampler(Sampler):
+    """Runs its workers in the main process, in worker order. Simple, exact, debuggable."""
+
+    def __init__(self, agents: Any, envs: Any, **kwargs: Any) -> None:
+        super().__init__(agents, envs, **kwargs)
+        factory = self.worker_factory
+        self._workers: list[Worker] = [factory(i) for i in range(factory.n_workers)]
+        self._update(agents, envs)
+
+    def _update(self, agent_update: Any, env_update: Any) -> None:
+        factory = self.worker_factory
+        agent_updates = factory.prepare_worker_messages(agent_update, copy.deepcopy)
+        env_updates = factory.prepare_worker_messages(env_update, lambda x: x)
+        for worker, agent_u, env_u in zip(self._workers, agent_updates, env_updates):
+            worker.update_env(env_u)
+            worker.update_agent(agent_u)
+
+    def obtain_samples(self, itr: int, num_samples: int, agent_update: Any, env_update: Any = None) -> EpisodeBatch:
+        """Whole episodes, at least ``num_samples`` steps, split evenly over workers in order."""
+        self._check_open()
+        self._update(agent_update, env_update)
+        batches = []
+        for worker, share in zip(self._workers, split_steps(num_samples, self.n_workers)):
+            got = 0
+            while got < share:
+                batch = worker.rollout(min_steps=share - got)
+                batches.append(batch)
+                got += len(batch)
+        out = EpisodeBatch.concatenate(*batches)
+        self.total_env_steps += len(out)
+        return out
+
+    def obtain_exact_episodes(self, n_eps_per_worker: int, agent_update: Any, env_update: Any = None) -> EpisodeBatch:
+        """Exactly ``n_eps_per_worker`` episodes per worker, in worker order."""
+        self._check_open()
+        self._update(agent_update, env_update)
+        batches = [worker.rollout(n_episodes=n_eps_per_worker) for worker in self._workers]
+        out = EpisodeBatch.concatenate(*batches)
+        self.total_env_steps += len(out)
+        return out
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this sampler was shut down; build a new one")
+
+    def _shutdown(self) -> None:
+        for worker in self._workers:
+            worker.shutdown()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every worker's RNG states and noise counters."""
+        return {"workers": [w.state_dict() for w in self._workers], "total_env_steps": self.total_env_steps}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        for worker, ws in zip(self._workers, state["workers"]):
+            worker.load_state_dict(ws)
+        self.total_env_steps = int(state.get("total_env_steps", 0))
+
+
+@hookimpl
+def corral_register(register: Any) -> None:
+    """Register ``sampler=local``."""
+    register("sampler", "local", LocalSampler, config=LocalSamplerConfig,
+             help="workers in the calling process, one after another")
