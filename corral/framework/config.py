@@ -35,6 +35,7 @@ class CorralConfig:
     logger: Any = field(default_factory=dict)
     experiment: Any = None
     seed: int = 1
+    torch_threads: int = 1
 
 
 @dataclass

@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -31,13 +31,16 @@ SNAPSHOT_FORMAT = 1
 class TrainerConfig:
     """Settings of the default trainer (``trainer.*`` on the command line)."""
 
-    n_epochs: int = field(default=50, metadata={"help": "number of epochs to train"})
+    n_epochs: int = field(default=100, metadata={"help": "number of epochs to train (at most)"})
+    max_env_steps: Optional[int] = field(
+        default=100_000, metadata={"help": "stop after the epoch that reaches this many environment steps (null: no limit)"}
+    )
     batch_size: int = field(default=2048, metadata={"help": "environment steps collected per epoch (at least)"})
     eval_every: int = field(default=5, metadata={"help": "run deterministic evaluation every N epochs (0: never)"})
     eval_episodes: int = field(default=10, metadata={"help": "episodes per evaluation"})
     snapshot_every: int = field(default=1, metadata={"help": "write a snapshot every N epochs (0: only at the end)"})
     keep_snapshots: int = field(default=3, metadata={"help": "how many recent snapshots to keep (0: all)"})
-    resume: str | None = field(default=None, metadata={"help": "run directory (or snapshot file) to resume from"})
+    resume: Optional[str] = field(default=None, metadata={"help": "run directory (or snapshot file) to resume from"})
     progress: bool = field(default=True, metadata={"help": "live progress bar when stderr is a terminal"})
 
 
@@ -134,7 +137,8 @@ class Trainer:
         error: BaseException | None = None
         self.hooks.corral_run_start(trainer=self, cfg=self.run_config)
         try:
-            while self.epoch < n_epochs:
+            limit = self.config.max_env_steps
+            while self.epoch < n_epochs and (not limit or self.total_env_steps < limit):
                 self._run_epoch(batch_size)
             if self.snapshot_dir is not None and self.last_stats:
                 self.save_snapshot()
