@@ -132,6 +132,9 @@ class EpisodeBatch:
             inner[starts] = False
             if (self.step_types[inner] != StepType.MID).any():
                 raise BatchError("only the first and last step of an episode may be other than MID")
+            if ((last == StepType.FIRST) & (self.lengths > 1)).any():
+                bad = int(np.flatnonzero((last == StepType.FIRST) & (self.lengths > 1))[0])
+                raise BatchError(f"episode {bad} has {int(self.lengths[bad])} steps but its last step is FIRST")
             first_ok = (self.step_types[starts] == StepType.FIRST) | (self.lengths == 1) | (
                 self.allow_fragments & (self.step_types[starts] == StepType.MID)
             )

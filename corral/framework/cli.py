@@ -29,7 +29,13 @@ def main(argv: Sequence[str] | None = None) -> Any:
         sys.argv = [f"{sys.argv[0]} train"] + rest
         return train_main(rest)
     if command == "plugins":
-        return plugins_command(rest)
+        from corral.framework.errors import CorralError
+
+        try:
+            return plugins_command(rest)
+        except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
+            print(f"corral: error: {exc}", file=sys.stderr)
+            return 2
     print(f"corral: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
     return 2
 
@@ -81,9 +87,9 @@ def _jsonable(value: Any) -> Any:
 
 
 def _print_table(components: list[dict[str, Any]], failed: list[dict[str, Any]]) -> None:
-    kind_w = max(len(c["kind"]) for c in components)
-    name_w = max(len(c["name"]) for c in components)
-    src_w = max(len(f"{c['distribution']} {c['version']}") for c in components)
+    kind_w = max((len(c["kind"]) for c in components), default=4)
+    name_w = max((len(c["name"]) for c in components), default=4)
+    src_w = max((len(f"{c['distribution']} {c['version']}") for c in components), default=4)
     print(f"{'KIND':<{kind_w}}  {'NAME':<{name_w}}  {'FROM':<{src_w}}  HELP")
     for c in components:
         src = f"{c['distribution']} {c['version']}"

@@ -65,9 +65,6 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
     reg = manager.registry
     seed = int(cfg.seed)
     torch.manual_seed(seed)
-    threads = int(cfg.get("torch_threads") or 0)
-    if threads > 0:
-        torch.set_num_threads(threads)
 
     env_reg = reg.get("env", cfg.env.name)
     env = env_reg.factory(config_of(env_reg, cfg.env))

@@ -9,6 +9,7 @@ multi-select (``logger=[console,csv]``); each sits under ``logger.<name>``.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,6 @@ class CorralConfig:
     logger: Any = field(default_factory=dict)
     experiment: Any = None
     seed: int = 1
-    torch_threads: int = 1
 
 
 @dataclass
@@ -44,30 +44,58 @@ class _EmptyConfig:
 
 
 def node_class(reg: Registration) -> type:
-    """The dataclass stored for ``reg``: its config plus ``name: str = <registered name>``."""
+    """The dataclass stored for ``reg``: its config's fields plus ``name: str = <registered name>``.
+
+    The fields are copied (types resolved in the config's own module, so ``from __future__ import
+    annotations`` works) rather than inherited, so a frozen config dataclass still accepts
+    command-line overrides; ``config_of`` builds the plugin's own class from the composed node.
+    """
     base = reg.config or _EmptyConfig
+    hints = typing.get_type_hints(base)
+    fields: list[tuple[str, Any, Any]] = []
+    for f in dataclasses.fields(base):
+        if f.default is not dataclasses.MISSING:
+            spec = field(default=f.default, metadata=f.metadata)
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            spec = field(default_factory=f.default_factory, metadata=f.metadata)  # type: ignore[misc]
+        else:
+            spec = field(default=MISSING, metadata=f.metadata)
+        fields.append((f.name, hints.get(f.name, Any), spec))
+    fields.append(("name", str, field(default=reg.name, metadata={"help": f"registered {reg.kind} name"})))
     return dataclasses.make_dataclass(
         f"{base.__name__}__{reg.kind}_{reg.name}".replace("-", "_"),
-        [("name", str, field(default=reg.name, metadata={"help": f"registered {reg.kind} name"}))],
-        bases=(base,),
+        fields,
+        namespace={"__doc__": base.__doc__},
     )
 
 
-_STORED: set[tuple[str, str, int]] = set()
+#: (kind, name) -> the config class stored for it, to skip unchanged nodes and drop stale ones.
+_STORED: dict[tuple[str, str], type | None] = {}
 
 
 def register_configs(manager: PluginManager | None = None) -> None:
-    """Store every registration (and the primary schema) in Hydra's ConfigStore. Idempotent."""
+    """Store every registration (and the primary schema) in Hydra's ConfigStore. Idempotent.
+
+    Nodes this function stored earlier for components that are no longer registered (a plugin
+    was unregistered or the plugin manager was reset without it) are removed again.
+    """
     manager = manager or get_plugin_manager()
     cs = ConfigStore.instance()
     cs.store(name="corral_schema", node=CorralConfig)
+    current = set()
     for reg in manager.registry:
-        key = (reg.kind, reg.name, id(reg.config))
-        if key in _STORED and _group_has(cs, reg.kind, reg.name):
+        key = (reg.kind, reg.name)
+        current.add(key)
+        if key in _STORED and _STORED[key] is reg.config and _group_has(cs, reg.kind, reg.name):
             continue
         package = f"logger.{reg.name}" if reg.kind == "logger" else None
         cs.store(group=reg.kind, name=reg.name, node=node_class(reg), package=package)
-        _STORED.add(key)
+        _STORED[key] = reg.config
+    for kind, name in [k for k in _STORED if k not in current]:
+        del _STORED[(kind, name)]
+        group = cs.repo.get(kind)
+        if isinstance(group, dict):
+            group.pop(f"{name}.yaml", None)
 
 
 def _group_has(cs: ConfigStore, group: str, name: str) -> bool:

@@ -25,25 +25,34 @@ def prepare(argv: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> Any:
     """Run ``train.py``: compose the config from ``argv`` (default ``sys.argv[1:]``) and train."""
-    args = prepare(sys.argv[1:] if argv is None else argv)
+    try:
+        args = prepare(sys.argv[1:] if argv is None else argv)
+    except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
+        print(f"corral: error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
     sys.argv = [sys.argv[0]] + args
     return _hydra_main()
 
 
 @hydra.main(version_base="1.3", config_path="pkg://corral.conf", config_name=CONFIG_NAME)
 def _hydra_main(cfg: DictConfig) -> float | None:
+    from corral.framework.trainer import TrainingInterrupted
+
     try:
         return run(cfg, log_dir=HydraConfig.get().runtime.output_dir)
     except CorralError as exc:
         # A clear one-paragraph message instead of a traceback from deep inside a library.
         print(f"corral: error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
+    except TrainingInterrupted:
+        raise SystemExit(130) from None
 
 
 def resolve_resume(cfg: DictConfig) -> DictConfig:
     """With ``trainer.resume=<dir>``, continue with the config the run was started with.
 
-    Only ``trainer.resume`` and ``trainer.n_epochs`` are taken from the new command line.
+    Only ``trainer.*`` settings given explicitly on the new command line (``trainer.n_epochs=200``,
+    ``trainer.max_env_steps=...``) replace the original ones.
     """
     from corral.framework.trainer import find_snapshot
 
@@ -58,8 +67,23 @@ def resolve_resume(cfg: DictConfig) -> DictConfig:
     old = OmegaConf.create(state["config"])
     with open_dict(old):
         old.trainer.resume = str(resume)
-        old.trainer.n_epochs = cfg.trainer.n_epochs
+        for key in _explicit_trainer_overrides():
+            OmegaConf.update(old, key, OmegaConf.select(cfg, key), force_add=True)
     return old
+
+
+def _explicit_trainer_overrides() -> list[str]:
+    """``trainer.*`` keys set on the command line of this job."""
+    try:
+        overrides = HydraConfig.get().overrides.task
+    except ValueError:  # not running under Hydra
+        return []
+    keys = []
+    for item in overrides:
+        key = item.split("=", 1)[0].lstrip("+~")
+        if key.startswith("trainer.") and key != "trainer.resume":
+            keys.append(key)
+    return keys
 
 
 def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:

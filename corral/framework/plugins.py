@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import re
 import traceback
 import warnings
 from dataclasses import dataclass, field
@@ -126,13 +127,17 @@ class Registry:
                 f"Uninstall one, or disable it with CORRAL_DISABLE_PLUGINS={reg.source.plugin}"
             )
         if reg.config is not None:
-            if not dataclasses.is_dataclass(reg.config):
-                raise PluginError(f"{reg.source}: config for {reg.kind} {reg.name!r} must be a dataclass")
+            if not (isinstance(reg.config, type) and dataclasses.is_dataclass(reg.config)):
+                raise PluginError(
+                    f"{reg.source}: config for {reg.kind} {reg.name!r} must be a dataclass class "
+                    f"(config=MyConfig, not an instance or a dict); got {reg.config!r}"
+                )
             if "name" in {f.name for f in dataclasses.fields(reg.config)}:
                 raise PluginError(
                     f"{reg.source}: config dataclass of {reg.kind} {reg.name!r} has a field called 'name', "
                     "which corral reserves for the registered option name"
                 )
+        _check_structured(reg)
         self.entries[key] = reg
 
     def get(self, kind: str, name: str) -> Registration:
@@ -149,6 +154,22 @@ class Registry:
 
     def __iter__(self) -> Iterator[Registration]:
         return iter(sorted(self.entries.values(), key=lambda r: (r.kind, r.name)))
+
+
+def _check_structured(reg: Registration) -> None:
+    """Fail at registration (inside the plugin's isolation) if Hydra could not store the config."""
+    from omegaconf import OmegaConf
+
+    from corral.framework.config import node_class
+
+    try:
+        OmegaConf.structured(node_class(reg))
+    except Exception as exc:  # noqa: BLE001 - any failure here is the plugin's config's fault
+        name = getattr(reg.config, "__qualname__", repr(reg.config))
+        raise PluginError(
+            f"{reg.source}: config dataclass {name} of {reg.kind} {reg.name!r} is not a valid Hydra "
+            f"structured config: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 class PluginManager:
@@ -175,7 +196,7 @@ class PluginManager:
         disabled = _env_list("CORRAL_DISABLE_PLUGINS")
         for ep in _entry_points():
             dist = ep.dist.name if getattr(ep, "dist", None) else "unknown"
-            names = {ep.name, dist}
+            names = {_normalize(ep.name), _normalize(dist)}
             if only is not None and not names & only:
                 continue
             if disabled and names & disabled:
@@ -183,8 +204,15 @@ class PluginManager:
             ver = ep.dist.version if getattr(ep, "dist", None) else "?"
             self._load_one(Source(ep.name, dist, ver), ep.load)
 
-    def register_object(self, plugin: Any, source: Source) -> None:
-        """Register an already-imported plugin object (tests, notebooks) with full isolation."""
+    def register_object(self, plugin: Any, source: Source | str | None = None) -> None:
+        """Register an already-imported plugin object (tests, notebooks) with full isolation.
+
+        ``source`` names it: a :class:`Source`, or a plugin name (distribution ``"inline"``);
+        by default the object's ``__name__`` or class name.
+        """
+        if not isinstance(source, Source):
+            name = source or getattr(plugin, "__name__", None) or type(plugin).__name__
+            source = Source(str(name), "inline", "-")
         self._load_one(source, lambda: plugin)
 
     def _load_one(self, source: Source, loader: Callable[[], Any]) -> None:
@@ -241,11 +269,16 @@ def _entry_points() -> list[metadata.EntryPoint]:
     return sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
 
 
+def _normalize(name: str) -> str:
+    """PEP 503 normal form, so ``corral_foo``, ``Corral-Foo`` and ``corral-foo`` all match."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _env_list(var: str) -> set[str] | None:
     value = os.environ.get(var)
     if value is None:
         return None
-    return {x.strip() for x in value.split(",") if x.strip()}
+    return {_normalize(x.strip()) for x in value.split(",") if x.strip()}
 
 
 _MANAGER: PluginManager | None = None

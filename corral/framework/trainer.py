@@ -42,6 +42,9 @@ class TrainerConfig:
     keep_snapshots: int = field(default=3, metadata={"help": "how many recent snapshots to keep (0: all)"})
     resume: Optional[str] = field(default=None, metadata={"help": "run directory (or snapshot file) to resume from"})
     progress: bool = field(default=True, metadata={"help": "live progress bar when stderr is a terminal"})
+    torch_threads: int = field(
+        default=1, metadata={"help": "torch intra-op threads in the training process (0: torch's default)"}
+    )
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -92,6 +95,11 @@ class Trainer:
         self.best_eval_return: float | None = None
         self._sampler_state: Any = None
         self._progress: ProgressBar | None = None
+        if self.config.torch_threads > 0:
+            # Small networks are fastest single-threaded, and extra threads spin against workers.
+            import torch
+
+            torch.set_num_threads(self.config.torch_threads)
 
     # ------------------------------------------------------------------ setup
     def setup(self, algo: Algorithm, env: Any) -> None:
@@ -120,7 +128,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ training
     def train(self, n_epochs: int | None = None, batch_size: int | None = None) -> dict[str, float]:
-        """Train until epoch ``n_epochs``; return the last epoch's statistics."""
+        """Train until epoch ``n_epochs``; return the last epoch's statistics.
+
+        The sampler stays up afterwards so ``train`` can be called again to continue; call
+        :meth:`shutdown` (or use the trainer as a context manager) when done. On an error or
+        Ctrl-C the sampler is shut down before the exception propagates.
+        """
         if self.algo is None:
             raise RuntimeError("call trainer.setup(algo, env) before trainer.train()")
         n_epochs = int(n_epochs if n_epochs is not None else self.config.n_epochs)
@@ -158,7 +171,8 @@ class Trainer:
             try:
                 self.hooks.corral_run_end(trainer=self, error=error)
             finally:
-                self.shutdown()
+                if error is not None:
+                    self.shutdown()
         return self.last_stats
 
     def _run_epoch(self, batch_size: int) -> None:
@@ -213,11 +227,17 @@ class Trainer:
         )
 
     def shutdown(self) -> None:
-        """Stop the sampler and close the loggers."""
+        """Stop the sampler and close the loggers (idempotent)."""
         if self.algo is not None and self.algo.sampler is not None:
             self.algo.sampler.shutdown_worker()
         for logger in self.loggers:
             logger.close()
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
 
     # ------------------------------------------------------------------ snapshots
     def state_dict(self) -> dict[str, Any]:

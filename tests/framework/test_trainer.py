@@ -1,0 +1,133 @@
+"""Trainer: outputs, snapshots, bit-for-bit resume after SIGKILL, Ctrl-C, evaluation."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = [
+    "trainer.batch_size=400",
+    "trainer.eval_every=2",
+    "trainer.eval_episodes=2",
+    "trainer.max_env_steps=null",
+    "trainer.progress=false",
+    "worker=vec",
+    "worker.n_envs=4",
+    "seed=3",
+]
+
+
+def train(run_dir: Path, *overrides: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run ``python train.py`` as a user would, in its own run directory."""
+    cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """progress.csv rows without the wall-clock columns."""
+    with open(path) as f:
+        return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(f)]
+
+
+def test_run_writes_csv_tensorboard_snapshots_and_summary(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = train(run, *SMALL, "trainer.n_epochs=3", "trainer.keep_snapshots=2")
+    assert proc.returncode == 0, proc.stderr
+    rows = read_rows(run / "progress.csv")
+    assert [r["epoch"] for r in rows] == ["0.0", "1.0", "2.0"]
+    for key in ("train/return_mean", "train/return_min", "train/return_max", "train/episode_length",
+                "env_steps", "loss/policy", "loss/value"):
+        assert rows[-1][key] != "", key
+    assert rows[1]["eval/return_mean"] != "" and rows[0]["eval/return_mean"] == ""
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+    snaps = sorted(p.name for p in (run / "snapshots").glob("epoch_*.pt"))
+    assert snaps == ["epoch_000002.pt", "epoch_000003.pt"]  # keep_snapshots=2 pruned epoch 1
+    assert (run / "snapshots" / "latest").read_text().strip() == "epoch_000003.pt"
+    assert not list((run / "snapshots").glob(".*tmp"))
+    assert (run / "summary.json").is_file()
+    assert "epoch    2" in proc.stdout  # console logger
+
+
+def test_resume_after_sigkill_continues_bit_for_bit(tmp_path: Path) -> None:
+    n_epochs = "trainer.n_epochs=7"
+    full = tmp_path / "full"
+    assert train(full, *SMALL, n_epochs).returncode == 0
+    expected = read_rows(full / "progress.csv")
+
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={killed}", *SMALL, n_epochs]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while not (killed / "snapshots" / "epoch_000002.pt").exists():
+            assert proc.poll() is None, "training ended before its second snapshot"
+            assert time.monotonic() < deadline, "no second snapshot within 180 s"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+    resumed = tmp_path / "resumed"
+    out = train(resumed, f"trainer.resume={killed}")
+    assert out.returncode == 0, out.stderr
+    assert "resumed from" in out.stderr
+    rows = read_rows(resumed / "progress.csv")
+    first = int(float(rows[0]["epoch"]))
+    assert first >= 2, "resume must continue after the second snapshot"
+    assert rows == expected[first:], "resumed epochs differ from the uninterrupted run"
+
+
+def test_ctrl_c_writes_snapshot_and_exits_with_a_clear_line(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run}", *SMALL, "trainer.n_epochs=1000"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (run / "snapshots" / "latest").exists():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 130
+    assert "corral: interrupted at epoch" in err and "trainer.resume=" in err
+    assert "Traceback" not in err
+    latest = (run / "snapshots" / "latest").read_text().strip()
+    assert (run / "snapshots" / latest).is_file()
+    resumed = train(tmp_path / "resumed", f"trainer.resume={run}", "trainer.n_epochs=3")
+    assert resumed.returncode == 0, resumed.stderr
+
+
+def test_resume_from_a_directory_without_snapshots_is_a_clear_error(tmp_path: Path) -> None:
+    out = train(tmp_path / "run", f"trainer.resume={tmp_path / 'nothing'}")
+    assert out.returncode != 0
+    assert "no snapshot found" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("seed", [1])
+def test_evaluation_is_deterministic(seed: int) -> None:
+    from corral import EnvFactory, EnvSpec, MLPPolicy
+    from corral.framework.evaluation import evaluate
+
+    env = EnvFactory("CartPole-v1")
+    policy = MLPPolicy(EnvSpec.from_env(env()))
+    a = evaluate(policy, env, n_episodes=3, seed=seed, max_episode_length=500)
+    b = evaluate(policy, env, n_episodes=3, seed=seed, max_episode_length=500)
+    assert a == b
