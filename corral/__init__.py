@@ -35,6 +35,8 @@ _EXPORTS = {
     "SnapshotError": "corral.framework.errors",
     # built-in components, for library use
     "LocalSampler": "corral.plugins.samplers.local",
+    "MultiprocessingSampler": "corral.plugins.samplers.multiprocessing",
+    "RaySampler": "corral.plugins.samplers.ray",
     "DefaultWorker": "corral.plugins.workers.default",
     "VecWorker": "corral.plugins.workers.vec",
     "FragmentWorker": "corral.plugins.workers.fragment",

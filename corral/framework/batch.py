@@ -43,7 +43,7 @@ _STEP_ARRAYS = ("observations", "actions", "rewards", "step_types")
 
 
 def _as_dict(d: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v) for k, v in (d or {}).items()}
+    return {k: np.asarray(v, order="C") for k, v in (d or {}).items()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,12 +72,13 @@ class EpisodeBatch:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        set_(self, "lengths", np.asarray(self.lengths, dtype=np.int64).reshape(-1))
-        set_(self, "step_types", np.asarray(self.step_types, dtype=np.uint8).reshape(-1))
-        set_(self, "rewards", np.asarray(self.rewards, dtype=np.float32).reshape(-1))
-        set_(self, "observations", np.asarray(self.observations))
-        set_(self, "actions", np.asarray(self.actions))
-        set_(self, "last_observations", np.asarray(self.last_observations))
+        # C-contiguous storage (a copy only for strided input), so to_torch() never has to copy.
+        set_(self, "lengths", np.asarray(self.lengths, dtype=np.int64, order="C").reshape(-1))
+        set_(self, "step_types", np.asarray(self.step_types, dtype=np.uint8, order="C").reshape(-1))
+        set_(self, "rewards", np.asarray(self.rewards, dtype=np.float32, order="C").reshape(-1))
+        set_(self, "observations", np.asarray(self.observations, order="C"))
+        set_(self, "actions", np.asarray(self.actions, order="C"))
+        set_(self, "last_observations", np.asarray(self.last_observations, order="C"))
         set_(self, "env_infos", _as_dict(self.env_infos))
         set_(self, "agent_infos", _as_dict(self.agent_infos))
         set_(self, "episode_infos", _as_dict(self.episode_infos))

@@ -13,7 +13,10 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from hydra.core.config_search_path import ConfigSearchPath
 from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
+from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from corral.framework.plugins import PluginManager, Registration, get_plugin_manager
@@ -76,10 +79,12 @@ _STORED: dict[tuple[str, str], type | None] = {}
 def register_configs(manager: PluginManager | None = None) -> None:
     """Store every registration (and the primary schema) in Hydra's ConfigStore. Idempotent.
 
-    Nodes this function stored earlier for components that are no longer registered (a plugin
+    Also registers :class:`CorralSearchPathPlugin` (the plugins' YAML presets). Nodes this
+    function stored earlier for components that are no longer registered (a plugin
     was unregistered or the plugin manager was reset without it) are removed again.
     """
     manager = manager or get_plugin_manager()
+    register_searchpath_plugin()
     cs = ConfigStore.instance()
     cs.store(name="corral_schema", node=CorralConfig)
     current = set()
@@ -116,12 +121,23 @@ def searchpath(manager: PluginManager | None = None) -> list[str]:
     return paths
 
 
-def searchpath_override(manager: PluginManager | None = None) -> list[str]:
-    """``hydra.searchpath=[...]`` as a command-line override (empty list when none)."""
-    paths = searchpath(manager)
-    if not paths:
-        return []
-    return ["hydra.searchpath=[" + ",".join(paths) + "]"]
+class CorralSearchPathPlugin(SearchPathPlugin):
+    """Adds the config directories that plugins return from ``corral_config_searchpath`` to Hydra's
+    search path, so their presets appear in ``--help``, in "available options" errors and in runs.
+
+    (A ``hydra.searchpath=[...]`` override appended to the command line would clash with the
+    user's own ``hydra.searchpath`` and with ``--cfg``/``--info`` flags, and ``--help`` ignores it.)
+    """
+
+    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        """Append every plugin path to ``search_path``."""
+        for path in searchpath():
+            search_path.append(provider="corral-plugin", path=path)
+
+
+def register_searchpath_plugin() -> None:
+    """Make Hydra call :class:`CorralSearchPathPlugin` whenever it builds a search path. Idempotent."""
+    Plugins.instance().register(CorralSearchPathPlugin)
 
 
 def _instantiate_config(reg: Registration, node: DictConfig) -> Any:
@@ -151,5 +167,6 @@ __all__ = [
     "node_class",
     "register_configs",
     "searchpath",
-    "searchpath_override",
+    "CorralSearchPathPlugin",
+    "register_searchpath_plugin",
 ]

@@ -11,16 +11,19 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from corral.framework.config import CONFIG_NAME, register_configs, searchpath_override
+from corral.framework.config import CONFIG_NAME, register_configs
 from corral.framework.errors import CorralError
 from corral.framework.plugins import get_plugin_manager
 
 
 def prepare(argv: Sequence[str]) -> list[str]:
-    """Load plugins, store their configs, and add the plugins' config search path to ``argv``."""
-    manager = get_plugin_manager()
-    register_configs(manager)
-    return list(argv) + searchpath_override(manager)
+    """Load plugins, store their configs and search path in Hydra; return the overrides ``argv``.
+
+    The plugins' YAML directories reach Hydra through a search-path plugin, not through an extra
+    command-line override, so ``argv`` comes back unchanged.
+    """
+    register_configs(get_plugin_manager())
+    return list(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> Any:

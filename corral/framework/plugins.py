@@ -31,6 +31,8 @@ ENTRY_POINT_GROUP = "corral"
 BUILTIN_PLUGINS: tuple[str, ...] = (
     "corral.plugins.trainers.default",
     "corral.plugins.samplers.local",
+    "corral.plugins.samplers.multiprocessing",
+    "corral.plugins.samplers.ray",
     "corral.plugins.workers.default",
     "corral.plugins.workers.vec",
     "corral.plugins.workers.fragment",
@@ -222,6 +224,7 @@ class PluginManager:
             plugin = loader()
             self.pm.register(plugin, name=source.plugin)
             self.sources[source.plugin] = source
+            _check_hook_names(self.pm, plugin)
 
             def register(kind: str, name: str, factory: Any, config: type | None = None, help: str = "") -> None:
                 if not help:
@@ -242,7 +245,7 @@ class PluginManager:
                 self.pm.unregister(plugin)
             self.sources.pop(source.plugin, None)
             message = f"corral plugin from {source} failed to load and was skipped: {type(exc).__name__}: {exc}"
-            if os.environ.get("CORRAL_STRICT_PLUGINS", "").strip() not in ("", "0", "false", "False"):
+            if os.environ.get("CORRAL_STRICT_PLUGINS", "").strip().lower() not in ("", "0", "false", "no", "off"):
                 raise PluginError(message + " (CORRAL_STRICT_PLUGINS is set)") from exc
             self.registry.failed.append(FailedPlugin(source, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
             warnings.warn(message + f". Disable it with CORRAL_DISABLE_PLUGINS={source.plugin}", PluginWarning, stacklevel=2)
@@ -256,6 +259,14 @@ class PluginManager:
             if reg.source.plugin == plugin_name:
                 del self.registry.entries[key]
         self.sources.pop(plugin_name, None)
+
+
+def _check_hook_names(pm: pluggy.PluginManager, plugin: Any) -> None:
+    """A ``@hookimpl`` whose name is not a corral hook (a typo) is an error, not silently ignored."""
+    unknown = sorted(caller.name for caller in pm.get_hookcallers(plugin) or [] if caller.spec is None)
+    if unknown:
+        known = sorted(name for name in dir(hookspecs) if name.startswith("corral_"))
+        raise PluginError(f"unknown hook(s) {', '.join(unknown)}; corral's hooks are {', '.join(known)}")
 
 
 def _version(dist: str) -> str:

@@ -18,6 +18,17 @@ def split_steps(num_samples: int, n_workers: int) -> list[int]:
     return [share] * n_workers
 
 
+def collect_share(worker: Worker, share: int) -> EpisodeBatch:
+    """Whole episodes from ``worker`` totalling at least ``share`` steps (every sampler's loop)."""
+    batches = []
+    got = 0
+    while got < share:
+        batch = worker.rollout(min_steps=share - got)
+        batches.append(batch)
+        got += len(batch)
+    return EpisodeBatch.concatenate(*batches)
+
+
 class Sampler(ABC):
     """Collects episodes with ``n_workers`` workers built from a :class:`WorkerFactory`.
 
@@ -112,4 +123,4 @@ class Sampler(ABC):
         self.shutdown_worker()
 
 
-__all__ = ["Sampler", "split_steps"]
+__all__ = ["Sampler", "split_steps", "collect_share"]

@@ -90,10 +90,15 @@ class Worker(ABC):
             self._seeded = [False] * self.n_envs
             self._on_new_envs()
         elif callable(env_update):
+            replaced = False
             for j, env in enumerate(self.envs):
                 result = env_update(env)
                 if isinstance(result, gym.Env) and result is not env:
                     self.envs[j] = result
+                    self._seeded[j] = False
+                    replaced = True
+            if replaced:
+                self._on_new_envs()
         else:
             raise ConfigError(
                 f"env_update must be a gymnasium.Env, an EnvFactory or a callable applied to the "

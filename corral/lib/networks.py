@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -50,4 +51,42 @@ def params_to_numpy(module: nn.Module) -> dict[str, "object"]:
 
 def numpy_to_params(module: nn.Module, params: dict) -> None:
     """Load :func:`params_to_numpy`'s output into ``module``."""
-    module.load_state_dict({k: torch.as_tensor(v) for k, v in params.items()})
+    module.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in params.items()})
+
+
+def _np_elu(h: np.ndarray, m: nn.Module) -> np.ndarray:
+    return np.where(h > 0, h, np.asarray(m.alpha, dtype=h.dtype) * np.expm1(np.minimum(h, 0)))
+
+
+_NUMPY_ACTIVATIONS = {
+    nn.Tanh: lambda h, m: np.tanh(h),
+    nn.ReLU: lambda h, m: np.maximum(h, 0),
+    nn.ELU: _np_elu,
+    nn.SiLU: lambda h, m: h / (1 + np.exp(-h)),
+}
+
+
+def batch_invariant_forward(net: nn.Sequential, x: np.ndarray) -> np.ndarray:
+    """Forward pass of an :func:`mlp` in numpy whose every row is independent of the other rows.
+
+    BLAS matrix products (what ``net(x)`` runs) pick kernels and summation orders by batch size,
+    so an observation's output changes in the last bits with the batch it is in, and a chaotic
+    environment turns that into different episodes. Here each output is a fixed-order sum over its
+    own row (``einsum`` without BLAS), so a slot's actions are the same whether it is stepped
+    alone, in a vectorised worker or in an action server's batch.
+    """
+    h = np.ascontiguousarray(x, dtype=np.float32)
+    for layer in net:
+        if isinstance(layer, nn.Linear):
+            w = layer.weight.detach().numpy()
+            h = np.einsum("nk,ok->no", h, w)
+            if layer.bias is not None:
+                h += layer.bias.detach().numpy()
+        else:
+            fn = _NUMPY_ACTIVATIONS.get(type(layer))
+            if fn is not None:
+                h = fn(h, layer)
+            else:  # elementwise torch op (e.g. GELU) on a zero-copy view
+                with torch.inference_mode():
+                    h = layer(torch.from_numpy(h)).numpy()
+    return h

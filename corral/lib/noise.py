@@ -35,37 +35,68 @@ class NoiseStreams:
     """
 
     def __init__(self, seeds: Sequence[np.random.SeedSequence]) -> None:
-        self.keys = np.array([s.generate_state(1, np.uint64)[0] for s in seeds], dtype=np.uint64)
-        self.episodes = np.zeros(len(seeds), dtype=np.uint64)
+        self._keys = np.array([s.generate_state(1, np.uint64)[0] for s in seeds], dtype=np.uint64)
+        self._episodes = np.zeros(len(seeds), dtype=np.uint64)
         self.steps = np.zeros(len(seeds), dtype=np.uint64)
+        self._episode_base: np.ndarray | None = None  # _mix(keys ^ episodes * _EPISODE_MUL), per slot
+        self._components: dict[tuple[int, int], np.ndarray] = {}  # (n, offset) -> component offsets
+
+    # keys and episodes feed the cached per-episode hash: assigning either drops the cache.
+    @property
+    def keys(self) -> np.ndarray:
+        """One 64-bit key per slot."""
+        return self._keys
+
+    @keys.setter
+    def keys(self, value: np.ndarray) -> None:
+        self._keys = value
+        self._episode_base = None
+
+    @property
+    def episodes(self) -> np.ndarray:
+        """Episode counter of each slot."""
+        return self._episodes
+
+    @episodes.setter
+    def episodes(self, value: np.ndarray) -> None:
+        self._episodes = value
+        self._episode_base = None
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self._keys)
 
     def reset(self, mask: np.ndarray | None = None) -> None:
         """Start a new episode in the slots where ``mask`` is true (all slots when None)."""
         if mask is None:
-            self.episodes += np.uint64(1)
+            self._episodes += np.uint64(1)
             self.steps[:] = 0
         else:
             mask = np.asarray(mask, dtype=bool)
-            self.episodes[mask] += np.uint64(1)
+            self._episodes[mask] += np.uint64(1)
             self.steps[mask] = 0
+        self._episode_base = None
 
     def advance(self) -> None:
         """Move every slot to its next step."""
         self.steps += np.uint64(1)
 
     def _bits(self, n_components: int, offset: int) -> np.ndarray:
-        base = _mix(self.keys ^ (self.episodes * _EPISODE_MUL))
-        base = _mix(base + self.steps * _GOLDEN)
-        comp = (np.arange(offset, offset + n_components, dtype=np.uint64) + np.uint64(1)) * _GOLDEN
-        return _mix(base[:, None] + comp[None, :])
+        # Same bits as _mix(_mix(_mix(keys ^ episodes*MUL) + steps*GOLDEN)[:, None] + (offset+1+c)*GOLDEN);
+        # the per-episode hash is cached until a reset and the component offsets per (n, offset).
+        base = self._episode_base
+        if base is None:
+            base = self._episode_base = _mix(self._keys ^ (self._episodes * _EPISODE_MUL))
+        comp = self._components.get((n_components, offset))
+        if comp is None:
+            comp = (np.arange(offset, offset + n_components, dtype=np.uint64) + np.uint64(1)) * _GOLDEN
+            self._components[(n_components, offset)] = comp
+        return _mix(_mix(base + self.steps * _GOLDEN)[:, None] + comp)
 
     def uniform(self, n_components: int = 1, offset: int = 0) -> np.ndarray:
         """``[n_slots, n_components]`` uniforms in (0, 1) for the current step."""
-        bits = self._bits(n_components, offset) >> _S11
-        return (bits.astype(np.float64) + 0.5) * (1.0 / 9007199254740992.0)
+        # ((bits >> 11) + 0.5) / 2**53, computed as (bits >> 11) * 2**-53 + 2**-54: the integer is
+        # below 2**53 (exact in float64) and scaling by powers of two commutes with rounding.
+        return (self._bits(n_components, offset) >> _S11) * (1.0 / 9007199254740992.0) + (1.0 / 18014398509481984.0)
 
     def normal(self, n_components: int = 1, offset: int = 0) -> np.ndarray:
         """``[n_slots, n_components]`` standard normals for the current step (Box-Muller)."""

@@ -15,7 +15,8 @@ from corral import hookimpl
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
-from corral.lib.networks import flat_dim, mlp, numpy_to_params, params_to_numpy
+from corral.lib import networks
+from corral.lib.networks import batch_invariant_forward, flat_dim, mlp, numpy_to_params, params_to_numpy
 from corral.lib.noise import NoiseStreams
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -28,6 +29,66 @@ class MLPPolicyConfig:
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "hidden layer widths"})
     activation: str = field(default="tanh", metadata={"help": "tanh, relu, elu, gelu or silu"})
     init_log_std: float = field(default=0.0, metadata={"help": "initial log standard deviation (Box actions)"})
+
+
+class _NumpyForward:
+    """:func:`~corral.lib.networks.batch_invariant_forward` of one ``mlp()``, with its per-call work
+    (walking the modules, ``weight.detach().numpy()``) done once.
+
+    The numpy views share storage with the parameters, so in-place updates (``set_param_values``,
+    an optimizer step) show through; :meth:`valid` notices a replaced module, parameter or storage
+    (``param.data = ...``, ``.to()``) and the policy rebuilds the cache. The steps are the same
+    numpy operations as ``batch_invariant_forward`` (same results, bit for bit); a probe at build
+    time compares the two and the cache is not used (``exact`` false) if they ever disagree.
+    """
+
+    def __init__(self, net: nn.Sequential) -> None:
+        self.net = net
+        self.modules = list(net._modules.values())
+        self.params: list[tuple[nn.Module, str, torch.Tensor, int]] = []
+        self.steps: list[tuple[Any, Any]] = []  # (weight view, bias view or None) or (activation fn, module)
+        activations = getattr(networks, "_NUMPY_ACTIVATIONS", {})
+        self.exact = True
+        for layer in self.modules:
+            if isinstance(layer, nn.Linear):
+                views = []
+                for name in ("weight", "bias"):
+                    p = layer._parameters.get(name)
+                    if p is not None:
+                        self.params.append((layer, name, p, p.data_ptr()))
+                    views.append(None if p is None else p.detach().numpy())
+                self.steps.append((views[0], views[1]))
+            elif type(layer) in activations:
+                self.steps.append((activations[type(layer)], layer))
+            else:  # a layer batch_invariant_forward runs through torch: use it as it is
+                self.exact = False
+        linears = [m for m in self.modules if isinstance(m, nn.Linear)]
+        self.exact = self.exact and bool(linears)
+        if self.exact:
+            probe = np.linspace(-2.0, 2.0, 3 * linears[0].in_features, dtype=np.float32).reshape(3, -1)
+            expected = networks.batch_invariant_forward(net, probe)
+            got = self(probe)
+            self.exact = got.dtype == expected.dtype and np.array_equal(got, expected)
+
+    def valid(self, net: nn.Sequential) -> bool:
+        """True while ``net`` still holds the modules, parameters and storage the views were made from."""
+        if net is not self.net or list(net._modules.values()) != self.modules:
+            return False
+        for module, name, p, ptr in self.params:
+            if module._parameters.get(name) is not p or p.data_ptr() != ptr:
+                return False
+        return True
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        h = np.ascontiguousarray(x, dtype=np.float32)
+        for a, b in self.steps:
+            if isinstance(a, np.ndarray):
+                h = np.einsum("nk,ok->no", h, a)
+                if b is not None:
+                    h += b
+            else:
+                h = a(h, b)
+        return h
 
 
 class MLPPolicy(Policy, nn.Module):
@@ -57,6 +118,8 @@ class MLPPolicy(Policy, nn.Module):
             raise ConfigError(f"policy=mlp supports Discrete and Box action spaces, got {act_space}")
         self.deterministic = False
         self._streams: NoiseStreams | None = None
+        self._forward_cache: _NumpyForward | None = None
+        self._rows: np.ndarray = np.arange(0)  # np.arange(n) for the last batch size
 
     # ------------------------------------------------------------------ torch side (for algorithms)
     def distribution(self, observations: torch.Tensor) -> torch.distributions.Distribution:
@@ -93,24 +156,43 @@ class MLPPolicy(Policy, nn.Module):
             )
         return self._streams
 
+    def _forward_numpy(self, x: np.ndarray) -> np.ndarray:
+        """``batch_invariant_forward(self.net, x)``, from cached views of the weights when possible."""
+        cache = self._forward_cache
+        if cache is None or not cache.valid(self.net):
+            cache = self._forward_cache = _NumpyForward(self.net)
+        if cache.exact:
+            return cache(x)
+        return batch_invariant_forward(self.net, x)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The forward cache holds views of this object's parameters: never copy or pickle it.
+        state = self.__dict__.copy()
+        state["_forward_cache"] = None
+        return state
+
     def get_actions(self, observations: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Sample (or, when deterministic, pick the mode of) one action per observation."""
         obs = np.asarray(observations, dtype=np.float32)
         n = obs.shape[0]
-        with torch.inference_mode():
-            out = self.net(torch.from_numpy(obs.reshape(n, -1))).numpy().astype(np.float64)
+        # Batch-invariant forward: a slot's actions must not depend on the batch it is in.
+        out = self._forward_numpy(obs.reshape(n, -1)).astype(np.float64)
         streams = None if self.deterministic else self._streams_for(n)
         if self.discrete:
-            log_p = out - out.max(axis=1, keepdims=True)
-            log_p -= np.log(np.exp(log_p).sum(axis=1, keepdims=True))
+            # The ufuncs' own reduce/accumulate are what max/sum/cumsum run, minus a python layer.
+            log_p = out - np.maximum.reduce(out, axis=1, keepdims=True)
+            log_p -= np.log(np.add.reduce(np.exp(log_p), axis=1, keepdims=True))
             if streams is None:
                 actions = log_p.argmax(axis=1)
             else:
-                cdf = np.cumsum(np.exp(log_p), axis=1)
+                cdf = np.add.accumulate(np.exp(log_p), axis=1)
                 u = streams.uniform(1) * cdf[:, -1:]
-                actions = np.minimum((cdf < u).sum(axis=1), self.n_actions - 1)
-            logp = log_p[np.arange(n), actions]
-            actions = actions.astype(np.int64)
+                actions = np.minimum(np.add.reduce(cdf < u, axis=1), self.n_actions - 1)
+            rows = self._rows
+            if len(rows) != n:
+                rows = self._rows = np.arange(n)
+            logp = log_p[rows, actions]
+            actions = actions.astype(np.int64, copy=False)
         else:
             log_std = self.log_std.detach().numpy().astype(np.float64)
             if streams is None:

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
-from corral.framework.sampler import Sampler, split_steps
+from corral.framework.sampler import Sampler, collect_share, split_steps
 from corral.framework.worker import Worker
 
 
@@ -31,6 +31,10 @@ class LocalSampler(Sampler):
     def _update(self, agent_update: Any, env_update: Any) -> None:
         factory = self.worker_factory
         agent_updates = factory.prepare_worker_messages(agent_update, copy.deepcopy)
+        if isinstance(agent_update, list):
+            # Like a broadcast (and like a process boundary), each worker gets its own copy: a list
+            # holding one policy twice must not make two workers share (and reseed) one object.
+            agent_updates = [copy.deepcopy(u) for u in agent_updates]
         env_updates = factory.prepare_worker_messages(env_update, lambda x: x)
         for worker, agent_u, env_u in zip(self._workers, agent_updates, env_updates):
             worker.update_env(env_u)
@@ -40,14 +44,8 @@ class LocalSampler(Sampler):
         """Whole episodes, at least ``num_samples`` steps, split evenly over workers in order."""
         self._check_open()
         self._update(agent_update, env_update)
-        batches = []
-        for worker, share in zip(self._workers, split_steps(num_samples, self.n_workers)):
-            got = 0
-            while got < share:
-                batch = worker.rollout(min_steps=share - got)
-                batches.append(batch)
-                got += len(batch)
-        out = EpisodeBatch.concatenate(*batches)
+        shares = split_steps(num_samples, self.n_workers)
+        out = EpisodeBatch.concatenate(*[collect_share(w, n) for w, n in zip(self._workers, shares)])
         self.total_env_steps += len(out)
         return out
 

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from corral import hookimpl
-from corral.framework.batch import EpisodeBatch, StepType
+from corral.framework.batch import EpisodeBatch
 from corral.framework.worker import Worker
-from corral.lib.episode_buffer import EpisodeBuffers, action_clipper, batch_from_episodes
+from corral.lib.episode_buffer import StepLog, action_clipper
 
 
 @dataclass
@@ -23,7 +23,8 @@ class VecWorkerConfig:
 class VecWorker(Worker):
     """Steps ``n_envs`` environments in lock-step; one ``get_actions`` call per step for all of them.
 
-    Buffers are preallocated (``[n_envs, max_episode_length, ...]``) and written by index. A slot
+    Steps go to a preallocated, time-major :class:`~corral.lib.episode_buffer.StepLog` (one row of
+    whole-array copies per step; episodes are gathered from it at the end). A slot
     whose episode ends is reset at once while more steps are wanted (so every environment stays
     busy), and the agent is told which slots restarted (``agent.reset(mask)``).
 
@@ -36,88 +37,107 @@ class VecWorker(Worker):
                  **kwargs: Any) -> None:
         super().__init__(seed=seed, max_episode_length=max_episode_length, worker_number=worker_number,
                          n_envs=n_envs, **kwargs)
-        self._buf: EpisodeBuffers | None = None
+        self._log: StepLog | None = None
         self._clip = None
         self._obs: np.ndarray | None = None
 
     def _on_new_envs(self) -> None:
         super()._on_new_envs()
         env = self.envs[0]
-        self._buf = EpisodeBuffers(self.n_envs, self.episode_limit, env.observation_space, env.action_space)
-        self._obs = np.zeros_like(self._buf.observations[:, 0])
+        assert self.episode_limit is not None
+        self._log = StepLog(self.n_envs, env.observation_space, env.action_space, capacity=self.episode_limit + 1)
+        self._obs = np.zeros_like(self._log.observations[0])
         self._clip = action_clipper(env.action_space)
 
     def rollout(self, *, min_steps: int | None = None, n_episodes: int | None = None) -> EpisodeBatch:
         """Collect whole episodes (see the class docstring)."""
         if min_steps is None and n_episodes is None:
             n_episodes = self.n_envs
-        buf, obs_all, agent, envs = self._buf, self._obs, self.agent, self.envs
-        assert buf is not None and obs_all is not None
+        log, obs_all, agent, envs = self._log, self._obs, self.agent, self.envs
+        assert log is not None and obs_all is not None
         assert agent is not None, "the worker has no agent; call update_agent(policy) first"
         k, limit, clip = self.n_envs, self.episode_limit, self._clip
         assert limit is not None
         target = min_steps or 0
+        # Rows of the time-major log: for min_steps, the target at full width plus one longest
+        # episode is always enough; otherwise the log doubles when it fills up.
+        log.reserve(limit + 1 + (-(-target // k) if n_episodes is None else 0))
 
-        t = np.zeros(k, dtype=np.int64)
-        active = np.zeros(k, dtype=bool)
-        order = np.zeros(k, dtype=np.int64)
-        rewards = np.zeros(k, dtype=np.float32)
-        next_obs = np.zeros_like(obs_all)
-        started = 0
-        for j in range(k if n_episodes is None else min(k, n_episodes)):
+        # The per-slot state of the loop lives in python lists: cheaper than numpy scalars.
+        steps = [env.step for env in envs]
+        t = [0] * k  # steps taken in the slot's current episode
+        first_row = [0] * k  # log row of that episode's first step
+        rewards = [0.0] * k
+        n_first = k if n_episodes is None else min(k, n_episodes)
+        active = list(range(n_first))
+        for j in active:
             obs_all[j] = self.reset_env(j)[0]
-            active[j] = True
-            order[j] = started
-            started += 1
-        agent.reset(active.copy())
+        started = n_first
+        mask = np.zeros(k, dtype=bool)
+        mask[:n_first] = True
+        agent.reset(mask)
 
-        finished: list[tuple[int, dict[str, Any]]] = []
+        # Finished episodes: (slot, first row, length, terminated) and the observation after the last step.
+        ep_slots: list[int] = []
+        ep_rows: list[int] = []
+        ep_lengths: list[int] = []
+        ep_terminated: list[bool] = []
+        ep_last: list[np.ndarray] = []
         steps_taken = 0
-        while True:
-            idx = np.flatnonzero(active)
-            if not len(idx):
-                break
+        row = 0
+        while active:
+            if row >= log.capacity:
+                log.reserve(row + 1, keep=row)
             actions, infos = agent.get_actions(obs_all)
-            tt = t[idx]
-            buf.observations[idx, tt] = obs_all[idx]
-            buf.actions[idx, tt] = actions[idx]
-            buf.step_types[idx, tt] = np.where(tt == 0, StepType.FIRST, StepType.MID)
-            buf.write_agent_infos(idx, tt, infos, idx)
+            log.write(row, obs_all, actions, infos)
             env_actions = clip(actions) if clip is not None else actions
-            if env_actions.dtype.kind in "iu":
-                env_actions = env_actions.tolist()
+            # Row by row as numpy values (np.int64 for Discrete), as the default worker passes them.
+            env_actions = list(env_actions)
             ends: list[tuple[int, bool]] = []
-            idx_list = idx.tolist()
-            last_step = (tt + 1 >= limit).tolist()
-            for n, j in enumerate(idx_list):
-                o, r, terminated, truncated, _ = envs[j].step(env_actions[j])
-                next_obs[j] = o
+            for j in active:
+                o, r, terminated, truncated, _ = steps[j](env_actions[j])
+                obs_all[j] = o
                 rewards[j] = r
-                if terminated or truncated or last_step[n]:
+                t[j] += 1
+                if terminated or truncated or t[j] >= limit:
                     ends.append((j, bool(terminated)))
-            buf.rewards[idx, tt] = rewards[idx]
-            t[idx] = tt + 1
-            steps_taken += len(idx_list)
-            obs_all[idx] = next_obs[idx]
+            log.rewards[row] = rewards  # slots that are not active leave values no episode reads
+            steps_taken += len(active)
             if ends:
-                restart = np.zeros(k, dtype=bool)
+                restart = None
+                stopped = False
                 for j, terminated in ends:
-                    length = int(t[j])
-                    buf.step_types[j, length - 1] = StepType.TERMINAL if terminated else StepType.TIMEOUT
-                    finished.append((int(order[j]), buf.take(j, 0, length, next_obs[j])))
+                    ep_slots.append(j)
+                    ep_rows.append(first_row[j])
+                    ep_lengths.append(t[j])
+                    ep_terminated.append(terminated)
+                    ep_last.append(obs_all[j].copy())
                     more = started < n_episodes if n_episodes is not None else steps_taken < target
                     if more:
                         obs_all[j] = self.reset_env(j)[0]
                         t[j] = 0
-                        order[j] = started
+                        first_row[j] = row + 1
                         started += 1
+                        if restart is None:
+                            restart = np.zeros(k, dtype=bool)
                         restart[j] = True
                     else:
-                        active[j] = False
-                if restart.any():
+                        t[j] = -1
+                        stopped = True
+                if stopped:
+                    active = [j for j in active if t[j] >= 0]
+                if restart is not None:
                     agent.reset(restart)
-        finished.sort(key=lambda item: item[0])
-        return batch_from_episodes([ep for _, ep in finished])
+            row += 1
+        # Episodes in the order they started: by first row, then by slot (restarts happen in slot order).
+        order = np.lexsort((np.asarray(ep_slots), np.asarray(ep_rows)))
+        return log.gather(
+            np.asarray(ep_slots)[order],
+            np.asarray(ep_rows)[order],
+            np.asarray(ep_lengths)[order],
+            np.asarray(ep_terminated, dtype=bool)[order],
+            [ep_last[i] for i in order.tolist()],
+        )
 
 
 @hookimpl

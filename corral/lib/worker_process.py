@@ -1,0 +1,373 @@
+"""A sampling worker in its own process: the child's command loop and the parent's handle.
+
+The parent talks to each child over one duplex ``multiprocessing`` pipe. Only small control
+tuples are pickled onto it; bulk data travels separately:
+
+parent -> child: ``(seq, version, env_refs, agent_refs, action, arg)`` or ``"stop"``.
+    ``env_refs`` / ``agent_refs`` locate pickled updates (:class:`~corral.lib.shared_memory.BlobRef`
+    in a shared-memory segment written once for every worker, or inline ``bytes``); the child
+    applies them in order (``update_env`` then ``update_agent``, as the local sampler does), then
+    performs ``action``: ``"steps"`` (at least ``arg`` steps of whole episodes, with the local
+    sampler's loop), ``"episodes"`` (``rollout(n_episodes=arg)``), ``"update"`` (nothing more),
+    ``"state"`` (reply with ``Worker.state_dict()``), ``"load_state"`` (``arg`` locates a state).
+
+child -> parent: ``(kind, seq, version, payload)`` with kind ``"ready"`` (payload: pid),
+    ``"progress"`` (steps so far; at most one a second), ``"done"`` (payload: a small result),
+    ``"error"`` (payload: ``(summary, formatted traceback)``) or ``"batches"`` (payload: the sizes
+    of the parts that follow: a pickle-protocol-5 stream of the list of EpisodeBatches, then each
+    array's raw bytes as an out-of-band buffer, so arrays are never copied into a pickle).
+
+The child ignores SIGINT (a Ctrl-C in a terminal reaches the whole process group; the parent
+shuts its workers down in order), runs torch with one thread, optionally pins itself to a core,
+and exits when told to stop, when its pipe closes, or (a watchdog thread) as soon as its parent
+dies, even in the middle of a rollout.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import wait
+from typing import Any, Sequence
+
+from corral.lib.shared_memory import load_blob
+
+#: Seconds between a child's checks that its parent is still alive while it idles.
+_IDLE_POLL_S = 1.0
+#: Seconds between progress messages while a child samples.
+_PROGRESS_EVERY_S = 1.0
+
+
+# ---------------------------------------------------------------------- child side
+def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_affinity: bool) -> None:
+    """Entry point of a worker process: build worker ``worker_number`` and serve commands."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent_pid = os.getppid()  # the sampler's process (or, under forkserver, the fork server)
+    if hasattr(signal, "pthread_sigmask"):  # the parent blocked SIGINT around our start
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    _start_orphan_watchdog(parent_pid)
+    try:
+        _limit_threads()
+        if cpu_affinity:
+            _pin_to_core(worker_number)
+        worker = factory(worker_number, restart=restart)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, then exit
+        _send_quietly(conn, ("error", 0, 0, (_summary(exc), traceback.format_exc())))
+        conn.close()
+        sys.exit(1)
+    try:
+        conn.send(("ready", 0, 0, os.getpid()))
+        while True:
+            msg = _next_message(conn, parent_pid)
+            if msg is None:
+                return
+            seq, version, env_refs, agent_refs, action, arg = msg
+            try:
+                _serve(worker, conn, seq, version, env_refs, agent_refs, action, arg)
+            except (BrokenPipeError, ConnectionResetError):
+                return
+            except Exception as exc:  # noqa: BLE001 - the parent decides (raise or restart)
+                conn.send(("error", seq, version, (_summary(exc), traceback.format_exc())))
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        return  # the parent is gone
+    finally:
+        try:
+            worker.shutdown()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            pass
+        conn.close()
+
+
+def _serve(worker: Any, conn: Any, seq: int, version: int, env_refs: Sequence[Any], agent_refs: Sequence[Any],
+           action: str, arg: Any) -> None:
+    for ref in env_refs:
+        worker.update_env(load_blob(ref))
+    for ref in agent_refs:
+        worker.update_agent(load_blob(ref))
+    if action == "steps":
+        send_batches(conn, seq, version, sample_steps(worker, int(arg), conn, seq, version))
+    elif action == "episodes":
+        send_batches(conn, seq, version, [worker.rollout(n_episodes=int(arg))])
+    elif action == "update":
+        conn.send(("done", seq, version, None))
+    elif action == "state":
+        conn.send(("done", seq, version, worker.state_dict()))
+    elif action == "load_state":
+        worker.load_state_dict(load_blob(arg))
+        conn.send(("done", seq, version, None))
+    else:
+        raise ValueError(f"unknown worker command {action!r}")
+
+
+def sample_steps(worker: Any, share: int, conn: Any = None, seq: int = 0, version: int = 0) -> list[Any]:
+    """Every sampler's loop for one worker (:func:`~corral.framework.sampler.collect_share`):
+    whole episodes until at least ``share`` steps, as a one-item list.
+
+    With ``conn``, a ``progress`` message follows a finished ``rollout()`` call at most once a
+    second, so the parent can tell a slow worker from a stuck one.
+    """
+    from corral.framework.sampler import collect_share
+
+    return [collect_share(worker if conn is None else _Reporting(worker, conn, seq, version), share)]
+
+
+class _Reporting:
+    """A worker whose ``rollout`` also reports progress to the parent (at most once a second)."""
+
+    def __init__(self, worker: Any, conn: Any, seq: int, version: int) -> None:
+        self.worker, self.conn, self.seq, self.version = worker, conn, seq, version
+        self.got, self.last = 0, time.monotonic()
+
+    def rollout(self, **kwargs: Any) -> Any:
+        batch = self.worker.rollout(**kwargs)
+        self.got += len(batch)
+        if time.monotonic() - self.last >= _PROGRESS_EVERY_S:
+            self.conn.send(("progress", self.seq, self.version, self.got))
+            self.last = time.monotonic()
+        return batch
+
+
+def send_batches(conn: Any, seq: int, version: int, obj: Any) -> None:
+    """Send ``obj`` (EpisodeBatches) as a pickle-5 stream plus its arrays as out-of-band buffers."""
+    buffers: list[pickle.PickleBuffer] = []
+    stream = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    conn.send(("batches", seq, version, [len(stream)] + [r.nbytes for r in raws]))
+    conn.send_bytes(stream)
+    for raw in raws:
+        conn.send_bytes(raw)
+
+
+def _next_message(conn: Any, parent_pid: int) -> Any:
+    """The next command, or None when told to stop or when the parent is gone."""
+    while True:
+        if conn.poll(_IDLE_POLL_S):
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                return None
+            return None if msg == "stop" else msg
+        if os.getppid() != parent_pid:  # re-parented: our parent died
+            return None
+
+
+def _start_orphan_watchdog(parent_pid: int) -> None:
+    """Exit at once if the sampler's process dies, even in the middle of a long rollout."""
+    parent = multiprocessing.parent_process()
+    sentinel = parent.sentinel if parent is not None else None
+
+    def watch() -> None:
+        while True:
+            if sentinel is not None:
+                if wait([sentinel], timeout=_IDLE_POLL_S):
+                    os._exit(1)
+            else:  # pragma: no cover - no parent sentinel
+                time.sleep(_IDLE_POLL_S)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="corral-orphan-watchdog", daemon=True).start()
+
+
+def _limit_threads() -> None:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return
+    torch.set_num_threads(1)
+
+
+def _pin_to_core(worker_number: int) -> None:
+    if not hasattr(os, "sched_setaffinity"):  # pragma: no cover - macOS, Windows
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[worker_number % len(cores)]})
+
+
+def _summary(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _send_quietly(conn: Any, msg: Any) -> None:
+    try:
+        conn.send(msg)
+    except Exception:  # noqa: BLE001 - the parent is gone
+        pass
+
+
+# ---------------------------------------------------------------------- parent side
+def describe_exit(exitcode: int | None) -> str:
+    """``exitcode`` in words: 'was killed by signal 9 (SIGKILL)', 'exited with code 1'."""
+    if exitcode is None:
+        return "is still running"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-exitcode} ({name})"
+    return f"exited with code {exitcode}"
+
+
+class WorkerProcess:
+    """The parent's handle on one worker process.
+
+    ``submit`` sends a command, or queues it until the child reports ``ready`` (so the parent
+    never blocks on a child that is still importing). ``recv`` reads one message, multi-part batch
+    messages included, each part bounded by a timeout.
+    """
+
+    def __init__(self, ctx: Any, factory: Any, worker_number: int, *, restart: int = 0,
+                 cpu_affinity: bool = False) -> None:
+        self.worker_number = worker_number
+        self.restart = restart
+        self.conn, child_conn = ctx.Pipe(duplex=True)
+        self._child_conn: Any = child_conn
+        self.process = ctx.Process(
+            target=worker_main,
+            args=(factory, worker_number, restart, child_conn, cpu_affinity),
+            name=f"corral-worker-{worker_number}" + (f"-restart-{restart}" if restart else ""),
+            daemon=True,
+        )
+        self.started = False
+        self.closed = False
+        self._pid: int | None = None
+        self._exitcode: int | None = None
+        self.ready = False
+        self.queued: list[Any] = []
+        self.outstanding: set[int] = set()
+        self.current_seq: int | None = None
+        self.deadline = float("inf")
+        self.broken: str | None = None
+
+    def start(self) -> None:
+        """Start the process with SIGINT blocked, so the child inherits a blocked SIGINT until it
+        has installed SIG_IGN (a Ctrl-C during its start-up cannot kill it half-way)."""
+        masked = hasattr(signal, "pthread_sigmask")
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if masked else None
+        try:
+            self.process.start()
+            self.started = True
+            self._pid = self.process.pid
+        finally:
+            if masked:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            self._child_conn.close()
+
+    @property
+    def pid(self) -> int | None:
+        """The process id (None before start)."""
+        return self._pid
+
+    @property
+    def sentinel(self) -> int:
+        """Becomes ready when the process ends."""
+        return self.process.sentinel
+
+    def poll_exitcode(self) -> int | None:
+        """The exit code, or None while the process runs (or was never started)."""
+        if self.started and not self.closed and self._exitcode is None:
+            self._exitcode = self.process.exitcode
+        return self._exitcode
+
+    def is_alive(self) -> bool:
+        """True while the process runs."""
+        return self.started and not self.closed and self.poll_exitcode() is None
+
+    @property
+    def idle(self) -> bool:
+        """No command of ours is waiting in or running on the child."""
+        return not self.outstanding
+
+    def submit(self, msg: tuple) -> None:
+        """Send a command now if the child is ready, else when it is."""
+        self.outstanding.add(msg[0])
+        if self.ready:
+            self.conn.send(msg)
+        else:
+            self.queued.append(msg)
+
+    def on_ready(self) -> None:
+        """The child finished building its worker: flush the queued commands."""
+        self.ready = True
+        queued, self.queued = self.queued, []
+        for msg in queued:
+            self.conn.send(msg)
+
+    def recv(self, timeout: float) -> tuple[str, int, int, Any]:
+        """One message from the child. A failure part-way through leaves the handle ``broken``."""
+        try:
+            kind, seq, version, payload = self.conn.recv()
+            if kind == "batches":
+                parts: list[Any] = []
+                for size in payload:
+                    if not self.conn.poll(timeout):
+                        raise TimeoutError(f"worker {self.worker_number} stopped part-way through sending a batch")
+                    buf = bytearray(size)
+                    self.conn.recv_bytes_into(buf)
+                    parts.append(buf)
+                payload = pickle.loads(parts[0], buffers=parts[1:])
+        except BaseException as exc:
+            self.broken = f"its message stream was cut ({type(exc).__name__})"
+            raise
+        return kind, seq, version, payload
+
+    def exitcode(self, wait: float = 1.0) -> int | None:
+        """The exit code after waiting up to ``wait`` seconds for the process to end."""
+        if self.started and not self.closed and self._exitcode is None:
+            self.process.join(wait)
+        return self.poll_exitcode()
+
+    def kill(self, wait: float = 1.0) -> None:
+        """Terminate, then kill, bounded by ``wait`` seconds each."""
+        stop_processes([self], timeout=0.0, grace=wait)
+
+
+def stop_processes(handles: Sequence[WorkerProcess], *, timeout: float = 5.0, grace: float = 2.0) -> None:
+    """Bounded, idempotent shutdown: ask idle workers to stop and terminate busy ones; join for up
+    to ``timeout`` seconds in all; then terminate, and after ``grace`` more seconds kill."""
+    for h in handles:
+        if h is not None and not h.started:
+            h.conn.close()
+    handles = [h for h in handles if h is not None and h.started and not h.closed]
+    for h in handles:
+        if h.poll_exitcode() is not None:
+            continue
+        if h.ready and h.idle and timeout > 0:
+            try:
+                h.conn.send("stop")
+                continue
+            except (OSError, ValueError):
+                pass
+        h.process.terminate()
+    for stage, limit in (("join", timeout), ("terminate", grace), ("kill", grace)):
+        deadline = time.monotonic() + limit
+        for h in handles:
+            if h.poll_exitcode() is None:
+                h.process.join(max(0.0, deadline - time.monotonic()))
+        alive = [h for h in handles if h.poll_exitcode() is None]
+        if not alive:
+            break
+        for h in alive:
+            if stage == "join":
+                h.process.terminate()
+            elif stage == "terminate":
+                h.process.kill()
+    for h in handles:
+        try:
+            h.conn.close()
+        except OSError:  # pragma: no cover
+            pass
+        if h.poll_exitcode() is not None:
+            h.process.close()
+            h.closed = True
+
+
+__all__ = ["WorkerProcess", "describe_exit", "sample_steps", "send_batches", "stop_processes", "worker_main"]

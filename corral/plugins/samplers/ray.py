@@ -1,0 +1,337 @@
+"""``sampler=ray``: one Ray actor per worker, on this machine or on a Ray cluster.
+
+``sampler.address`` empty starts a local Ray runtime sized for the machine (and stops it at
+shutdown); ``auto`` or ``ray://host:port`` joins an existing cluster, which this sampler never
+shuts down. Broadcast updates are ``ray.put`` once and shared by every actor; per-worker lists
+are put item by item. Every wait is bounded: a dead actor, an actor that raised (its traceback
+included) or one that makes no progress within ``timeout`` seconds becomes a ``WorkerError``,
+or, with ``on_worker_failure=restart``, the actor is rebuilt with its seed stream advanced and its
+share is sampled again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from corral import hookimpl
+from corral.framework.batch import EpisodeBatch
+from corral.framework.errors import ConfigError, WorkerError
+from corral.framework.sampler import Sampler, collect_share, split_steps
+from corral.framework.worker import WorkerFactory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RaySamplerConfig:
+    """Settings of the Ray sampler."""
+
+    n_workers: int = field(default=2, metadata={"help": "Ray actors, one worker each"})
+    address: str = field(default="", metadata={"help": "'' = start a local Ray runtime; 'auto' or ray://host:port = join a cluster"})
+    num_cpus: float = field(default=1.0, metadata={"help": "CPUs reserved per actor"})
+    num_gpus: float = field(default=0.0, metadata={"help": "GPUs reserved per actor"})
+    timeout: float = field(default=120.0, metadata={"help": "seconds without any result before a worker counts as stuck"})
+    start_timeout: float = field(default=120.0, metadata={"help": "seconds to wait for the actors to be placed and built"})
+    on_worker_failure: str = field(default="raise", metadata={"help": "raise | restart"})
+    max_restarts: int = field(default=3, metadata={"help": "restarts allowed per obtain call before giving up"})
+
+
+class _RayWorker:
+    """The actor: builds worker ``i`` from the factory where it runs and serves its rollouts."""
+
+    def __init__(self, factory: WorkerFactory, worker_number: int, restart: int) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        os.environ["CORRAL_WORKER_NUMBER"] = str(worker_number)
+        os.environ["CORRAL_WORKER_RESTART"] = str(restart)
+        self.worker = factory(worker_number, restart)
+
+    def where(self) -> tuple[int, str]:
+        """Process id and Ray node id of this actor."""
+        import ray
+
+        return os.getpid(), ray.get_runtime_context().get_node_id()
+
+    def update(self, agent_update: Any, env_update: Any) -> None:
+        """Apply an environment update, then an agent update."""
+        self.worker.update_env(env_update)
+        self.worker.update_agent(agent_update)
+
+    def sample(self, version: int, share: int) -> tuple[int, EpisodeBatch]:
+        """Whole episodes totalling at least ``share`` steps, tagged with the agent version."""
+        return version, collect_share(self.worker, share)
+
+    def exact(self, version: int, n_episodes: int) -> tuple[int, EpisodeBatch]:
+        """Exactly ``n_episodes`` episodes, tagged with the agent version."""
+        return version, self.worker.rollout(n_episodes=n_episodes)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The worker's sampling state."""
+        return self.worker.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the worker's sampling state."""
+        self.worker.load_state_dict(state)
+
+    def shutdown(self) -> None:
+        """Close the environments."""
+        self.worker.shutdown()
+
+
+class RaySampler(Sampler):
+    """Samples with one Ray actor per worker; same seed, same episodes as the local sampler."""
+
+    def __init__(
+        self,
+        agents: Any,
+        envs: Any,
+        *,
+        address: str = "",
+        num_cpus: float = 1.0,
+        num_gpus: float = 0.0,
+        timeout: float = 120.0,
+        start_timeout: float = 120.0,
+        on_worker_failure: str = "raise",
+        max_restarts: int = 3,
+        **kwargs: Any,
+    ) -> None:
+        if on_worker_failure not in ("raise", "restart"):
+            raise ConfigError(f"sampler.on_worker_failure must be 'raise' or 'restart', got {on_worker_failure!r}")
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("sampler=ray needs Ray: pip install 'corral[ray]' (or pip install ray)") from None
+        super().__init__(agents, envs, **kwargs)
+
+        self._ray = ray
+        self.address = address
+        self.num_cpus, self.num_gpus = num_cpus, num_gpus
+        self.timeout, self.start_timeout = timeout, start_timeout
+        self.on_worker_failure, self.max_restarts = on_worker_failure, max_restarts
+        self.n_restarts = 0
+        self._started_ray = False
+        self._actors: list[Any] = []
+        self._restarts = [0] * self.n_workers
+        self._version = 0
+        self._connect()
+        self._actor_cls = ray.remote(_RayWorker).options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)
+        factory = self.worker_factory
+        # Remembered so a restarted actor gets the same starting agent and environment.
+        self._initial_agents = self._put_spread(agents)
+        self._initial_envs = self._put_spread(envs)
+        self._agent_update: list[Any] = self._initial_agents
+        self._env_history: list[list[Any]] = []
+        try:
+            self._actors = [self._actor_cls.remote(factory, i, 0) for i in range(self.n_workers)]
+            self.locations = self._wait_ready(list(range(self.n_workers)))
+            self._call_all("update", self._initial_agents, self._initial_envs)
+        except BaseException:
+            self.shutdown_worker()
+            raise
+        nodes = {node for _, node in self.locations}
+        log.info("ray sampler: %d actors on %d node(s)", self.n_workers, len(nodes))
+
+    # ------------------------------------------------------------------ runtime
+    def _connect(self) -> None:
+        ray = self._ray
+        if ray.is_initialized():
+            return
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if self.address:
+            ray.init(address=self.address, log_to_driver=True, configure_logging=False)
+        else:
+            need = int(self.n_workers * self.num_cpus + 0.999)
+            ray.init(num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False,
+                     log_to_driver=True, configure_logging=False)
+            self._started_ray = True
+
+    def _put_spread(self, obj: Any) -> list[Any]:
+        """``ray.put`` a broadcast object once (or each item of a per-worker list)."""
+        ray = self._ray
+        if isinstance(obj, list):
+            if len(obj) != self.n_workers:
+                raise ConfigError(
+                    f"a list of {len(obj)} updates was given for {self.n_workers} workers; a list must "
+                    "have exactly one item per worker (or pass a single object to broadcast it)"
+                )
+            return [ray.put(x) for x in obj]
+        ref = ray.put(obj)
+        return [ref] * self.n_workers
+
+    def _wait_ready(self, numbers: list[int]) -> list[tuple[int, str]]:
+        ray = self._ray
+        refs = [self._actors[i].where.remote() for i in numbers]
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=self.start_timeout)
+        if pending:
+            stuck = [numbers[refs.index(r)] for r in pending]
+            raise WorkerError(
+                f"ray sampler: worker(s) {stuck} were not placed within {self.start_timeout:.0f} s; the cluster "
+                f"may lack resources for num_cpus={self.num_cpus}, num_gpus={self.num_gpus} per actor "
+                "(lower sampler.num_cpus or sampler.n_workers, or add nodes)",
+                worker_number=stuck[0],
+            )
+        out = []
+        for i, ref in zip(numbers, refs):
+            try:
+                out.append(ray.get(ref))
+            except Exception as exc:  # noqa: BLE001 - the factory raised inside the actor
+                raise self._worker_error(i, exc, "failed to start") from None
+        return out
+
+    def _call_all(self, method: str, agent_refs: list[Any], env_refs: list[Any]) -> None:
+        for actor, a, e in zip(self._actors, agent_refs, env_refs):
+            getattr(actor, method).remote(a, e)
+
+    # ------------------------------------------------------------------ sampling
+    def obtain_samples(self, itr: int, num_samples: int, agent_update: Any, env_update: Any = None) -> EpisodeBatch:
+        """Whole episodes, at least ``num_samples`` steps, split evenly over actors in order."""
+        shares = split_steps(num_samples, self.n_workers)
+        out = self._gather(agent_update, env_update, "sample", shares)
+        self.total_env_steps += len(out)
+        return out
+
+    def obtain_exact_episodes(self, n_eps_per_worker: int, agent_update: Any, env_update: Any = None) -> EpisodeBatch:
+        """Exactly ``n_eps_per_worker`` episodes per actor, in worker order."""
+        out = self._gather(agent_update, env_update, "exact", [n_eps_per_worker] * self.n_workers)
+        self.total_env_steps += len(out)
+        return out
+
+    def _gather(self, agent_update: Any, env_update: Any, method: str, amounts: list[int]) -> EpisodeBatch:
+        ray = self._ray
+        if self._closed:
+            raise RuntimeError("this sampler was shut down; build a new one")
+        self._version += 1
+        version = self._version
+        agent_refs = self._put_spread(agent_update)
+        env_refs = self._put_spread(env_update)
+        if env_update is not None:
+            self._env_history.append(env_refs)
+        self._agent_update = agent_refs
+        self._call_all("update", agent_refs, env_refs)
+        pending = {getattr(a, method).remote(version, n): i for i, (a, n) in enumerate(zip(self._actors, amounts))}
+        results: dict[int, EpisodeBatch] = {}
+        restarts_this_call = 0
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.timeout)
+            if not ready:
+                stuck = sorted(pending.values())
+                error = WorkerError(
+                    f"ray sampler: worker(s) {stuck} returned nothing for {self.timeout:.0f} s (sampler.timeout); "
+                    "an environment may be hanging",
+                    worker_number=stuck[0],
+                )
+                failed = stuck
+            else:
+                ref = ready[0]
+                i = pending.pop(ref)
+                try:
+                    got_version, batch = ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - mapped to WorkerError below
+                    error, failed = self._worker_error(i, exc, "failed"), [i]
+                else:
+                    if got_version != version:  # cannot happen with fresh refs; never mix versions
+                        raise WorkerError(f"ray sampler: worker {i} returned agent version {got_version}, "
+                                          f"expected {version}", worker_number=i)
+                    results[i] = batch
+                    continue
+            if self.on_worker_failure != "restart" or restarts_this_call + len(failed) > self.max_restarts:
+                self._cancel(pending)
+                raise error
+            for i in failed:
+                restarts_this_call += 1
+                for ref, j in list(pending.items()):
+                    if j == i:
+                        del pending[ref]
+                self._restart(i, error)
+                pending[getattr(self._actors[i], method).remote(version, amounts[i])] = i
+        return EpisodeBatch.concatenate(*[results[i] for i in range(self.n_workers)])
+
+    def _cancel(self, pending: Mapping[Any, int]) -> None:
+        """Cancel rollouts that are no longer needed."""
+        for ref in pending:
+            try:
+                self._ray.cancel(ref)
+            except Exception:  # noqa: BLE001 - best effort; the actor is killed at shutdown anyway
+                pass
+
+    def _restart(self, i: int, error: WorkerError) -> None:
+        """Replace actor ``i`` with a fresh one whose seed stream has moved on."""
+        ray = self._ray
+        self.n_restarts += 1
+        self._restarts[i] += 1
+        log.warning("ray sampler: restarting worker %d (restart %d): %s", i, self._restarts[i],
+                    str(error).splitlines()[0])
+        try:
+            ray.kill(self._actors[i], no_restart=True)
+        except Exception:  # noqa: BLE001 - it may already be gone
+            pass
+        self._actors[i] = self._actor_cls.remote(self.worker_factory, i, self._restarts[i])
+        self.locations[i] = self._wait_ready([i])[0]
+        actor = self._actors[i]
+        actor.update.remote(self._initial_agents[i], self._initial_envs[i])
+        for env_refs in self._env_history:
+            actor.update.remote(None, env_refs[i])
+        actor.update.remote(self._agent_update[i], None)
+
+    def _worker_error(self, i: int, exc: BaseException, what: str) -> WorkerError:
+        ray = self._ray
+        pid = self.locations[i][0] if i < len(getattr(self, "locations", [])) else None
+        if isinstance(exc, ray.exceptions.RayTaskError):
+            return WorkerError(
+                f"ray sampler: worker {i} (pid {pid}) raised {type(exc.cause).__name__}: {exc.cause}",
+                worker_number=i,
+                remote_traceback=str(exc),
+            )
+        if isinstance(exc, ray.exceptions.RayActorError):
+            return WorkerError(
+                f"ray sampler: worker {i} (pid {pid}) died: the actor process exited or was killed "
+                f"({str(exc).splitlines()[0][:300]})",
+                worker_number=i,
+            )
+        return WorkerError(f"ray sampler: worker {i} {what}: {type(exc).__name__}: {exc}", worker_number=i)
+
+    # ------------------------------------------------------------------ snapshots
+    def state_dict(self) -> dict[str, Any]:
+        """Every actor's sampling state."""
+        refs = [a.state_dict.remote() for a in self._actors]
+        return {"workers": self._ray.get(refs, timeout=self.timeout), "total_env_steps": self.total_env_steps}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore every actor's sampling state."""
+        refs = [a.load_state_dict.remote(s) for a, s in zip(self._actors, state["workers"])]
+        self._ray.get(refs, timeout=self.timeout)
+        self.total_env_steps = int(state.get("total_env_steps", 0))
+
+    # ------------------------------------------------------------------ shutdown
+    def _shutdown(self) -> None:
+        ray = self._ray
+        if not ray.is_initialized():
+            return
+        refs = []
+        for actor in self._actors:
+            try:
+                refs.append(actor.shutdown.remote())
+            except Exception:  # noqa: BLE001 - a dead actor cannot be asked
+                pass
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=5)
+        for actor in self._actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self._actors = []
+        if self._started_ray:
+            ray.shutdown()
+
+
+@hookimpl
+def corral_register(register: Any) -> None:
+    """Register ``sampler=ray``."""
+    register("sampler", "ray", RaySampler, config=RaySamplerConfig,
+             help="one Ray actor per worker; local runtime or a cluster (address=auto)")

@@ -1,0 +1,1 @@
+"""Tools for testing samplers, workers and plugins against corral's contracts."""

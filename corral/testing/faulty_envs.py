@@ -1,0 +1,92 @@
+"""Environments that fail on purpose, for testing how samplers handle faults.
+
+They are importable (worker processes and Ray actors must be able to unpickle them) and are
+registered with gymnasium on import:
+
+- ``corral/RaisingCartPole-v1``: raises ``EnvironmentFailure`` in ``step`` number ``fail_at``.
+- ``corral/SuicideCartPole-v1``: SIGKILLs its own process in ``step`` number ``fail_at``.
+- ``corral/HangingCartPole-v1``: sleeps ``hang_s`` seconds in ``step`` number ``fail_at``.
+
+``fail_at`` counts steps over the environment's life (all episodes). ``only_worker`` limits the
+fault to the worker with that number and ``first_life_only`` (default true) to a worker that was
+not restarted; both read the ``CORRAL_WORKER_NUMBER`` / ``CORRAL_WORKER_RESTART`` variables that
+process-based samplers set in their workers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+
+class EnvironmentFailure(RuntimeError):
+    """Raised by RaisingCartPole."""
+
+
+class _FaultyCartPole(CartPoleEnv):
+    def __init__(self, fail_at: int = 50, only_worker: int | None = None, first_life_only: bool = True,
+                 work: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.first_life_only = first_life_only
+        self.fail_at = int(fail_at)
+        self.only_worker = only_worker
+        self.work = int(work)
+        self.steps = 0
+        self.worker_number: int | None = None
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        x = 1
+        for _ in range(self.work):
+            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+        if self.steps == self.fail_at and self._armed():
+            self.fail()
+        return super().step(action)
+
+    def _armed(self) -> bool:
+        if self.first_life_only and os.environ.get("CORRAL_WORKER_RESTART", "0") != "0":
+            return False
+        target = self.only_worker
+        return target is None or os.environ.get("CORRAL_WORKER_NUMBER") == str(target)
+
+    def fail(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
+class RaisingCartPole(_FaultyCartPole):
+    """CartPole whose ``step`` raises at step ``fail_at``."""
+
+    def fail(self) -> None:
+        """Raise EnvironmentFailure."""
+        raise EnvironmentFailure(f"RaisingCartPole failed on purpose at step {self.steps}")
+
+
+class SuicideCartPole(_FaultyCartPole):
+    """CartPole that kills its own process with SIGKILL at step ``fail_at``."""
+
+    def fail(self) -> None:
+        """SIGKILL this process."""
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class HangingCartPole(_FaultyCartPole):
+    """CartPole whose ``step`` sleeps ``hang_s`` seconds at step ``fail_at``."""
+
+    def __init__(self, hang_s: float = 3600.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hang_s = hang_s
+
+    def fail(self) -> None:
+        """Sleep (a stuck simulator)."""
+        time.sleep(self.hang_s)
+
+
+for _name, _cls in (("Raising", RaisingCartPole), ("Suicide", SuicideCartPole), ("Hanging", HangingCartPole)):
+    _id = f"corral/{_name}CartPole-v1"
+    if _id not in gym.registry:
+        gym.register(id=_id, entry_point=_cls, max_episode_steps=500)

@@ -1,0 +1,1 @@
+"""corral-brokenimport: its entry-point module cannot be imported."""

@@ -1,0 +1,1 @@
+"""corral-brokenregister: its ``corral_register`` hook registers one component, then raises."""

@@ -1,0 +1,160 @@
+"""The registry -> Hydra ConfigStore bridge, checked through Hydra's own compose API."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, ContextManager, Optional
+
+import hydra
+import pytest
+from hydra.core.config_store import ConfigStore
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import DictConfig, OmegaConf
+
+from corral import hookimpl
+from corral.framework.config import config_of
+from corral.framework.entry import prepare
+from corral.framework.plugins import Source, get_plugin_manager, get_registry
+
+Visible = Callable[..., ContextManager[None]]
+
+
+def compose(*overrides: str) -> DictConfig:
+    """What ``python train.py <overrides>`` composes (plugins loaded and stored first)."""
+    args = prepare(list(overrides))
+    with hydra.initialize_config_module(config_module="corral.conf", version_base="1.3"):
+        return hydra.compose(config_name="config", overrides=args)
+
+
+def stored(group: str, name: str) -> Any:
+    """The ConfigStore node of option ``name`` in ``group`` (None when absent)."""
+    return ConfigStore.instance().repo.get(group, {}).get(f"{name}.yaml")
+
+
+def test_every_registration_is_a_config_store_node() -> None:
+    prepare([])
+    registry = get_registry()
+    assert len(list(registry)) >= 17
+    for reg in registry:
+        node = stored(reg.kind, reg.name)
+        assert node is not None, f"no ConfigStore node for {reg.kind}/{reg.name}"
+        content = OmegaConf.to_container(node.node)
+        if reg.kind == "logger":
+            assert node.package == f"logger.{reg.name}"
+        expected = [f.name for f in dataclasses.fields(reg.config)] if reg.config else []
+        assert list(content) == expected + ["name"], reg
+        assert content["name"] == reg.name
+        defaults = {f["name"]: f["default"] for f in reg.config_fields()}
+        for key, default in defaults.items():
+            if default != "???":
+                assert content[key] == default, (reg.kind, reg.name, key)
+
+
+def test_default_config_composes() -> None:
+    cfg = compose()
+    for kind, name in [("trainer", "default"), ("env", "cartpole"), ("algo", "ppo"), ("policy", "mlp"),
+                       ("sampler", "local"), ("worker", "default")]:
+        assert cfg[kind].name == name
+    assert sorted(cfg.logger) == ["console", "csv", "tensorboard"]
+    assert cfg.logger.csv.name == "csv"
+    assert cfg.seed == 1
+
+
+def test_group_and_field_overrides() -> None:
+    cfg = compose("worker=vec", "worker.n_envs=4", "algo=vpg", "algo.discount=0.9", "logger=[csv]", "seed=7")
+    assert cfg.worker.name == "vec" and cfg.worker.n_envs == 4 and isinstance(cfg.worker.n_envs, int)
+    assert cfg.algo.name == "vpg" and cfg.algo.discount == 0.9
+    assert list(cfg.logger) == ["csv"] and cfg.seed == 7
+    registry = get_registry()
+    worker_cfg = config_of(registry.get("worker", "vec"), cfg.worker)
+    assert type(worker_cfg).__name__ == "VecWorkerConfig" and worker_cfg.n_envs == 4
+    algo_cfg = config_of(registry.get("algo", "vpg"), cfg.algo)
+    assert algo_cfg.discount == 0.9
+
+
+def test_type_error_at_composition() -> None:
+    with pytest.raises(ConfigCompositionException) as info:
+        compose("worker=vec", "worker.n_envs=abc")
+    text = f"{info.value} {info.value.__cause__}"
+    assert "worker.n_envs=abc" in text
+    assert "Value 'abc' of type 'str' could not be converted to Integer" in text
+
+
+def test_unknown_field_is_rejected() -> None:
+    with pytest.raises(ConfigCompositionException, match="Could not override 'worker.n_envs'"):
+        compose("worker.n_envs=4")  # worker=default has no n_envs
+
+
+def test_unknown_option_lists_the_available_ones() -> None:
+    with pytest.raises(MissingConfigException) as info:
+        compose("sampler=nonexistent")
+    assert "Could not find 'sampler/nonexistent'" in str(info.value)
+    assert "local" in info.value.options
+
+
+def test_experiment_preset_composes() -> None:
+    cfg = compose("experiment=ppo_cartpole")
+    assert cfg.algo.name == "ppo" and cfg.env.name == "cartpole" and cfg.policy.name == "mlp"
+    assert cfg.trainer.max_env_steps == 100000 and cfg.trainer.batch_size == 2048
+
+
+def test_test_plugin_options_compose(plugins_visible: Visible) -> None:
+    with plugins_visible("corral-testplugin"):
+        cfg = compose("sampler=testlocal", "worker=testworker", "worker.noise_std=0.1", "sampler.calls_file=/tmp/x")
+        assert cfg.sampler.name == "testlocal" and cfg.sampler.calls_file == "/tmp/x"
+        assert cfg.worker.name == "testworker" and cfg.worker.noise_std == 0.1
+        worker_cfg = config_of(get_registry().get("worker", "testworker"), cfg.worker)
+        assert type(worker_cfg).__name__ == "NoisyWorkerConfig" and worker_cfg.noise_std == 0.1
+        with pytest.raises(ConfigCompositionException, match="worker.noise_std=loud") as info:
+            compose("worker=testworker", "worker.noise_std=loud")
+        assert "could not be converted to Float" in str(info.value.__cause__)
+        # the plugin's experiment preset, found through its corral_config_searchpath hook
+        preset = compose("experiment=testplugin_quick")
+        assert preset.sampler.name == "testlocal" and preset.worker.name == "testworker"
+        assert preset.worker.noise_std == 0.05 and preset.trainer.n_epochs == 1
+    # once the plugin is gone, so are its nodes
+    prepare([])
+    assert stored("sampler", "testlocal") is None and stored("worker", "testworker") is None
+    with pytest.raises(MissingConfigException):
+        compose("sampler=testlocal")
+
+
+@dataclass(frozen=True)
+class FrozenConfig:
+    """A frozen config dataclass, as many authors write them."""
+
+    size: int = 3
+    label: Optional[str] = None
+    sizes: list[int] = field(default_factory=lambda: [1, 2])
+
+
+class FrozenPlugin:
+    """An inline plugin whose component has a frozen config."""
+
+    @hookimpl
+    def corral_register(self, register: Any) -> None:
+        register("policy", "frozen", object, config=FrozenConfig, help="frozen config")
+
+
+def test_frozen_config_dataclass_accepts_overrides() -> None:
+    get_plugin_manager().register_object(FrozenPlugin(), Source("frozen", "inline", "-"))
+    cfg = compose("policy=frozen", "policy.size=5", "policy.label=hi", "policy.sizes=[4]")
+    assert OmegaConf.to_container(cfg.policy) == {"size": 5, "label": "hi", "sizes": [4], "name": "frozen"}
+    value = config_of(get_registry().get("policy", "frozen"), cfg.policy)
+    assert value == FrozenConfig(size=5, label="hi", sizes=[4])
+    with pytest.raises(ConfigCompositionException) as info:
+        compose("policy=frozen", "policy.size=big")
+    assert "could not be converted to Integer" in str(info.value.__cause__)
+
+
+def test_register_configs_is_idempotent() -> None:
+    prepare([])
+    before = {k: dict(v) for k, v in ConfigStore.instance().repo.items() if isinstance(v, dict)}
+    prepare([])
+    after = {k: dict(v) for k, v in ConfigStore.instance().repo.items() if isinstance(v, dict)}
+    assert before.keys() == after.keys()
+    for group in before:
+        assert before[group].keys() == after[group].keys()
+        for name in before[group]:
+            assert before[group][name] is after[group][name]

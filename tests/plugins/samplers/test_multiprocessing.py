@@ -1,0 +1,348 @@
+"""sampler=multiprocessing: same episodes as local, stale-version protection, faults, clean shutdown.
+
+Real worker processes (spawn), real gymnasium CartPole and corral's MLPPolicy. Every wait is
+bounded; an autouse fixture checks that each test leaves no child process and no shared-memory
+segment behind.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+from corral import (
+    ConfigError,
+    DefaultWorker,
+    EnvFactory,
+    EnvSpec,
+    LocalSampler,
+    MLPPolicy,
+    MultiprocessingSampler,
+    VecWorker,
+    WorkerError,
+    WorkerFactory,
+)
+from corral.lib.shared_memory import segment_prefix
+
+ROOT = Path(__file__).resolve().parents[3]
+SHM = Path("/dev/shm")
+CARTPOLE = EnvFactory("CartPole-v1")
+
+
+# ---------------------------------------------------------------------- environments (module level: picklable)
+class KillSelfCartPole(CartPoleEnv):
+    """CartPole that SIGKILLs its own process at step ``at_step``, once (``marker`` records it)."""
+
+    def __init__(self, marker: str, at_step: int = 40, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.marker, self.at_step, self.n = marker, at_step, 0
+
+    def step(self, action: Any) -> Any:
+        self.n += 1
+        if self.n == self.at_step and not os.path.exists(self.marker):
+            Path(self.marker).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)
+
+
+class RaiseInStepCartPole(CartPoleEnv):
+    """CartPole whose ``step`` raises at step ``at_step``."""
+
+    def __init__(self, at_step: int = 5, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.at_step, self.n = at_step, 0
+
+    def step(self, action: Any) -> Any:
+        self.n += 1
+        if self.n == self.at_step:
+            raise RuntimeError(f"env exploded at step {self.n}")
+        return super().step(action)
+
+
+class SlowCartPole(CartPoleEnv):
+    """CartPole that sleeps ``delay`` seconds per step, and ``stall`` seconds at step ``stall_at``."""
+
+    def __init__(self, delay: float = 0.0, stall_at: int = 0, stall: float = 60.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.delay, self.stall_at, self.stall, self.n = delay, stall_at, stall, 0
+
+    def step(self, action: Any) -> Any:
+        self.n += 1
+        time.sleep(self.stall if self.n == self.stall_at else self.delay)
+        return super().step(action)
+
+
+def make_cartpole(cls: type, **kwargs: Any) -> EnvFactory:
+    """A CartPole-v1-like factory (500-step limit comes from max_episode_length)."""
+    return EnvFactory(cls, kwargs)
+
+
+# ---------------------------------------------------------------------- helpers
+def our_segments(pid: int | None = None) -> set[str]:
+    """Shared-memory segments created by process ``pid`` (default: this one)."""
+    return {p.name for p in SHM.glob(segment_prefix(pid) + "*")} if SHM.is_dir() else set()
+
+
+@pytest.fixture(autouse=True)
+def leaves_nothing_behind() -> Any:
+    """Every test must end with no worker process and no segment of ours."""
+    yield
+    assert multiprocessing.active_children() == []
+    assert our_segments() == set()
+
+
+@pytest.fixture(scope="module")
+def policy() -> MLPPolicy:
+    return MLPPolicy(EnvSpec.from_env(CARTPOLE()))
+
+
+def options(seed: int = 1, worker: type = DefaultWorker, **kwargs: Any) -> dict[str, Any]:
+    worker_args = dict(n_envs=3) if worker is VecWorker else {}
+    return dict(max_episode_length=500, n_workers=2, seed=seed, worker_class=worker, worker_args=worker_args, **kwargs)
+
+
+def biased_params(policy: MLPPolicy, action: int) -> dict[str, np.ndarray]:
+    """Parameters under which the policy picks ``action`` with probability ~1."""
+    params = {k: v.copy() for k, v in policy.get_param_values().items()}
+    params["net.4.weight"][:] = 0
+    params["net.4.bias"][:] = -30.0
+    params["net.4.bias"][action] = 30.0
+    return params
+
+
+def assert_same(a: Any, b: Any) -> None:
+    assert a.equals(b), a.differences(b)
+
+
+# ---------------------------------------------------------------------- same seed, same episodes
+@pytest.mark.parametrize("worker", [DefaultWorker, VecWorker], ids=["default", "vec"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_same_episodes_as_local_and_exact_state_round_trip(policy: MLPPolicy, seed: int, worker: type) -> None:
+    params = policy.get_param_values()
+    with MultiprocessingSampler(policy, CARTPOLE, **options(seed, worker)) as mp, \
+            LocalSampler(policy, CARTPOLE, **options(seed, worker)) as local:
+        for itr, n in enumerate((700, 333)):
+            got = mp.obtain_samples(itr, n, params)
+            assert len(got) >= n
+            assert_same(got, local.obtain_samples(itr, n, params))
+        assert_same(mp.obtain_exact_episodes(3, params), local.obtain_exact_episodes(3, params))
+        assert mp.total_env_steps == local.total_env_steps
+
+        # state_dict / load_state_dict: a resume continues exactly, and the format is the local one.
+        state = mp.state_dict()
+        pickle.loads(pickle.dumps(state))
+        expected = mp.obtain_samples(9, 400, params)
+        mp.load_state_dict(state)
+        assert_same(mp.obtain_samples(9, 400, params), expected)
+        local.load_state_dict(state)
+        assert_same(local.obtain_samples(9, 400, params), expected)
+
+
+def test_per_worker_agents_and_envs_and_the_factory_pickles(policy: MLPPolicy) -> None:
+    factory = WorkerFactory(seed=5, max_episode_length=500, n_workers=2, worker_class=VecWorker,
+                            worker_args=dict(n_envs=2))
+    assert isinstance(pickle.loads(pickle.dumps(factory))(1), VecWorker)
+    agents = [biased_params(policy, 0), biased_params(policy, 1)]
+    pin = hasattr(os, "sched_setaffinity")
+    with MultiprocessingSampler.from_worker_factory(factory, [policy, policy], [CARTPOLE, CARTPOLE],
+                                                    start_method="spawn", cpu_affinity=pin) as mp:
+        for pid in mp.worker_pids:  # workers ignore SIGINT: Ctrl-C is the parent's to handle
+            assert pid is not None
+            os.kill(pid, signal.SIGINT)
+        batch = mp.obtain_exact_episodes(2, agents)
+        if pin:
+            cores = sorted(os.sched_getaffinity(0))
+            assert [os.sched_getaffinity(pid) for pid in mp.worker_pids] == [
+                {cores[0]}, {cores[1 % len(cores)]}]
+    first = batch.split()[:2]  # worker 0's episodes come first
+    assert all((ep.actions == 0).all() for ep in first)
+    assert (batch.split()[-1].actions == 1).all()
+    with pytest.raises(ConfigError, match="exactly one item per worker"):
+        MultiprocessingSampler.from_worker_factory(factory, [policy], CARTPOLE)
+
+
+# ---------------------------------------------------------------------- stale-version protection
+def test_answers_to_an_abandoned_call_never_enter_a_later_batch(policy: MLPPolicy) -> None:
+    slow = make_cartpole(SlowCartPole, delay=0.001)  # the abandoned call lasts >= 2 s on any machine
+    with MultiprocessingSampler(policy, slow, **options(3)) as mp:
+        main = threading.main_thread().ident
+        assert main is not None
+        timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):  # Ctrl-C in a notebook, say
+                mp.obtain_samples(0, 4000, biased_params(policy, 1))
+        finally:
+            timer.cancel()
+        batch = mp.obtain_samples(1, 100, biased_params(policy, 0))
+        assert len(batch) >= 100
+        assert (batch.actions == 0).all(), "episodes of the abandoned (older) agent were mixed in"
+        assert mp.n_stale == 2 and mp.agent_version == 3
+
+
+# ---------------------------------------------------------------------- faults
+def test_sigkill_during_obtain_samples_raises_naming_the_worker(policy: MLPPolicy, tmp_path: Path) -> None:
+    envs = [CARTPOLE, make_cartpole(KillSelfCartPole, marker=str(tmp_path / "killed"))]
+    mp = MultiprocessingSampler(policy, envs, **options())
+    pids = mp.worker_pids
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        mp.obtain_samples(0, 4000, policy.get_param_values())
+    assert time.monotonic() - t0 < 10
+    err = info.value
+    assert err.worker_number == 1 and err.exitcode == -signal.SIGKILL
+    assert f"worker 1 (pid {pids[1]})" in str(err) and "SIGKILL" in str(err)
+    with pytest.raises(RuntimeError, match="shut down"):  # a failed sampler is closed
+        mp.obtain_samples(1, 10, None)
+    mp.shutdown_worker()  # twice is fine
+
+
+def test_sigkill_with_restart_completes_the_call(policy: MLPPolicy, tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    envs = [CARTPOLE, make_cartpole(KillSelfCartPole, marker=str(tmp_path / "killed"))]
+    with MultiprocessingSampler(policy, envs, **options(on_worker_failure="restart")) as mp:
+        old = mp.worker_pids
+        with caplog.at_level("WARNING"):
+            batch = mp.obtain_samples(0, 1000, biased_params(policy, 0))
+        assert len(batch) >= 1000 and (batch.actions == 0).all()
+        assert mp.n_restarts == 1
+        assert "worker 1" in caplog.text and "SIGKILL" in caplog.text and "restarting" in caplog.text
+        new = mp.worker_pids
+        assert new[0] == old[0] and new[1] != old[1]
+        # The restarted worker has the current agent and keeps working.
+        assert (mp.obtain_exact_episodes(1, None).actions == 0).all()
+
+
+def test_env_raising_in_step_carries_its_traceback(policy: MLPPolicy) -> None:
+    envs = [CARTPOLE, make_cartpole(RaiseInStepCartPole, at_step=5)]
+    with MultiprocessingSampler(policy, envs, **options()) as mp:
+        with pytest.raises(WorkerError) as info:
+            mp.obtain_samples(0, 1000, policy.get_param_values())
+    err = info.value
+    assert err.worker_number == 1 and "worker 1" in str(err) and "RuntimeError: env exploded at step 5" in str(err)
+    assert err.remote_traceback is not None
+    assert "in step" in err.remote_traceback and "test_multiprocessing.py" in err.remote_traceback
+
+
+def test_a_stuck_worker_times_out(policy: MLPPolicy) -> None:
+    envs = [CARTPOLE, make_cartpole(SlowCartPole, stall_at=3)]
+    mp = MultiprocessingSampler(policy, envs, **options(timeout=1.0))
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError, match="worker 1 .* made no progress for 1 s") as info:
+        mp.obtain_samples(0, 100, None)
+    assert time.monotonic() - t0 < 10
+    assert info.value.worker_number == 1 and info.value.exitcode is not None
+
+
+def test_restarts_are_bounded(policy: MLPPolicy) -> None:
+    envs = [CARTPOLE, make_cartpole(RaiseInStepCartPole, at_step=3)]
+    mp = MultiprocessingSampler(policy, envs, **options(on_worker_failure="restart", max_restarts=1))
+    with pytest.raises(WorkerError, match="already restarted 1 times") as info:
+        mp.obtain_samples(0, 1000, policy.get_param_values())
+    assert info.value.worker_number == 1 and mp.n_restarts == 1
+    assert "env exploded" in (info.value.remote_traceback or "")
+
+
+def test_all_workers_dead_is_an_error(policy: MLPPolicy) -> None:
+    mp = MultiprocessingSampler(policy, CARTPOLE, **options())
+    for pid in mp.worker_pids:
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(mp.worker_pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with pytest.raises(WorkerError, match="all 2 workers are dead"):
+        mp.obtain_samples(0, 100, None)
+
+
+def test_invalid_options_and_unpicklable_factories_fail_clearly(policy: MLPPolicy) -> None:
+    with pytest.raises(ConfigError, match="start_method"):
+        MultiprocessingSampler(policy, CARTPOLE, start_method="threads", **options())
+    with pytest.raises(ConfigError, match="on_worker_failure"):
+        MultiprocessingSampler(policy, CARTPOLE, on_worker_failure="ignore", **options())
+    opts = options()
+    opts["worker_args"] = {"unused": lambda: None}
+    with pytest.raises(ConfigError, match="picklable"):
+        MultiprocessingSampler(policy, CARTPOLE, **opts)
+
+
+# ---------------------------------------------------------------------- train.py end to end
+def children_of(pid: int) -> set[int]:
+    """Pids of the live (non-zombie) processes whose parent is ``pid`` (from /proc)."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.add(int(entry.name))
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+TRAIN = [sys.executable, str(ROOT / "train.py"), "sampler=multiprocessing", "sampler.n_workers=2", "worker=vec",
+         "worker.n_envs=4", "trainer.batch_size=1000", "trainer.eval_every=0", "logger=[csv]", "trainer.progress=false"]
+
+
+def test_train_py_runs_end_to_end(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = subprocess.run([*TRAIN, "trainer.n_epochs=2", f"hydra.run.dir={run}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert len((run / "progress.csv").read_text().splitlines()) == 3  # header + 2 epochs
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_ctrl_c_exits_130_and_leaves_no_worker_or_segment(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    # A session of its own, so that the SIGINT below reaches the whole process group, workers
+    # included, as Ctrl-C in a terminal does.
+    proc = subprocess.Popen([*TRAIN, "trainer.n_epochs=100000", "trainer.max_env_steps=null",
+                             f"hydra.run.dir={run}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "snapshots" / "latest").exists():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "no snapshot within 120 s"
+            time.sleep(0.05)
+        children = children_of(proc.pid)
+        workers = [p for p in children if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert len(workers) == 2, children
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 130, err
+    assert "corral: interrupted at epoch" in err
+    assert "Traceback" not in err and "leaked" not in err
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in children if alive(p)], "worker processes outlived train.py"
+    assert our_segments(proc.pid) == set()

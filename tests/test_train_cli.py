@@ -1,0 +1,251 @@
+"""End to end: ``python train.py ...`` and ``corral ...`` in subprocesses, as a user runs them.
+
+Third-party plugins are real distributions from ``tests/data/plugins``, pip-installed into a
+temporary directory and made visible through ``PYTHONPATH`` (see ``tests/data/plugins/dists.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Sequence
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = REPO / "train.py"
+TIMEOUT = 180
+#: A tiny run: one epoch of 200 steps, no evaluation, CSV only.
+SMALL = ["trainer.n_epochs=1", "trainer.batch_size=200", "trainer.eval_every=0", "logger=[csv]"]
+
+
+def _dists() -> ModuleType:
+    name = "corral_tests_plugin_dists"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "data" / "plugins" / "dists.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The test plugin distributions, pip-installed (``--target``) into a temporary directory each."""
+    return _dists().install(tmp_path_factory.mktemp("corral_plugin_dists"))
+
+
+def corral_command() -> list[str]:
+    """The ``corral`` console script of this environment."""
+    script = Path(sys.executable).parent / "corral"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "corral.framework.cli"]
+
+
+def run(args: Sequence[str], cwd: Path, sites: dict[str, Path], *visible: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run a command with only the ``visible`` test plugins installed; never hangs."""
+    return subprocess.run(
+        list(args), cwd=cwd, env=_dists().subprocess_env(sites, *visible, **env),
+        capture_output=True, text=True, timeout=TIMEOUT,
+    )
+
+
+def train(tmp_path: Path, sites: dict[str, Path], *overrides: str, visible: Sequence[str] = (), **env: str
+          ) -> subprocess.CompletedProcess[str]:
+    """``python train.py <overrides>`` with its run directory in ``tmp_path/run``."""
+    return run([sys.executable, str(TRAIN), *overrides, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, sites,
+               *visible, **env)
+
+
+def output(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"--- rc={proc.returncode}\n--- stdout:\n{proc.stdout}\n--- stderr:\n{proc.stderr}"
+
+
+def help_groups(text: str) -> dict[str, list[str]]:
+    """The ``group: a, b`` lines of Hydra's ``--help``."""
+    section = text.split("== Configuration groups ==", 1)[1].split("== Config ==", 1)[0]
+    groups = {}
+    for line in section.splitlines():
+        if ": " in line and not line.startswith(" "):
+            group, options = line.split(": ", 1)
+            groups[group.strip()] = [o.strip() for o in options.split(",")]
+    return groups
+
+
+# ---------------------------------------------------------------------------------------- bad input
+def test_unknown_option_lists_the_available_ones(tmp_path: Path, sites: dict[str, Path]) -> None:
+    proc = train(tmp_path, sites, "sampler=nonexistent")
+    assert proc.returncode != 0, output(proc)
+    assert "Could not find 'sampler/nonexistent'" in proc.stderr, output(proc)
+    assert "Available options in 'sampler':" in proc.stderr
+    assert "\tlocal" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "progress.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["worker.n_envs=abc"], "Could not override 'worker.n_envs'"),  # worker=default has no n_envs
+        (["worker=vec", "worker.n_envs=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
+    ],
+)
+def test_bad_value_is_rejected_before_training(
+    tmp_path: Path, sites: dict[str, Path], overrides: list[str], message: str
+) -> None:
+    proc = train(tmp_path, sites, *overrides, *SMALL)
+    assert proc.returncode != 0, output(proc)
+    assert message in proc.stderr, output(proc)
+    assert "worker.n_envs" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "progress.csv").exists()
+
+
+def test_ppo_with_fragments_is_a_clear_error(tmp_path: Path, sites: dict[str, Path]) -> None:
+    proc = train(tmp_path, sites, "algo=ppo", "worker=fragment", *SMALL)
+    assert proc.returncode == 2, output(proc)
+    assert (
+        "corral: error: algo=ppo needs whole episodes, but worker=fragment returns fragments; "
+        "choose worker=default or worker=vec"
+    ) in proc.stderr, output(proc)
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "progress.csv").exists()
+
+
+# ------------------------------------------------------------------------------------ with plugins
+def test_train_with_the_third_party_sampler_and_worker(tmp_path: Path, sites: dict[str, Path]) -> None:
+    calls = tmp_path / "calls.json"
+    proc = train(tmp_path, sites, "sampler=testlocal", "worker=testworker", "worker.noise_std=0.1",
+                 f"sampler.calls_file={calls}", *SMALL, visible=["corral-testplugin"])
+    assert proc.returncode == 0, output(proc)
+    assert "PluginWarning" not in proc.stderr
+    assert (tmp_path / "run" / "progress.csv").stat().st_size > 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["config"]["sampler"] == {"n_workers": 1, "calls_file": str(calls), "name": "testlocal"}
+    assert summary["config"]["worker"] == {"noise_std": 0.1, "name": "testworker"}
+    assert summary["env_steps"] >= 200
+    # the plugin's sampler really did the sampling
+    assert json.loads(calls.read_text()) == {"obtain_samples": 1, "obtain_exact_episodes": 0}
+
+
+def test_broken_plugin_warns_once_and_training_goes_on(tmp_path: Path, sites: dict[str, Path]) -> None:
+    proc = train(tmp_path, sites, *SMALL, visible=["corral-brokenimport"])
+    assert proc.returncode == 0, output(proc)
+    assert proc.stderr.count("PluginWarning") == 1, output(proc)
+    assert proc.stderr.count("corral-brokenimport 0.2.0") == 1
+    assert "ImportError: corral_brokenimport needs the package 'definitely_not_installed_xyz'" in proc.stderr
+    assert (tmp_path / "run" / "progress.csv").stat().st_size > 0
+
+
+def test_strict_plugins_stop_before_training(tmp_path: Path, sites: dict[str, Path]) -> None:
+    proc = train(tmp_path, sites, *SMALL, visible=["corral-brokenimport"], CORRAL_STRICT_PLUGINS="1")
+    assert proc.returncode == 2, output(proc)
+    assert "corral: error: corral plugin from corral-brokenimport 0.2.0" in proc.stderr, output(proc)
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run" / "progress.csv").exists()
+
+
+def test_help_lists_every_option(tmp_path: Path, sites: dict[str, Path]) -> None:
+    proc = run([sys.executable, str(TRAIN), "--help"], tmp_path, sites, "corral-testplugin")
+    assert proc.returncode == 0, output(proc)
+    groups = help_groups(proc.stdout)
+    # every registered option of every group: corral's own (as registered here) plus the plugin's
+    from corral.framework.plugins import KINDS, PluginManager
+
+    builtins = PluginManager()
+    builtins.load()
+    for kind in KINDS:
+        expected = set(builtins.registry.names(kind))
+        expected |= {"sampler": {"testlocal"}, "worker": {"testworker"}}.get(kind, set())
+        assert groups[kind] == sorted(expected), (kind, proc.stdout)
+    assert {"local", "testlocal"} <= set(groups["sampler"])
+    assert {"default", "fragment", "testworker", "vec"} <= set(groups["worker"])
+    assert {"ppo", "vpg"} <= set(groups["algo"])
+    assert {"ppo_cartpole", "testplugin_quick"} <= set(groups["experiment"])
+
+
+def test_plugin_preset_with_hydra_flags_and_user_searchpath(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """The plugin's presets come through a search-path plugin: no extra override that would clash
+    with the user's own ``hydra.searchpath`` or with flags such as ``--cfg job``."""
+    (tmp_path / "mine" / "experiment").mkdir(parents=True)
+    (tmp_path / "mine" / "experiment" / "mine.yaml").write_text("# @package _global_\ntrainer:\n  n_epochs: 42\n")
+    proc = run([sys.executable, str(TRAIN), "experiment=testplugin_quick", f"hydra.searchpath=[file://{tmp_path / 'mine'}]",
+                "--cfg", "job"], tmp_path, sites, "corral-testplugin")
+    assert proc.returncode == 0, output(proc)
+    assert "name: testworker" in proc.stdout and "noise_std: 0.05" in proc.stdout
+    proc = run([sys.executable, str(TRAIN), "experiment=mine", f"hydra.searchpath=[file://{tmp_path / 'mine'}]",
+                "--cfg", "job"], tmp_path, sites, "corral-testplugin")
+    assert proc.returncode == 0, output(proc)
+    assert "n_epochs: 42" in proc.stdout
+
+
+# ------------------------------------------------------------------------------------ corral plugins
+def test_corral_plugins_table(tmp_path: Path, sites: dict[str, Path]) -> None:
+    proc = run([*corral_command(), "plugins"], tmp_path, sites, "corral-testplugin", "corral-brokenregister")
+    assert proc.returncode == 0, output(proc)
+    rows = {tuple(line.split()[:4]) for line in proc.stdout.splitlines() if line and not line.startswith(" ")}
+    assert ("sampler", "testlocal", "corral-testplugin", "0.1.0") in rows
+    assert ("worker", "testworker", "corral-testplugin", "0.1.0") in rows
+    assert ("sampler", "local", "corral", "0.1.0") in rows
+    assert "worker.noise_std: float = 0.0  # std of Gaussian noise added to every observation" in proc.stdout
+    assert "FAILED PLUGINS" in proc.stdout
+    assert "brokenregister (corral-brokenregister 0.2.0): RuntimeError: corral_brokenregister exploded" in proc.stdout
+    assert "brokenpartial" not in proc.stdout
+
+
+def test_corral_plugins_json(tmp_path: Path, sites: dict[str, Path]) -> None:
+    proc = run([*corral_command(), "plugins", "--json"], tmp_path, sites,
+               "corral-testplugin", "corral-brokenimport", "corral-brokenregister")
+    assert proc.returncode == 0, output(proc)
+    data = json.loads(proc.stdout)
+    components = {(c["kind"], c["name"]): c for c in data["components"]}
+    worker = components[("worker", "testworker")]
+    assert (worker["distribution"], worker["version"], worker["plugin"]) == ("corral-testplugin", "0.1.0", "testplugin")
+    assert worker["config"] == [
+        {"name": "noise_std", "type": "float", "default": 0.0, "help": "std of Gaussian noise added to every observation"}
+    ]
+    assert components[("sampler", "local")]["distribution"] == "corral"
+    assert ("sampler", "brokenpartial") not in components
+    failed = {f["distribution"]: f for f in data["failed"]}
+    assert set(failed) == {"corral-brokenimport", "corral-brokenregister"}
+    assert failed["corral-brokenimport"]["version"] == "0.2.0"
+    assert failed["corral-brokenimport"]["error"].startswith("ImportError: corral_brokenimport needs")
+
+
+def test_corral_plugins_check(tmp_path: Path, sites: dict[str, Path]) -> None:
+    broken = run([*corral_command(), "plugins", "--check"], tmp_path, sites, "corral-testplugin", "corral-brokenimport")
+    assert broken.returncode == 1, output(broken)
+    assert "corral-brokenimport" in broken.stdout
+    healthy = run([*corral_command(), "plugins", "--check"], tmp_path, sites, "corral-testplugin")
+    assert healthy.returncode == 0, output(healthy)
+    disabled = run([*corral_command(), "plugins", "--check"], tmp_path, sites, "corral-testplugin",
+                   "corral-brokenimport", CORRAL_DISABLE_PLUGINS="corral-brokenimport")
+    assert disabled.returncode == 0, output(disabled)
+
+
+# ------------------------------------------------------------------------------------ corral train
+def test_corral_train_works_like_train_py(tmp_path: Path, sites: dict[str, Path]) -> None:
+    proc = run([*corral_command(), "train", *SMALL, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, sites)
+    assert proc.returncode == 0, output(proc)
+    assert (tmp_path / "run" / "progress.csv").stat().st_size > 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["epochs"] == 1 and summary["config"]["algo"]["name"] == "ppo"
+
+
+def test_multirun_sweep(tmp_path: Path, sites: dict[str, Path]) -> None:
+    sweep = tmp_path / "sweep"
+    proc = run([sys.executable, str(TRAIN), "-m", "algo=vpg,ppo", "seed=1,2", *SMALL, f"hydra.sweep.dir={sweep}"],
+               tmp_path, sites)
+    assert proc.returncode == 0, output(proc)
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())
+    assert [p.name for p in jobs] == ["0", "1", "2", "3"], output(proc)
+    combos = set()
+    for job in jobs:
+        assert (job / "progress.csv").stat().st_size > 0, job
+        summary = json.loads((job / "summary.json").read_text())
+        combos.add((summary["config"]["algo"]["name"], summary["config"]["seed"]))
+    assert combos == {("vpg", 1), ("vpg", 2), ("ppo", 1), ("ppo", 2)}
