@@ -155,7 +155,7 @@ class RawPolicyRunner:
         env, policy, obs = self.env, self.policy, self.obs
         for _ in range(self.CHUNK):
             actions, _ = policy.get_actions(np.asarray(obs)[None])
-            obs, _, terminated, truncated, _ = env.step(actions[0].item() if actions.ndim == 1 else actions[0])
+            obs, _, terminated, truncated, _ = env.step(actions[0])  # numpy values, as corral workers pass them
             if terminated or truncated:
                 obs, _ = env.reset()
                 policy.reset()
@@ -415,8 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)  # what corral's trainer and worker processes use
-    command = " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv] if a) if argv is None else \
-        " ".join(shlex.quote(a) for a in ["python", "experiments/bench_sampling.py", *argv])
+    command = shlex.join(["python", *(sys.argv if argv is None else ["experiments/bench_sampling.py", *argv])])
     started = dt.datetime.now().astimezone()
     header = [
         "# Sampling throughput",
@@ -430,6 +429,11 @@ def main(argv: list[str] | None = None) -> int:
         f"Settings: budget {args.budget:g} s per measurement, {args.repeats} repeats (median reported), "
         f"warm-up {args.warmup:g} s, obtain_samples batch {args.batch_size} steps, seed {args.seed}, "
         "policy MLPPolicy 64x64 tanh (stochastic), torch threads 1.",
+        "",
+        "Columns: steps/s is environment steps per wall-clock second (median over repeats; rows are "
+        "measured round-robin). steps/CPU-s divides by this process's CPU time instead, which other "
+        "processes on a shared machine disturb much less (n/a for rows that work in other processes). "
+        "Ratios are between medians of this run.",
     ]
     if args.note:
         header += ["", args.note]

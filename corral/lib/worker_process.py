@@ -12,7 +12,7 @@ parent -> child: ``(seq, version, env_refs, agent_refs, action, arg)`` or ``"sto
     ``"state"`` (reply with ``Worker.state_dict()``), ``"load_state"`` (``arg`` locates a state).
 
 child -> parent: ``(kind, seq, version, payload)`` with kind ``"ready"`` (payload: pid),
-    ``"progress"`` (steps so far; at most one a second), ``"done"`` (payload: a small result),
+    ``"progress"`` (the worker is still working; at most one a second), ``"done"`` (a small result),
     ``"error"`` (payload: ``(summary, formatted traceback)``) or ``"batches"`` (payload: the sizes
     of the parts that follow: a pickle-protocol-5 stream of the list of EpisodeBatches, then each
     array's raw bytes as an out-of-band buffer, so arrays are never copied into a pickle).
@@ -38,42 +38,94 @@ from typing import Any, Sequence
 
 from corral.lib.shared_memory import load_blob
 
-#: Seconds between a child's checks that its parent is still alive while it idles.
-_IDLE_POLL_S = 1.0
-#: Seconds between progress messages while a child samples.
-_PROGRESS_EVERY_S = 1.0
+#: Seconds between a child's checks on its parent, and between its progress reports.
+_WATCH_EVERY_S = 1.0
 
 
 # ---------------------------------------------------------------------- child side
+class _Channel:
+    """The child's end of the pipe, shared by the main thread and the watchdog thread.
+
+    ``busy`` is ``(seq, version)`` while a request is being served, else None; ``steps`` counts
+    the agent's ``get_actions`` calls (one per environment step or vector step).
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.lock = threading.Lock()
+        self.busy: tuple[int, int] | None = None
+        self.steps = 0
+
+    def count_steps(self, worker: Any) -> None:
+        """Make the worker's agent count its ``get_actions`` calls (once per agent object; the
+        agent is this process's own copy). An agent that refuses new attributes is not counted."""
+        agent = getattr(worker, "agent", None)
+        if agent is None or getattr(agent, "_corral_counted", False):
+            return
+        inner = agent.get_actions
+
+        def get_actions(observations: Any) -> Any:
+            self.steps += 1
+            return inner(observations)
+
+        try:
+            agent.get_actions = get_actions
+            agent._corral_counted = True
+        except (AttributeError, TypeError):  # pragma: no cover - __slots__ or a frozen object
+            pass
+
+    def send(self, msg: Any) -> None:
+        with self.lock:
+            self.conn.send(msg)
+
+    def send_batches(self, seq: int, version: int, obj: Any) -> None:
+        """``obj`` (EpisodeBatches) as a pickle-5 stream plus its arrays as out-of-band buffers."""
+        buffers: list[pickle.PickleBuffer] = []
+        stream = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+        raws = [b.raw() for b in buffers]
+        with self.lock:
+            self.conn.send(("batches", seq, version, [len(stream)] + [r.nbytes for r in raws]))
+            self.conn.send_bytes(stream)
+            for raw in raws:
+                self.conn.send_bytes(raw)
+
+
 def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_affinity: bool) -> None:
     """Entry point of a worker process: build worker ``worker_number`` and serve commands."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_pid = os.getppid()  # the sampler's process (or, under forkserver, the fork server)
     if hasattr(signal, "pthread_sigmask"):  # the parent blocked SIGINT around our start
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    _start_orphan_watchdog(parent_pid)
+    channel = _Channel(conn)
+    _start_watchdog(parent_pid, channel)
     try:
         _limit_threads()
         if cpu_affinity:
             _pin_to_core(worker_number)
         worker = factory(worker_number, restart=restart)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, then exit
-        _send_quietly(conn, ("error", 0, 0, (_summary(exc), traceback.format_exc())))
+        try:
+            channel.send(("error", 0, 0, (_summary(exc), traceback.format_exc())))
+        except Exception:  # noqa: BLE001 - the parent is gone
+            pass
         conn.close()
         sys.exit(1)
     try:
-        conn.send(("ready", 0, 0, os.getpid()))
+        channel.send(("ready", 0, 0, os.getpid()))
         while True:
             msg = _next_message(conn, parent_pid)
             if msg is None:
                 return
             seq, version, env_refs, agent_refs, action, arg = msg
+            channel.busy = (seq, version)
             try:
-                _serve(worker, conn, seq, version, env_refs, agent_refs, action, arg)
+                _serve(worker, channel, seq, version, env_refs, agent_refs, action, arg)
             except (BrokenPipeError, ConnectionResetError):
                 return
             except Exception as exc:  # noqa: BLE001 - the parent decides (raise or restart)
-                conn.send(("error", seq, version, (_summary(exc), traceback.format_exc())))
+                channel.send(("error", seq, version, (_summary(exc), traceback.format_exc())))
+            finally:
+                channel.busy = None
     except (BrokenPipeError, ConnectionResetError, EOFError):
         return  # the parent is gone
     finally:
@@ -84,70 +136,75 @@ def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_a
         conn.close()
 
 
-def _serve(worker: Any, conn: Any, seq: int, version: int, env_refs: Sequence[Any], agent_refs: Sequence[Any],
-           action: str, arg: Any) -> None:
+def _serve(worker: Any, channel: _Channel, seq: int, version: int, env_refs: Sequence[Any],
+           agent_refs: Sequence[Any], action: str, arg: Any) -> None:
     for ref in env_refs:
         worker.update_env(load_blob(ref))
     for ref in agent_refs:
         worker.update_agent(load_blob(ref))
+    channel.count_steps(worker)
     if action == "steps":
-        send_batches(conn, seq, version, sample_steps(worker, int(arg), conn, seq, version))
+        channel.send_batches(seq, version, sample_steps(worker, int(arg)))
     elif action == "episodes":
-        send_batches(conn, seq, version, [worker.rollout(n_episodes=int(arg))])
+        channel.send_batches(seq, version, [worker.rollout(n_episodes=int(arg))])
     elif action == "update":
-        conn.send(("done", seq, version, None))
+        channel.send(("done", seq, version, None))
     elif action == "state":
-        conn.send(("done", seq, version, worker.state_dict()))
+        channel.send(("done", seq, version, worker.state_dict()))
     elif action == "load_state":
         worker.load_state_dict(load_blob(arg))
-        conn.send(("done", seq, version, None))
+        channel.send(("done", seq, version, None))
     else:
         raise ValueError(f"unknown worker command {action!r}")
 
 
-def sample_steps(worker: Any, share: int, conn: Any = None, seq: int = 0, version: int = 0) -> list[Any]:
+def sample_steps(worker: Any, share: int) -> list[Any]:
     """Every sampler's loop for one worker (:func:`~corral.framework.sampler.collect_share`):
-    whole episodes until at least ``share`` steps, as a one-item list.
-
-    With ``conn``, a ``progress`` message follows a finished ``rollout()`` call at most once a
-    second, so the parent can tell a slow worker from a stuck one.
-    """
+    whole episodes until at least ``share`` steps, as a one-item list."""
     from corral.framework.sampler import collect_share
 
-    return [collect_share(worker if conn is None else _Reporting(worker, conn, seq, version), share)]
+    return [collect_share(worker, share)]
 
 
-class _Reporting:
-    """A worker whose ``rollout`` also reports progress to the parent (at most once a second)."""
+def _start_watchdog(parent_pid: int, channel: _Channel) -> None:
+    """A daemon thread that, every second,
 
-    def __init__(self, worker: Any, conn: Any, seq: int, version: int) -> None:
-        self.worker, self.conn, self.seq, self.version = worker, conn, seq, version
-        self.got, self.last = 0, time.monotonic()
+    - exits the process at once if the sampler's process has died (even mid-rollout), and
+    - while a request is served, reports ``progress`` if the agent has been asked for actions since
+      the last look (the worker stepped its environments). A worker hung in an environment or a
+      policy call shows none and times out in the parent; a slow but stepping one never does.
+    """
+    parent = multiprocessing.parent_process()
+    sentinel = parent.sentinel if parent is not None else None
 
-    def rollout(self, **kwargs: Any) -> Any:
-        batch = self.worker.rollout(**kwargs)
-        self.got += len(batch)
-        if time.monotonic() - self.last >= _PROGRESS_EVERY_S:
-            self.conn.send(("progress", self.seq, self.version, self.got))
-            self.last = time.monotonic()
-        return batch
+    def watch() -> None:
+        last: Any = None
+        while True:
+            if sentinel is not None:
+                if wait([sentinel], timeout=_WATCH_EVERY_S):
+                    os._exit(1)
+            else:  # pragma: no cover - no parent sentinel
+                time.sleep(_WATCH_EVERY_S)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+            busy = channel.busy
+            now = (busy, channel.steps) if busy is not None else None
+            if now is not None and now != last and channel.lock.acquire(blocking=False):
+                try:
+                    channel.conn.send(("progress", busy[0], busy[1], None))
+                except Exception:  # noqa: BLE001 - the parent is gone; the checks above will see it
+                    pass
+                finally:
+                    channel.lock.release()
+            last = now
 
-
-def send_batches(conn: Any, seq: int, version: int, obj: Any) -> None:
-    """Send ``obj`` (EpisodeBatches) as a pickle-5 stream plus its arrays as out-of-band buffers."""
-    buffers: list[pickle.PickleBuffer] = []
-    stream = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    raws = [b.raw() for b in buffers]
-    conn.send(("batches", seq, version, [len(stream)] + [r.nbytes for r in raws]))
-    conn.send_bytes(stream)
-    for raw in raws:
-        conn.send_bytes(raw)
+    threading.Thread(target=watch, name="corral-worker-watchdog", daemon=True).start()
 
 
 def _next_message(conn: Any, parent_pid: int) -> Any:
     """The next command, or None when told to stop or when the parent is gone."""
     while True:
-        if conn.poll(_IDLE_POLL_S):
+        if conn.poll(_WATCH_EVERY_S):
             try:
                 msg = conn.recv()
             except (EOFError, OSError):
@@ -155,24 +212,6 @@ def _next_message(conn: Any, parent_pid: int) -> Any:
             return None if msg == "stop" else msg
         if os.getppid() != parent_pid:  # re-parented: our parent died
             return None
-
-
-def _start_orphan_watchdog(parent_pid: int) -> None:
-    """Exit at once if the sampler's process dies, even in the middle of a long rollout."""
-    parent = multiprocessing.parent_process()
-    sentinel = parent.sentinel if parent is not None else None
-
-    def watch() -> None:
-        while True:
-            if sentinel is not None:
-                if wait([sentinel], timeout=_IDLE_POLL_S):
-                    os._exit(1)
-            else:  # pragma: no cover - no parent sentinel
-                time.sleep(_IDLE_POLL_S)
-            if os.getppid() != parent_pid:
-                os._exit(1)
-
-    threading.Thread(target=watch, name="corral-orphan-watchdog", daemon=True).start()
 
 
 def _limit_threads() -> None:
@@ -193,13 +232,6 @@ def _pin_to_core(worker_number: int) -> None:
 def _summary(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _send_quietly(conn: Any, msg: Any) -> None:
-    try:
-        conn.send(msg)
-    except Exception:  # noqa: BLE001 - the parent is gone
-        pass
 
 
 # ---------------------------------------------------------------------- parent side
@@ -370,4 +402,4 @@ def stop_processes(handles: Sequence[WorkerProcess], *, timeout: float = 5.0, gr
             h.closed = True
 
 
-__all__ = ["WorkerProcess", "describe_exit", "sample_steps", "send_batches", "stop_processes", "worker_main"]
+__all__ = ["WorkerProcess", "describe_exit", "sample_steps", "stop_processes", "worker_main"]

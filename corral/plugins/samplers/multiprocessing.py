@@ -20,8 +20,9 @@ with the local sampler's loop and the batches are concatenated in worker order, 
 equals :class:`~corral.plugins.samplers.local.LocalSampler`'s array for array.
 
 Failures: every wait is :func:`multiprocessing.connection.wait` on the pipes and the process
-sentinels with a timeout. A worker that dies, raises, or sends nothing for ``timeout`` seconds
-becomes a :class:`~corral.framework.errors.WorkerError` (worker number, exit code or signal, the
+sentinels with a timeout. A watchdog thread in each worker reports progress once a second while
+its agent is being asked for actions (the worker is stepping). A worker that dies, raises, or
+shows no progress for ``timeout`` seconds (hung in an environment, say) becomes a :class:`~corral.framework.errors.WorkerError` (worker number, exit code or signal, the
 worker's own traceback) after the sampler shuts down, or, with ``on_worker_failure="restart"``, is
 rebuilt with ``factory(i, restart=k)``, given the current agent and environment, and its share is
 sampled again (logged; counted in ``n_restarts``).
@@ -67,9 +68,9 @@ class MultiprocessingSamplerConfig:
                           "(fastest, but unsafe once torch or other threads are running)"},
     )
     timeout: float = field(
-        default=300.0,
-        metadata={"help": "seconds a worker may go without any sign of progress (start-up, a finished "
-                          "rollout, a reply) before it counts as stuck"},
+        default=120.0,
+        metadata={"help": "seconds a worker may show no progress (no answer and no environment step) before it "
+                          "counts as stuck and is stopped; checked once a second, so use a few seconds at least"},
     )
     on_worker_failure: str = field(
         default="raise",
@@ -114,7 +115,7 @@ class MultiprocessingSampler(Sampler):
         *,
         n_workers: int = 2,
         start_method: str = "spawn",
-        timeout: float = 300.0,
+        timeout: float = 120.0,
         on_worker_failure: str = "raise",
         max_restarts: int = 3,
         cpu_affinity: bool = False,
