@@ -3,6 +3,8 @@
     python experiments/bench_sampling.py                      # CartPole-v1 and the CPU-heavy CartPole
     python experiments/bench_sampling.py --envs CartPole-v1 --budget 3 --repeats 5
     python experiments/bench_sampling.py --quick              # small budget (CI smoke test)
+    python experiments/bench_sampling.py --quick --no-ray     # ... without Ray (no Ray runtime started)
+    python experiments/bench_sampling.py --rows ray local/vec # only rows whose key contains one of these
 
 Every row steps the same environment with the same stochastic MLP policy (corral's ``MLPPolicy``,
 64x64, tanh) and reports environment steps per second:
@@ -12,20 +14,31 @@ Every row steps the same environment with the same stochastic MLP policy (corral
 - ``gym SyncVectorEnv``: gymnasium's vector env with N copies and one batched
   ``policy.get_actions`` call per step; autoreset as gymnasium 1.x does it (``NEXT_STEP``: the
   step after an episode ends only resets that slot, so it is not counted as a step);
+- ``gym AsyncVectorEnv``: the same loop over gymnasium's process-parallel vector env. ``P procs x
+  M envs`` is an ``AsyncVectorEnv`` over ``P`` sub-environments that are each a ``SyncVectorEnv`` of
+  ``M`` (the outer env's autoreset is disabled; each inner ``SyncVectorEnv`` autoresets its own
+  slots), so ``P`` processes step ``M`` environments each, and the main process makes one batched
+  policy call for all ``P * M`` per step; ``N procs`` is the plain one-environment-per-process form;
 - ``corral <sampler> + <worker>``: whole ``sampler.obtain_samples(itr, batch, params)`` calls with
   ``params = policy.get_param_values()`` (the agent update a trainer sends every epoch), timed whole.
 
-Rows are measured round-robin (repeat 1 of every row, then repeat 2, ...) so that load from other
-processes spreads over all rows; each measurement gets the same time budget (a row that works in
-whole calls finishes the call it is in) and the table reports the median over repeats. Ratios are
-taken between medians of the same run. Later samplers become rows by adding a :class:`RowSpec` to
-:func:`default_rows` (``corral_row("multiprocessing", "vec", 32, n_workers=2)``).
+Every row is built (processes spawned, the Ray actors placed) and warmed up before any is
+measured, so start-up never counts. Rows are measured round-robin (repeat 1 of every row, then
+repeat 2, ...) so that load from other processes spreads over all rows; each measurement gets the
+same time budget (a row that works in whole calls finishes the call it is in) and the table
+reports the median over repeats. Ratios are taken between medians of the same run. A second
+table reports the fixed cost of one ``obtain_samples`` call per sampler (see
+:func:`measure_call_cost`), and a third checks the parallel samplers' speed targets
+(:func:`default_targets`). One Ray runtime (``ray.init(address="local", num_cpus=2)``) serves every
+Ray row of the run and is shut down at the end; the script then checks that no process and no
+shared-memory segment of its own is left.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import os
 import platform
 import shlex
@@ -34,7 +47,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
@@ -45,24 +58,120 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing (an inst
 CPU_HEAVY_ID = "corral/CPUHeavyCartPole-v1"
 DEFAULT_ENVS = ("CartPole-v1", CPU_HEAVY_ID)
 DEFAULT_OUT = ROOT / "experiments" / "results" / "bench_sampling.md"
+#: CPUs of the Ray runtime the benchmark starts (the parallel rows use 2 workers).
+RAY_NUM_CPUS = 2
+#: Ray's per-actor CPU reservation in the benchmark: a scheduling number only (actors run torch
+#: with one thread either way); 0.5 lets both Ray rows of a table (4 actors) exist at once on
+#: the 2-CPU runtime, which round-robin measurement needs.
+RAY_ACTOR_CPUS = 0.5
+#: Start method of gymnasium's AsyncVectorEnv processes: forkserver, not fork, because this process
+#: runs Ray's and torch's threads (fork would copy their locks); start-up is excluded anyway.
+ASYNC_CONTEXT = "forkserver"
+#: Environment used for the fixed cost of one obtain_samples call (episodes cut to 1 step).
+CALL_COST_ENV = "CartPole-v1"
+
+
+# ---------------------------------------------------------------------------------------------- processes
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _proc_table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, CPU seconds (user + system, all threads)) of every process (Linux /proc)."""
+    table: dict[int, tuple[int, float]] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        try:
+            table[int(name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _CLK_TCK)
+        except (IndexError, ValueError):
+            continue
+    return table
+
+
+def _descendants(table: dict[int, tuple[int, float]], root: int) -> set[int]:
+    """Every process below ``root`` in ``table``."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out: set[int] = set()
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo.extend(children.get(pid, []))
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _is_stdlib_helper(pid: int, table: dict[int, tuple[int, float]]) -> bool:
+    """multiprocessing's resource tracker or forkserver (children of this process that exit with
+    it); the forkserver's own children (AsyncVectorEnv processes) are not helpers."""
+    if table.get(pid, (0, 0.0))[0] != os.getpid():
+        return False
+    cmd = _cmdline(pid)
+    return "multiprocessing.resource_tracker" in cmd or "multiprocessing.forkserver" in cmd
+
+
+def _is_ray_process(pid: int) -> bool:
+    cmd = _cmdline(pid)
+    return cmd.startswith("ray::") or "/ray/" in cmd or "raylet" in cmd or "gcs_server" in cmd
 
 
 # ---------------------------------------------------------------------------------------------- runners
 class Runner(Protocol):
     """One row's workload, built once and measured several times.
 
-    ``in_process``: all the work happens in this process, so its CPU time means something (a
-    multi-process sampler's row sets it false and gets no CPU-time columns).
+    ``in_process``: all the work happens in this process. A row that also works in other
+    processes lists them in :meth:`child_pids` (their CPU time is added to this process's);
+    ``uses_ray`` rows also count the Ray runtime's own processes.
     """
 
     in_process: bool
+    uses_ray: bool
 
     def run(self, budget_s: float) -> tuple[int, float, float]:
         """Work for about ``budget_s`` seconds (whole units); return (environment steps, wall-clock
         seconds, CPU seconds of this process)."""
 
+    def child_pids(self) -> list[int]:
+        """The row's own worker processes (empty for in-process rows)."""
+
     def close(self) -> None:
         """Free environments, samplers and processes."""
+
+
+def _make_gym_env(env_id: str) -> Any:
+    """``gymnasium.make(env_id)`` with its default wrappers (module level: picklable)."""
+    import gymnasium as gym
+
+    if env_id == CPU_HEAVY_ID:
+        import corral.plugins.envs.cpu_heavy  # noqa: F401  (registers the id)
+    return gym.make(env_id)
+
+
+def _make_sync_vector(env_id: str, n_envs: int) -> Any:
+    """A ``SyncVectorEnv`` of ``n_envs`` copies: one sub-environment of the nested AsyncVectorEnv."""
+    from gymnasium.vector import SyncVectorEnv
+
+    return SyncVectorEnv([functools.partial(_make_gym_env, env_id) for _ in range(n_envs)])
 
 
 @dataclass
@@ -76,11 +185,7 @@ class BenchContext:
 
     def make_env(self) -> Any:
         """A fresh environment (gymnasium.make with its default wrappers, as a user gets it)."""
-        import gymnasium as gym
-
-        if self.env_id == CPU_HEAVY_ID:
-            import corral.plugins.envs.cpu_heavy  # noqa: F401  (registers the id)
-        return gym.make(self.env_id)
+        return _make_gym_env(self.env_id)
 
     def make_policy(self, n_slots: int) -> Any:
         """corral's stochastic MLP policy, seeded with one noise stream per slot."""
@@ -111,10 +216,19 @@ def _timed_loop(budget_s: float, unit: Callable[[], int]) -> tuple[int, float, f
             return steps, now - t0, time.process_time() - c0
 
 
-class RawRandomRunner:
-    """``env.step(env.action_space.sample())`` in a plain loop."""
+class _InProcess:
+    """Defaults of a row whose work all happens in this process."""
 
     in_process = True
+    uses_ray = False
+
+    def child_pids(self) -> list[int]:
+        """None: everything runs here."""
+        return []
+
+
+class RawRandomRunner(_InProcess):
+    """``env.step(env.action_space.sample())`` in a plain loop."""
 
     CHUNK = 256
 
@@ -138,10 +252,8 @@ class RawRandomRunner:
         self.env.close()
 
 
-class RawPolicyRunner:
+class RawPolicyRunner(_InProcess):
     """A plain loop with one ``policy.get_actions`` call per step (batch of 1)."""
-
-    in_process = True
 
     CHUNK = 64
 
@@ -169,41 +281,123 @@ class RawPolicyRunner:
         self.env.close()
 
 
-class GymSyncVectorRunner:
-    """gymnasium ``SyncVectorEnv`` (autoreset NEXT_STEP) + one batched policy call per step."""
+class _VectorLoop:
+    """One batched policy call per vector step over ``n`` slots; gymnasium 1.x NEXT_STEP autoreset
+    (a slot that ended is only reset on its next step, which is therefore not counted)."""
 
     in_process = True
+    uses_ray = False
 
-    def __init__(self, ctx: BenchContext, n_envs: int) -> None:
-        from gymnasium.vector import SyncVectorEnv
-
-        self.n = n_envs
-        self.venv = SyncVectorEnv([ctx.make_env for _ in range(n_envs)])
-        self.policy = ctx.make_policy(n_envs)
-        self.obs, _ = self.venv.reset(seed=ctx.seed)
+    def __init__(self, venv: Any, policy: Any, n: int, seed: int, action_shape: tuple[int, ...]) -> None:
+        self.venv, self.policy, self.n = venv, policy, n
+        self.action_shape = action_shape
+        obs, _ = venv.reset(seed=seed)
+        self.obs = self._flat(obs)
         self.policy.reset()
-        self.autoreset = np.zeros(n_envs, dtype=bool)
-        self.vec_steps = max(1, 512 // n_envs)
+        self.autoreset = np.zeros(n, dtype=bool)
+        self.vec_steps = max(1, 512 // n)
+
+    def _flat(self, obs: np.ndarray) -> np.ndarray:
+        return obs.reshape(self.n, -1) if obs.ndim > 2 else obs
 
     def _unit(self) -> int:
         venv, policy, obs, autoreset = self.venv, self.policy, self.obs, self.autoreset
         steps = 0
         for _ in range(self.vec_steps):
             actions, _ = policy.get_actions(obs)
-            obs, _, terminated, truncated, _ = venv.step(actions)
+            obs, _, terminated, truncated, _ = venv.step(actions.reshape(self.action_shape))
+            obs = self._flat(obs)
             # slots that were autoreset this call only reset: no transition to count
             steps += self.n - int(autoreset.sum())
             if autoreset.any():
                 policy.reset(autoreset)  # those slots start new episodes now
-            autoreset = terminated | truncated
+            autoreset = (terminated | truncated).reshape(self.n)
         self.obs, self.autoreset = obs, autoreset
         return steps
 
     def run(self, budget_s: float) -> tuple[int, float, float]:
         return _timed_loop(budget_s, self._unit)
 
+    def child_pids(self) -> list[int]:
+        """The vector env's worker processes (none for SyncVectorEnv)."""
+        return [p.pid for p in getattr(self.venv, "processes", []) if p.pid is not None]
+
     def close(self) -> None:
         self.venv.close()
+
+
+class GymSyncVectorRunner(_VectorLoop):
+    """gymnasium ``SyncVectorEnv`` (autoreset NEXT_STEP) + one batched policy call per step."""
+
+    def __init__(self, ctx: BenchContext, n_envs: int) -> None:
+        from gymnasium.vector import SyncVectorEnv
+
+        venv = SyncVectorEnv([ctx.make_env for _ in range(n_envs)])
+        super().__init__(venv, ctx.make_policy(n_envs), n_envs, ctx.seed, (n_envs,))
+
+
+class GymAsyncVectorRunner(_VectorLoop):
+    """gymnasium ``AsyncVectorEnv`` with ``n_procs`` processes of ``envs_per_proc`` environments each,
+    and one batched policy call per step (for all ``n_procs * envs_per_proc`` slots) in this process.
+
+    ``envs_per_proc == 1``: the plain form (one environment per process, NEXT_STEP autoreset).
+    Otherwise each process's sub-environment is a ``SyncVectorEnv`` of ``envs_per_proc`` that
+    autoresets its own slots (NEXT_STEP), and the outer env's autoreset is disabled.
+    """
+
+    in_process = False
+
+    def __init__(self, ctx: BenchContext, n_procs: int, envs_per_proc: int = 1) -> None:
+        import multiprocessing
+
+        from gymnasium.vector import AsyncVectorEnv
+
+        # the forkserver imports gymnasium once, so its children start without importing it again
+        multiprocessing.get_context(ASYNC_CONTEXT).set_forkserver_preload(["__main__", "gymnasium"])
+        if envs_per_proc == 1:
+            fns = [functools.partial(_make_gym_env, ctx.env_id) for _ in range(n_procs)]
+            venv = AsyncVectorEnv(fns, context=ASYNC_CONTEXT)
+            shape: tuple[int, ...] = (n_procs,)
+        else:
+            fns = [functools.partial(_make_sync_vector, ctx.env_id, envs_per_proc) for _ in range(n_procs)]
+            venv = AsyncVectorEnv(fns, context=ASYNC_CONTEXT, autoreset_mode="Disabled")
+            shape = (n_procs, envs_per_proc)
+        n = n_procs * envs_per_proc
+        try:
+            super().__init__(venv, ctx.make_policy(n), n, ctx.seed, shape)
+        except BaseException:
+            venv.close(terminate=True)
+            raise
+
+    def close(self) -> None:
+        self.venv.close(terminate=False)
+
+
+def env_recipe_id(env_id: str) -> str:
+    """The id worker processes make: the CPU-heavy env as ``module:id``, so that gymnasium imports
+    the module that registers it in whatever process makes it (a spawned worker, a Ray actor)."""
+    return f"corral.plugins.envs.cpu_heavy:{env_id}" if env_id == CPU_HEAVY_ID else env_id
+
+
+def build_sampler(ctx: BenchContext, sampler: str, worker: str, worker_args: dict[str, Any], n_workers: int,
+                  sampler_args: dict[str, Any], policy: Any, max_episode_length: int | None = None) -> Any:
+    """``sampler`` + ``worker`` looked up by name in corral's plugin registry, built like a user would."""
+    from corral.framework.env import EnvFactory
+    from corral.framework.plugins import get_registry
+
+    registry = get_registry()
+    sampler_cls = registry.get("sampler", sampler).factory
+    worker_cls = registry.get("worker", worker).factory
+    return sampler_cls(policy, EnvFactory(env_recipe_id(ctx.env_id)), seed=ctx.seed, n_workers=n_workers,
+                       max_episode_length=max_episode_length, worker_class=worker_cls,
+                       worker_args=dict(worker_args), **sampler_args)
+
+
+def _sampler_pids(sampler: Any) -> list[int]:
+    """Worker processes of a multiprocessing sampler / actor processes of a Ray sampler."""
+    if hasattr(sampler, "worker_pids"):
+        return [p for p in sampler.worker_pids if p is not None]
+    return [pid for pid, _node in getattr(sampler, "locations", [])]
 
 
 class CorralRunner:
@@ -211,20 +405,12 @@ class CorralRunner:
 
     def __init__(self, ctx: BenchContext, sampler: str, worker: str, worker_args: dict[str, Any],
                  n_workers: int, sampler_args: dict[str, Any]) -> None:
-        from corral.framework.env import EnvFactory
-        from corral.framework.plugins import get_registry
-
-        if ctx.env_id == CPU_HEAVY_ID:
-            import corral.plugins.envs.cpu_heavy  # noqa: F401
-        registry = get_registry()
-        sampler_cls = registry.get("sampler", sampler).factory
-        worker_cls = registry.get("worker", worker).factory
         self.policy = ctx.make_policy(1)
         self.batch_size = ctx.batch_size
-        self.sampler = sampler_cls(self.policy, EnvFactory(ctx.env_id), seed=ctx.seed, n_workers=n_workers,
-                                   worker_class=worker_cls, worker_args=dict(worker_args), **sampler_args)
+        self.sampler = build_sampler(ctx, sampler, worker, worker_args, n_workers, sampler_args, self.policy)
         self.itr = 0
         self.in_process = sampler == "local"
+        self.uses_ray = sampler == "ray"
 
     def _unit(self) -> int:
         batch = self.sampler.obtain_samples(self.itr, self.batch_size, self.policy.get_param_values())
@@ -233,6 +419,10 @@ class CorralRunner:
 
     def run(self, budget_s: float) -> tuple[int, float, float]:
         return _timed_loop(budget_s, self._unit)
+
+    def child_pids(self) -> list[int]:
+        """The sampler's worker or actor processes."""
+        return [] if self.in_process else _sampler_pids(self.sampler)
 
     def close(self) -> None:
         self.sampler.shutdown_worker()
@@ -244,6 +434,9 @@ class RowSpec:
     """One row of the table: a label, its number of environments and how to build its runner.
 
     ``compare_n``: the SyncVectorEnv row (same N) this row is compared with, when there is one.
+    ``key``: a short unique id (``--rows`` filters on it; targets name rows by it).
+    ``vs_local``: the key of the ``local`` row this (parallel) row is compared with.
+    ``sampler``: the corral sampler's name, for corral rows.
     """
 
     method: str
@@ -251,24 +444,55 @@ class RowSpec:
     build: Callable[[BenchContext], Runner]
     compare_n: int | None = None
     kind: str = "corral"
+    key: str = ""
+    vs_local: str | None = None
+    sampler: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            self.key = self.kind if self.n == 1 else f"{self.kind}/{self.n}"
+
+
+def corral_key(sampler: str, worker: str, n_envs: int = 1, n_workers: int = 1) -> str:
+    """The key of a corral row: ``sampler/worker/<workers>x<envs per worker>``."""
+    return f"{sampler}/{worker}/{n_workers}x{n_envs if worker != 'default' else 1}"
 
 
 def corral_row(sampler: str, worker: str, n_envs: int = 1, *, n_workers: int = 1,
                sampler_args: dict[str, Any] | None = None, label: str | None = None) -> RowSpec:
     """A row for ``sampler`` + ``worker`` (looked up in corral's plugin registry by name).
 
-    ``N`` in the table is the total number of environments: ``n_workers * n_envs``.
+    ``N`` in the table is the total number of environments: ``n_workers * n_envs``. A row of
+    another sampler than ``local`` is compared with the ``local`` row that has one worker of the
+    same type and the same total number of environments (for the default worker, which steps one
+    environment: the one-worker local row).
     """
     worker_args = {"n_envs": n_envs} if worker != "default" else {}
     per_worker = n_envs if worker != "default" else 1
     total = per_worker * n_workers
-    method = label or f"corral {sampler} + {worker}" + (f" ({n_workers} workers)" if n_workers > 1 else "")
+    method = label or (f"corral {sampler} + {worker}" + (f"({n_envs})" if worker != "default" else "")
+                       + (f" ({n_workers} workers)" if n_workers > 1 else ""))
+    vs_local = None
+    if sampler != "local":
+        vs_local = corral_key("local", worker, total if worker != "default" else 1, 1)
     return RowSpec(
         method=method,
         n=total,
         build=lambda ctx: CorralRunner(ctx, sampler, worker, worker_args, n_workers, dict(sampler_args or {})),
         compare_n=total if total > 1 else None,
+        key=corral_key(sampler, worker, n_envs, n_workers),
+        vs_local=vs_local,
+        sampler=sampler,
     )
+
+
+def gym_async_row(n_procs: int, envs_per_proc: int = 1) -> RowSpec:
+    """A gymnasium AsyncVectorEnv row (see :class:`GymAsyncVectorRunner`)."""
+    n = n_procs * envs_per_proc
+    label = (f"gym AsyncVectorEnv ({n_procs} procs x SyncVectorEnv({envs_per_proc})) + policy" if envs_per_proc > 1
+             else f"gym AsyncVectorEnv ({n_procs} procs) + policy")
+    return RowSpec(label, n, lambda ctx: GymAsyncVectorRunner(ctx, n_procs, envs_per_proc), compare_n=n,
+                   kind="gym_async", key=f"gym_async/{n_procs}x{envs_per_proc}")
 
 
 def default_rows() -> list[RowSpec]:
@@ -281,23 +505,78 @@ def default_rows() -> list[RowSpec]:
         rows.append(RowSpec("gym SyncVectorEnv + policy", n, lambda ctx, n=n: GymSyncVectorRunner(ctx, n),
                             compare_n=n, kind="gym_sync"))
     rows += [
+        gym_async_row(2, 16),
+        gym_async_row(32),
         corral_row("local", "default"),
+        corral_row("local", "default", n_workers=2),
         corral_row("local", "vec", 8),
         corral_row("local", "vec", 32),
     ]
+    ray_args = {"num_cpus": RAY_ACTOR_CPUS}
+    for sampler, args in (("multiprocessing", {}), ("ray", ray_args)):
+        rows += [
+            corral_row(sampler, "default", n_workers=2, sampler_args=args),
+            corral_row(sampler, "vec", 16, n_workers=2, sampler_args=args),
+        ]
     return rows
+
+
+def select(items: Iterable[Any], patterns: list[str] | None, no_ray: bool) -> list[Any]:
+    """Rows (or call-cost specs) whose ``key`` contains one of ``patterns`` (all when None);
+    without the Ray ones when ``no_ray``."""
+    out = []
+    for item in items:
+        if no_ray and getattr(item, "sampler", None) == "ray":
+            continue
+        if patterns and not any(p in item.key for p in patterns):
+            continue
+        out.append(item)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- targets
+@dataclass
+class Target:
+    """A required speed-up: row ``row`` at least ``minimum`` times row ``base`` (steps/s medians)."""
+
+    env_id: str
+    row: str
+    base: str
+    minimum: float
+    label: str
+
+
+def default_targets() -> list[Target]:
+    """The speed targets of the parallel samplers (issue 4, "Speed")."""
+    mp_def, mp_vec = corral_key("multiprocessing", "default", 1, 2), corral_key("multiprocessing", "vec", 16, 2)
+    ray_def, ray_vec = corral_key("ray", "default", 1, 2), corral_key("ray", "vec", 16, 2)
+    local_def, local_vec = corral_key("local", "default", 1, 1), corral_key("local", "vec", 32, 1)
+    return [
+        Target(CPU_HEAVY_ID, mp_def, local_def, 1.8, "multiprocessing 2 workers (default) vs local"),
+        Target(CPU_HEAVY_ID, mp_vec, local_vec, 1.8, "multiprocessing 2 workers x vec(16) vs local vec(32)"),
+        Target(CPU_HEAVY_ID, ray_def, local_def, 1.6, "ray 2 workers (default) vs local"),
+        Target(CPU_HEAVY_ID, ray_vec, local_vec, 1.6, "ray 2 workers x vec(16) vs local vec(32)"),
+        Target("CartPole-v1", mp_vec, local_vec, 1.5, "multiprocessing 2 workers x vec(16) vs local vec(32)"),
+        Target("CartPole-v1", mp_vec, "gym_async/2x16", 2.5,
+               "multiprocessing 2 workers x vec(16) vs gym AsyncVectorEnv 2 procs x 16 envs"),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- measuring
 @dataclass
 class Result:
-    """Measurements of one row: steps per wall-clock second and per CPU second of this process."""
+    """Measurements of one row: steps per wall-clock second and per CPU second.
+
+    The CPU time of a row that works in other processes is this process's plus those processes'
+    (and, for Ray rows, the Ray runtime's own processes): ``multi_process`` is then true.
+    """
 
     spec: RowSpec
     rates: list[float] = field(default_factory=list)
     cpu_rates: list[float] = field(default_factory=list)
     steps: int = 0
     error: str | None = None
+    multi_process: bool = False
 
     @property
     def median(self) -> float:
@@ -305,9 +584,34 @@ class Result:
         return statistics.median(self.rates) if self.rates else float("nan")
 
     @property
+    def spread(self) -> str:
+        """Half the range of the repeats, as a percentage of the median ("" for one repeat)."""
+        if len(self.rates) < 2:
+            return ""
+        return f"{(max(self.rates) - min(self.rates)) / 2 / self.median * 100:.0f}%"
+
+    @property
     def cpu_median(self) -> float | None:
-        """Median steps per CPU second (None for rows whose work is not all in this process)."""
+        """Median steps per CPU second (None when no CPU time could be measured)."""
         return statistics.median(self.cpu_rates) if self.cpu_rates else None
+
+
+def _row_processes(runner: Runner, claimed: set[int]) -> set[int]:
+    """The processes whose CPU time counts for ``runner`` besides this one: its own, and for a Ray
+    row the Ray runtime's (every Ray process below this one that no other row claims)."""
+    own = set(runner.child_pids())
+    if not runner.uses_ray:
+        return own
+    others = claimed - own
+    return own | {p for p in _descendants(_proc_table(), os.getpid()) - others if _is_ray_process(p)}
+
+
+def _cpu_of(pids: set[int]) -> dict[int, float] | None:
+    """CPU seconds of those of ``pids`` that are running (None without /proc)."""
+    table = _proc_table()
+    if not table:
+        return None
+    return {p: table[p][1] for p in pids if p in table}
 
 
 def measure(ctx: BenchContext, rows: list[RowSpec], budget_s: float, warmup_s: float, repeats: int,
@@ -315,36 +619,57 @@ def measure(ctx: BenchContext, rows: list[RowSpec], budget_s: float, warmup_s: f
     """Build every row, warm it up, then measure the rows round-robin ``repeats`` times."""
     results = [Result(spec) for spec in rows]
     runners: list[Runner | None] = []
-    for res in results:
-        runner = None
-        try:
-            runner = res.spec.build(ctx)
-            runner.run(warmup_s)
-        except Exception as exc:  # a broken row is reported, the others still run
-            res.error = f"{type(exc).__name__}: {exc}"
-            log(f"  {res.spec.method} N={res.spec.n}: FAILED ({res.error})")
-            if runner is not None:
-                try:
-                    runner.close()
-                except Exception:
-                    pass
-            runner = None
-        runners.append(runner)
     try:
+        for res in results:
+            runner = None
+            try:
+                t0 = time.perf_counter()
+                runner = res.spec.build(ctx)
+                built = time.perf_counter() - t0
+                runner.run(warmup_s)
+                if not runner.in_process:
+                    log(f"  {res.spec.method} N={res.spec.n}: started in {built:.1f} s (not measured)")
+            except Exception as exc:  # a broken row is reported, the others still run
+                res.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                log(f"  {res.spec.method} N={res.spec.n}: FAILED ({res.error})")
+                if runner is not None:
+                    try:
+                        runner.close()
+                    except Exception:
+                        pass
+                runner = None
+            runners.append(runner)
+        claimed = {p for r in runners if r is not None for p in r.child_pids()}
+        cpu_lost: set[int] = set()  # rows whose other processes' CPU time could not be read
         for rep in range(repeats):
-            for res, runner in zip(results, runners):
+            for k, (res, runner) in enumerate(zip(results, runners)):
                 if runner is None:
                     continue
+                pids = set() if runner.in_process else _row_processes(runner, claimed)
+                before = _cpu_of(pids)
                 steps, wall, cpu = runner.run(budget_s)
+                after = _cpu_of(pids)
                 res.rates.append(steps / wall)
-                if runner.in_process and cpu > 0:
-                    res.cpu_rates.append(steps / cpu)
                 res.steps += steps
+                if not runner.in_process:
+                    res.multi_process = True
+                    own = set(runner.child_pids())
+                    if before is None or after is None or not own <= before.keys() & after.keys():
+                        cpu_lost.add(k)  # no /proc, or a worker went away: no honest total
+                    else:  # (a Ray runtime process that came or went in between is left out)
+                        cpu += sum(after[p] - before[p] for p in before.keys() & after.keys())
+                if cpu > 0 and k not in cpu_lost:
+                    res.cpu_rates.append(steps / cpu)
             log(f"  repeat {rep + 1}/{repeats} done")
+        for k in cpu_lost:
+            results[k].cpu_rates.clear()
     finally:
         for runner in runners:
             if runner is not None:
-                runner.close()
+                try:
+                    runner.close()
+                except Exception as exc:  # noqa: BLE001 - close the others anyway
+                    log(f"  closing a row failed: {type(exc).__name__}: {exc}")
     return results
 
 
@@ -352,28 +677,188 @@ def _ratio(x: float | None, y: float | None) -> str:
     return f"{x / y:.2f}x" if x and y and np.isfinite(x) and np.isfinite(y) else ""
 
 
+TABLE_HEADER = ("| method | N | steps/s | ± | vs local (same worker) | vs SyncVectorEnv (same N) | vs raw random loop "
+                "| steps/CPU-s | CPU: vs SyncVectorEnv | CPU: vs raw random |")
+
+
 def table(results: list[Result]) -> str:
     """The markdown table of one environment."""
     raw = next((r for r in results if r.spec.kind == "raw_random" and not r.error), None)
     sync = {r.spec.n: r for r in results if r.spec.kind == "gym_sync" and not r.error}
-    lines = [
-        "| method | N | steps/s | vs SyncVectorEnv (same N) | vs raw random loop "
-        "| steps/CPU-s | CPU: vs SyncVectorEnv | CPU: vs raw random |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    by_key = {r.spec.key: r for r in results if not r.error}
+    lines = [TABLE_HEADER, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         if r.error:
-            lines.append(f"| {r.spec.method} | {r.spec.n} | failed: {r.error} | | | | | |")
+            lines.append(f"| {r.spec.method} | {r.spec.n} | failed: {r.error} | | | | | | | |")
             continue
         base = sync.get(r.spec.compare_n) if r.spec.compare_n is not None else None
-        cpu = f"{r.cpu_median:,.0f}" if r.cpu_median else "n/a"
+        local = by_key.get(r.spec.vs_local) if r.spec.vs_local else None
+        cpu = f"{r.cpu_median:,.0f}" + (" †" if r.multi_process else "") if r.cpu_median else "n/a"
         lines.append(
-            f"| {r.spec.method} | {r.spec.n} | {r.median:,.0f} "
+            f"| {r.spec.method} | {r.spec.n} | {r.median:,.0f} | {r.spread} "
+            f"| {_ratio(r.median, local.median if local else None)} "
             f"| {_ratio(r.median, base.median if base else None)} | {_ratio(r.median, raw.median if raw else None)} "
             f"| {cpu} | {_ratio(r.cpu_median, base.cpu_median if base else None)} "
             f"| {_ratio(r.cpu_median, raw.cpu_median if raw else None)} |"
         )
     return "\n".join(lines)
+
+
+def targets_table(env_id: str, results: list[Result], targets: list[Target]) -> str:
+    """Which speed targets of ``env_id`` this run meets (empty when none applies)."""
+    by_key = {r.spec.key: r for r in results if not r.error}
+    lines = []
+    for t in targets:
+        if t.env_id != env_id:
+            continue
+        row, base = by_key.get(t.row), by_key.get(t.base)
+        if row is None or base is None:
+            lines.append(f"| {t.label} | >= {t.minimum:g}x | not measured | | |")
+            continue
+        ratio = row.median / base.median
+        # the two rows measured in the same round (a few seconds apart), round by round
+        rounds = [a / b for a, b in zip(row.rates, base.rates)]
+        spread = f"{min(rounds):.2f}x to {max(rounds):.2f}x" if len(rounds) > 1 else ""
+        lines.append(f"| {t.label} | >= {t.minimum:g}x | {ratio:.2f}x ({row.median:,.0f} / {base.median:,.0f} "
+                     f"steps/s) | {spread} | {'yes' if ratio >= t.minimum else '**no**'} |")
+    if not lines:
+        return ""
+    return "\n".join(["| speed target | required | measured (ratio of medians) | same-round ratios | met |",
+                      "|---|---:|---:|---:|---|", *lines])
+
+
+# ---------------------------------------------------------------------------------------------- call cost
+@dataclass
+class CallCostSpec:
+    """A sampler whose fixed cost per ``obtain_samples`` call is measured."""
+
+    label: str
+    sampler: str
+    worker: str
+    n_envs: int = 1
+    n_workers: int = 1
+    sampler_args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """Same form as the corral rows' keys (``--rows`` filters on it)."""
+        return corral_key(self.sampler, self.worker, self.n_envs, self.n_workers)
+
+
+@dataclass
+class CallCost:
+    """Per-call times (seconds) of one sampler, with and without an agent update."""
+
+    spec: CallCostSpec
+    with_update: list[float] = field(default_factory=list)
+    without_update: list[float] = field(default_factory=list)
+    steps_per_call: int = 0
+    update_bytes: int = 0
+    error: str | None = None
+
+
+def call_cost_specs() -> list[CallCostSpec]:
+    """The samplers whose per-call cost is measured."""
+    specs = []
+    for worker, n_envs in (("default", 1), ("vec", 16)):
+        w = worker if worker == "default" else f"{worker}({n_envs})"
+        specs.append(CallCostSpec(f"local + {w} (1 worker)", "local", worker, n_envs, 1))
+        specs.append(CallCostSpec(f"multiprocessing + {w} (2 workers)", "multiprocessing", worker, n_envs, 2))
+        specs.append(CallCostSpec(f"ray + {w} (2 workers)", "ray", worker, n_envs, 2, {"num_cpus": RAY_ACTOR_CPUS}))
+    return specs
+
+
+def measure_call_cost(spec: CallCostSpec, seed: int, calls: int, warmup_calls: int = 5) -> CallCost:
+    """The fixed cost of ``obtain_samples``: calls that do almost no sampling.
+
+    The sampler is built on CartPole-v1 with ``max_episode_length=1``, so ``obtain_samples(itr, 1,
+    update)`` makes every worker reset its environments and take one step per environment (one
+    1-step episode per environment: 1 step for the default worker, ``n_envs`` for vec) and return
+    them. What remains is the per-call machinery: the agent update pickled/shipped and loaded
+    (``update = policy.get_param_values()``, as a trainer sends every epoch), the request, the
+    batch sent back and concatenated. Calls with ``update=None`` (nothing shipped) alternate with
+    them, so their difference is the update's share. Start-up and ``warmup_calls`` are excluded.
+    """
+    ctx = BenchContext(env_id=CALL_COST_ENV, seed=seed, batch_size=1)
+    policy = ctx.make_policy(1)
+    result = CallCost(spec)
+    worker_args = {"n_envs": spec.n_envs} if spec.worker != "default" else {}
+    sampler = build_sampler(ctx, spec.sampler, spec.worker, worker_args, spec.n_workers, spec.sampler_args,
+                            policy, max_episode_length=1)
+    try:
+        import pickle
+
+        params = policy.get_param_values()
+        result.update_bytes = len(pickle.dumps(params, protocol=5))
+        for itr in range(warmup_calls):
+            sampler.obtain_samples(itr, 1, params)
+            sampler.obtain_samples(itr, 1, None)
+        for itr in range(warmup_calls, warmup_calls + calls):
+            t0 = time.perf_counter()
+            batch = sampler.obtain_samples(itr, 1, params)
+            t1 = time.perf_counter()
+            sampler.obtain_samples(itr, 1, None)
+            t2 = time.perf_counter()
+            result.with_update.append(t1 - t0)
+            result.without_update.append(t2 - t1)
+            result.steps_per_call = len(batch)
+    finally:
+        sampler.shutdown_worker()
+    return result
+
+
+def call_cost_table(costs: list[CallCost]) -> str:
+    """Milliseconds per call (median, and 90th percentile) with and without an agent update, and
+    the difference to the local sampler with the same worker type (the parallel machinery's cost)."""
+    lines = ["| sampler | steps per call | ms per call (median) | p90 | ms per call, no agent update (median) "
+             "| update's share (ms) | more than local, same worker (ms) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    local = {c.spec.worker: statistics.median(c.with_update) for c in costs
+             if c.spec.sampler == "local" and not c.error and c.with_update}
+    for c in costs:
+        if c.error:
+            lines.append(f"| {c.spec.label} | | failed: {c.error} | | | | |")
+            continue
+        med, med_none = statistics.median(c.with_update) * 1e3, statistics.median(c.without_update) * 1e3
+        p90 = float(np.percentile(c.with_update, 90)) * 1e3
+        extra = ""
+        if c.spec.sampler != "local" and c.spec.worker in local:
+            extra = f"{med - local[c.spec.worker] * 1e3:+.2f}"
+        lines.append(f"| {c.spec.label} | {c.steps_per_call} | {med:.2f} | {p90:.2f} | {med_none:.2f} "
+                     f"| {med - med_none:+.2f} | {extra} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- run
+def start_ray(log: Callable[[str], None] = print) -> Any:
+    """One local Ray runtime for the whole run (every RaySampler reuses it); returns the module."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    t0 = time.perf_counter()
+    # address="local": always a new runtime of our own, never someone else's `ray start` cluster.
+    ray.init(address="local", num_cpus=RAY_NUM_CPUS, include_dashboard=False, configure_logging=False)
+    log(f"Ray runtime started in {time.perf_counter() - t0:.1f} s (not measured)")
+    return ray
+
+
+def leftovers(wait_s: float = 15.0) -> list[str]:
+    """Processes started by this run that are still running (after waiting up to ``wait_s``), and
+    this process's shared-memory segments; multiprocessing's own helpers (resource tracker,
+    forkserver), which exit with this process, do not count."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        table = _proc_table()
+        alive = sorted(p for p in _descendants(table, os.getpid()) if not _is_stdlib_helper(p, table))
+        try:
+            from corral.lib.shared_memory import segment_prefix
+
+            prefix = segment_prefix()
+            segments = sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix))
+        except (ImportError, OSError):
+            segments = []
+        if (not alive and not segments) or time.monotonic() > deadline:
+            return [f"pid {p}: {_cmdline(p)[:120]}" for p in alive] + [f"/dev/shm/{s}" for s in segments]
+        time.sleep(0.5)
 
 
 def machine_info() -> str:
@@ -397,6 +882,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=float, default=None, help="warm-up seconds per row (default 0.5; quick 0)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="steps per obtain_samples call (default 4096; quick 256)")
+    p.add_argument("--calls", type=int, default=None,
+                   help="timed calls per sampler for the per-call cost table (default 200; quick 5; 0: skip it)")
+    p.add_argument("--rows", nargs="+", default=None, metavar="KEY",
+                   help="only rows (and per-call-cost samplers) whose key contains one of these, e.g. "
+                        "'ray' 'local/vec/1x32' 'gym_async' (keys: see --list)")
+    p.add_argument("--no-ray", action="store_true", help="leave out the Ray rows (no Ray runtime is started)")
+    p.add_argument("--list", action="store_true", help="print the row keys and exit")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--note", default="", help="a line written under the header (e.g. what else was running)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="markdown output (default: %(default)s)")
@@ -406,12 +898,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.repeats = args.repeats if args.repeats is not None else (1 if q else 5)
     args.warmup = args.warmup if args.warmup is not None else (0.0 if q else 0.5)
     args.batch_size = args.batch_size if args.batch_size is not None else (256 if q else 4096)
+    args.calls = args.calls if args.calls is not None else (5 if q else 200)
     return args
+
+
+NOTES = """Notes:
+- Start-up is never measured: every row is built (worker processes spawned, Ray actors placed, \
+AsyncVectorEnv processes started) and warmed up before measuring starts; samplers are called with a \
+fresh parameter update every call, as a trainer does.
+- vs local (same worker): a parallel sampler's steps/s over the local sampler's with one worker of the \
+same type and the same total number of environments (2 x vec(16) vs one vec(32)); for the default worker, \
+which steps one environment at a time, the baseline is the one-worker local row (the `local + default \
+(2 workers)` row shows that a second local worker, run after the first, gives the same rate).
+- gym AsyncVectorEnv "2 procs x SyncVectorEnv(16)": gymnasium's AsyncVectorEnv runs one sub-environment \
+per process, so 2 processes x 16 environments is an AsyncVectorEnv over 2 sub-environments that are \
+each a SyncVectorEnv of 16 (outer autoreset disabled, inner NEXT_STEP); the main process makes one \
+batched policy call for all 32 per step. "32 procs" is the plain form (32 processes, 1 environment \
+each). Processes start with the forkserver method.
+- steps/CPU-s: for rows marked † the CPU time is this process's plus the row's worker processes' \
+(and for Ray rows every Ray runtime process: raylet, GCS, idle workers), read from /proc; it is the \
+machine's total CPU cost per step, not a speed.
+- Ray: one runtime for the whole run, `ray.init(address="local", num_cpus=2, include_dashboard=False)`, \
+shared by every Ray row and shut down at the end; actors reserve num_cpus=0.5 each (a scheduling \
+number only, so that both Ray rows of a table exist at once on 2 CPUs; actors use 1 torch thread)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the tables and write them to ``--out``."""
     args = parse_args(argv)
+    rows = select(default_rows(), args.rows, args.no_ray)
+    specs = select(call_cost_specs(), args.rows, args.no_ray) if args.calls > 0 else []
+    if args.list:
+        print("\n".join(f"{r.key:32s} {r.method} (N={r.n})" for r in default_rows()))
+        return 0
     import torch
 
     torch.set_num_threads(1)  # what corral's trainer and worker processes use
@@ -431,29 +950,66 @@ def main(argv: list[str] | None = None) -> int:
         "policy MLPPolicy 64x64 tanh (stochastic), torch threads 1.",
         "",
         "Columns: steps/s is environment steps per wall-clock second (median over repeats; rows are "
-        "measured round-robin). steps/CPU-s divides by this process's CPU time instead, which other "
-        "processes on a shared machine disturb much less (n/a for rows that work in other processes). "
+        "measured round-robin); ± is half the range of the repeats, in percent of the median. steps/CPU-s divides by CPU time instead, which other processes on a "
+        "shared machine disturb much less († = summed over several processes, see the notes). "
         "Ratios are between medians of this run.",
+        "",
+        NOTES,
     ]
     if args.note:
         header += ["", args.note]
     print("\n".join(header), flush=True)
     sections = []
-    for env_id in args.envs:
-        print(f"\nmeasuring {env_id} ...", flush=True)
-        ctx = BenchContext(env_id=env_id, seed=args.seed, batch_size=args.batch_size)
-        t0 = time.perf_counter()
-        results = measure(ctx, default_rows(), args.budget, args.warmup, args.repeats)
-        text = f"## {env_id}\n\n{table(results)}\n\n({time.perf_counter() - t0:.0f} s for this table)"
-        print("\n" + text, flush=True)
-        sections.append(text)
-    footer = f"finished {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; {machine_info()}"
+    targets = default_targets()
+    ray = None
+    try:
+        if any(r.sampler == "ray" for r in rows) or any(s.sampler == "ray" for s in specs):
+            ray = start_ray()
+        for env_id in args.envs:
+            print(f"\nmeasuring {env_id} ...", flush=True)
+            ctx = BenchContext(env_id=env_id, seed=args.seed, batch_size=args.batch_size)
+            t0 = time.perf_counter()
+            results = measure(ctx, rows, args.budget, args.warmup, args.repeats)
+            text = f"## {env_id}\n\n{table(results)}\n\n({time.perf_counter() - t0:.0f} s for this table)"
+            tt = targets_table(env_id, results, targets)
+            if tt:
+                text += f"\n\nSpeed targets (issue 4) on {env_id}:\n\n{tt}"
+            print("\n" + text, flush=True)
+            sections.append(text)
+        if specs:
+            print(f"\nmeasuring the fixed cost of one obtain_samples call ({args.calls} calls each) ...", flush=True)
+            costs = []
+            for spec in specs:
+                try:
+                    costs.append(measure_call_cost(spec, args.seed, args.calls))
+                except Exception as exc:  # noqa: BLE001 - reported in the table
+                    costs.append(CallCost(spec, error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300]))
+            update_kb = max((c.update_bytes for c in costs), default=0) / 1024
+            text = (
+                "## Fixed cost of one obtain_samples call\n\n"
+                f"Method: each sampler is built on {CALL_COST_ENV} with `max_episode_length=1` and called "
+                f"`obtain_samples(itr, 1, update)` {args.calls} times after 5 warm-up calls: every worker resets its "
+                "environments and takes one step each (one 1-step episode per environment), so a call is almost "
+                "only the per-call machinery: the agent update (`policy.get_param_values()`, "
+                f"{update_kb:.1f} KiB pickled) shipped and loaded, the request, the episodes sent back and "
+                "concatenated. Calls with `update=None` alternate with them; the difference is the update's "
+                "share. Median and 90th percentile over the calls (start-up excluded). The local rows are the "
+                "in-process floor (the sampling itself).\n\n" + call_cost_table(costs)
+            )
+            print("\n" + text, flush=True)
+            sections.append(text)
+    finally:
+        if ray is not None:
+            ray.shutdown()
+    left = leftovers()
+    footer = (f"finished {dt.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}; {machine_info()}\n\n"
+              f"processes and shared-memory segments left after shutdown: {'; '.join(left) if left else 'none'}")
     print("\n" + footer)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\n".join(header) + "\n\n" + "\n\n".join(sections) + "\n\n" + footer + "\n")
         print(f"wrote {args.out}")
-    return 0
+    return 1 if left else 0
 
 
 if __name__ == "__main__":

@@ -384,8 +384,6 @@ class SamplerContract:
             f"obtain_exact_episodes({n}) with {self.n_workers} workers returned {got.n_episodes} episodes"
         )
         assert got.complete.all()
-        reference = self.open_local(factory, policy, env)
-        assert got.differences(reference.obtain_exact_episodes(n, params)) == []
         episodes = got.split()
         for i in range(self.n_workers):
             worker = factory(i)
@@ -400,8 +398,11 @@ class SamplerContract:
             assert block.differences(alone) == [], (
                 f"episodes {i * n}..{(i + 1) * n - 1} are not worker {i}'s: results must come in worker order"
             )
+        reference = self.open_local(factory, policy, env)
+        assert got.differences(reference.obtain_exact_episodes(n, params)) == [], "differs from LocalSampler's"
         again = sampler.obtain_exact_episodes(n, params)
-        assert again.differences(reference.obtain_exact_episodes(n, params)) == []
+        diffs = again.differences(reference.obtain_exact_episodes(n, params))
+        assert diffs == [], f"the second call differs from LocalSampler's in {diffs}"
 
     def test_agent_updates_apply_to_every_worker_before_sampling(self) -> None:
         """A batch holds only episodes of the agent it was asked for; per-worker lists are honoured."""

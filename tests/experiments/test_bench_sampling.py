@@ -1,19 +1,28 @@
-"""Smoke test of experiments/bench_sampling.py: it runs, prints every row and writes its table.
+"""Smoke tests of experiments/bench_sampling.py: it runs, prints every row and writes its tables,
+and leaves no process behind.
 
 Timings are never asserted (the machine is shared); only that the benchmark completes and reports.
+The main smoke test leaves the Ray rows out (``--no-ray``: Ray's start-up would dominate it); a
+second test runs only the Ray rows and their local baselines.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from types import ModuleType
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "bench_sampling.py"
 ENVS = ["CartPole-v1", "corral/CPUHeavyCartPole-v1"]
+QUICK = ["--quick", "--budget", "0.02", "--batch-size", "64", "--calls", "2"]
 
 
 def load_bench() -> ModuleType:
@@ -28,27 +37,122 @@ def load_bench() -> ModuleType:
     return sys.modules[name]
 
 
-def test_quick_run_prints_every_row_and_writes_the_table(tmp_path: Path) -> None:
+def marked_processes(marker: str) -> list[str]:
+    """Running processes whose environment holds ``marker`` (inherited from the benchmark run)."""
+    needle = marker.encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle not in f.read():
+                    continue
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            found.append(f"{name}: {cmdline[:150]}")
+        except OSError:
+            continue
+    return found
+
+
+def run_bench(tmp_path: Path, *args: str, timeout: float = 240) -> tuple[subprocess.CompletedProcess, str, str]:
+    """Run the benchmark in a subprocess; return (process, written markdown, marker)."""
     out = tmp_path / "bench.md"
-    cmd = [sys.executable, str(SCRIPT), "--quick", "--budget", "0.02", "--batch-size", "64",
-           "--envs", *ENVS, "--out", str(out)]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    marker = f"corral-bench-test-{uuid.uuid4().hex}"
+    env = dict(os.environ, CORRAL_BENCH_TEST_MARKER=marker)
+    cmd = [sys.executable, str(SCRIPT), *QUICK, *args, "--out", str(out)]
+    try:
+        proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+    finally:
+        if sys.platform.startswith("linux"):  # nothing the run started may outlive it
+            deadline = time.monotonic() + 15
+            while (left := marked_processes(marker)) and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert not left, f"processes left by the benchmark: {left}"
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc, out.read_text(), marker
+
+
+def table_lines(section: str) -> list[list[str]]:
+    """The cells of the first markdown table of ``section`` (header and rule excluded)."""
+    lines = ("\n" + section).split("\n\n| ", 1)[1].split("\n\n", 1)[0].splitlines()
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines[2:]]
+
+
+def section_of(text: str, title: str) -> str:
+    return text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def check_rows(section: str, rows: list) -> None:
+    """Every row in order, labelled, with a positive rate; ratios and CPU columns where expected."""
+    bench = load_bench()
+    assert bench.TABLE_HEADER in section
+    lines = table_lines(section)
+    assert len(lines) == len(rows), section
+    keys = {row.key for row in rows}
+    for row, cells in zip(rows, lines):
+        assert cells[0] == row.method and cells[1] == str(row.n), cells
+        assert "failed" not in cells[2], cells
+        assert float(cells[2].replace(",", "")) > 0, cells
+        if row.vs_local in keys:  # a parallel row: compared with its local baseline
+            assert cells[4].endswith("x"), cells
+        if row.kind == "gym_async" or (row.sampler not in (None, "local")):
+            # CPU time summed over this process and the row's processes (Linux /proc), never one process's
+            assert cells[7] == "n/a" or cells[7].endswith("†"), cells
+            if sys.platform.startswith("linux"):
+                assert cells[7].endswith("†"), cells
+
+
+def test_quick_run_prints_every_row_and_writes_the_table(tmp_path: Path) -> None:
+    proc, written, _ = run_bench(tmp_path, "--no-ray", "--envs", *ENVS)
     text = proc.stdout
     assert "cpu_count=" in text and "gymnasium" in text and "torch" in text
     assert "--quick" in text  # the exact command is printed
-    rows = load_bench().default_rows()
-    assert rows
-    written = out.read_text()
+    assert "Ray runtime started" not in text  # --no-ray: no Ray runtime
+    bench = load_bench()
+    rows = [row for row in bench.default_rows() if row.sampler != "ray"]
+    assert rows and len(rows) < len(bench.default_rows())
+    assert any(row.sampler == "multiprocessing" for row in rows) and any(row.kind == "gym_async" for row in rows)
     assert written.startswith("# Sampling throughput") and "Command: `" in written and "Date: " in written
     for env_id in ENVS:
-        section = written.split(f"## {env_id}\n", 1)[1].split("\n## ", 1)[0]
-        assert "| method | N | steps/s | vs SyncVectorEnv (same N) | vs raw random loop |" in section
-        lines = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| method")]
-        assert len(lines) == len(rows), section
-        for row, line in zip(rows, lines):
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            assert cells[0] == row.method and cells[1] == str(row.n), line
-            assert "failed" not in cells[2], line
-            assert float(cells[2].replace(",", "")) > 0, line
+        section = section_of(written, env_id)
+        check_rows(section, rows)
+        assert "Speed targets" in section and "| multiprocessing 2 workers x vec(16) vs local vec(32) |" in section
         assert f"## {env_id}" in text  # and the same table went to stdout
+    costs = table_lines(section_of(written, "Fixed cost of one obtain_samples call"))
+    labels = [spec.label for spec in bench.call_cost_specs() if spec.sampler != "ray"]
+    assert [cells[0] for cells in costs] == labels
+    for cells in costs:
+        assert float(cells[2]) > 0 and float(cells[4]) > 0, cells
+    assert "left after shutdown: none" in written
+
+
+def test_ray_rows_share_one_runtime_and_leave_nothing_running(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    bench = load_bench()
+    baselines = [bench.corral_key("local", "default"), bench.corral_key("local", "vec", 32)]
+    proc, written, _ = run_bench(tmp_path, "--envs", "CartPole-v1", "--rows", "ray", *baselines)
+    assert proc.stdout.count("Ray runtime started") == 1  # one runtime for every Ray row and the cost table
+    rows = bench.select(bench.default_rows(), ["ray", *baselines], no_ray=False)
+    assert [row.sampler for row in rows].count("ray") == 2
+    check_rows(section_of(written, "CartPole-v1"), rows)
+    costs = table_lines(section_of(written, "Fixed cost of one obtain_samples call"))
+    specs = bench.select(bench.call_cost_specs(), ["ray", *baselines], no_ray=False)
+    assert [cells[0] for cells in costs] == [spec.label for spec in specs]
+    assert [spec.sampler for spec in specs].count("ray") == 2
+    assert "left after shutdown: none" in written
+
+
+def test_rows_have_unique_keys_and_parallel_rows_a_local_baseline() -> None:
+    bench = load_bench()
+    rows = bench.default_rows()
+    keys = [row.key for row in rows]
+    assert len(set(keys)) == len(keys)
+    for row in rows:
+        if row.sampler in ("multiprocessing", "ray"):
+            assert row.vs_local in keys, row
+    for target in bench.default_targets():
+        assert target.row in keys and target.base in keys, target
+    assert bench.select(rows, None, no_ray=True) == [row for row in rows if row.sampler != "ray"]
+    assert [row.key for row in bench.select(rows, ["gym_async"], no_ray=False)] == ["gym_async/2x16", "gym_async/32x1"]

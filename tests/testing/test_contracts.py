@@ -15,6 +15,8 @@ from corral.framework.errors import WorkerError
 from corral.testing import AlgorithmContract, SamplerContract, WorkerContract
 from corral.testing.faulty_envs import EnvironmentFailure
 
+pytest_plugins = ["pytester"]
+
 
 # ============================================================================================= samplers
 class TestLocalSamplerContract(SamplerContract):
@@ -102,3 +104,136 @@ class TestVPGContract(AlgorithmContract):
 
     algo_name = "vpg"
     algo_config = {"vf_iters": 5}
+
+
+class TestTRPOContract(AlgorithmContract):
+    """``algo=trpo`` (two value-function passes, to stay quick)."""
+
+    algo_name = "trpo"
+    algo_config = {"vf_epochs": 2}
+
+
+# ================================================================== the suites catch broken components
+BROKEN = '''
+import subprocess, sys, os
+import numpy as np
+from corral import LocalSampler, DefaultWorker, VPG
+from corral.framework.batch import EpisodeBatch
+from corral.framework.errors import WorkerError
+from corral.testing import AlgorithmContract, SamplerContract, WorkerContract
+from corral.testing.faulty_envs import EnvironmentFailure
+
+
+class ReversedSampler(LocalSampler):
+    """Returns the workers' episodes in reverse worker order."""
+
+    def obtain_exact_episodes(self, n, agent_update, env_update=None):
+        self._update(agent_update, env_update)
+        return EpisodeBatch.concatenate(*[w.rollout(n_episodes=n) for w in reversed(self._workers)])
+
+
+class StaleSampler(LocalSampler):
+    """Ignores agent updates: keeps sampling with the agent it was built with."""
+
+    def _update(self, agent_update, env_update):
+        super()._update(None if hasattr(self, "_had_agent") else agent_update, env_update)
+        self._had_agent = True
+
+
+class LeakySampler(LocalSampler):
+    """Starts a helper process and never stops it."""
+
+    def __init__(self, agents, envs, **kwargs):
+        super().__init__(agents, envs, **kwargs)
+        self.helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        with open(os.environ["LEAK_PID_FILE"], "a") as f:
+            f.write(f"{self.helper.pid}\\n")
+
+
+class GlobalNoiseWorker(DefaultWorker):
+    """Adds observation noise from numpy's global RNG (the classic reproducibility bug)."""
+
+    def rollout(self, *, min_steps=None, n_episodes=None):
+        batch = super().rollout(min_steps=min_steps, n_episodes=n_episodes)
+        noisy = batch.observations + np.random.normal(0, 0.1, batch.observations.shape).astype(np.float32)
+        return EpisodeBatch(noisy, batch.actions, batch.rewards, batch.step_types, batch.lengths,
+                            batch.last_observations, agent_infos=batch.agent_infos)
+
+
+class ForgetfulVPG(VPG):
+    """Snapshots the networks but not the optimiser state."""
+
+    def state_dict(self):
+        return {"policy": {k: v.clone() for k, v in self.policy.state_dict().items()},
+                "value_function": {k: v.clone() for k, v in self.value_function.state_dict().items()}}
+
+    def load_state_dict(self, state):
+        self.policy.load_state_dict(state["policy"])
+        self.value_function.load_state_dict(state["value_function"])
+
+
+class TestReversed(SamplerContract):
+    sampler_class = ReversedSampler
+    env_failure_errors = (WorkerError, EnvironmentFailure)
+
+
+class TestStale(SamplerContract):
+    sampler_class = StaleSampler
+    env_failure_errors = (WorkerError, EnvironmentFailure)
+
+
+class TestLeaky(SamplerContract):
+    sampler_class = LeakySampler
+    shutdown_timeout = 0.5
+
+
+class TestGlobalNoise(WorkerContract):
+    worker_class = GlobalNoiseWorker
+
+
+class TestForgetful(AlgorithmContract):
+    def make_algorithm(self, env_spec, policy, seed):
+        return ForgetfulVPG(env_spec, policy, seed=seed, vf_iters=2)
+'''
+
+
+def test_the_suites_fail_broken_components(pytester: pytest.Pytester, tmp_path) -> None:
+    """Each deliberately broken component fails exactly the checks that describe its bug."""
+    import signal
+
+    pid_file = tmp_path / "leaked.pids"
+    pytester.makepyfile(test_broken=BROKEN)
+    os.environ["LEAK_PID_FILE"] = str(pid_file)
+    try:
+        result = pytester.runpytest_inprocess(
+            "-p", "no:cacheprovider", "-q", "-k",
+            "(Reversed and exact) or (Stale and agent_updates) or (Leaky and nothing_left) or GlobalNoise "
+            "or Forgetful",
+        )
+    finally:
+        os.environ.pop("LEAK_PID_FILE", None)
+        for pid in pid_file.read_text().split() if pid_file.exists() else []:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+                os.waitpid(int(pid), 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+    failed = {r.nodeid.split("::", 1)[1] for r in result.reprec.getreports("pytest_runtest_logreport")
+              if r.failed}
+    assert {
+        "TestReversed::test_obtain_exact_episodes_in_worker_order[default]",
+        "TestReversed::test_obtain_exact_episodes_in_worker_order[vec]",
+        "TestStale::test_agent_updates_apply_to_every_worker_before_sampling",
+        "TestLeaky::test_nothing_left_running_after_shutdown",
+        "TestGlobalNoise::test_same_seed_same_episodes_other_seed_different",
+        "TestGlobalNoise::test_state_dict_round_trip",
+        "TestForgetful::test_state_dict_round_trip_trains_identically",
+    } <= failed, result.stdout.str()[-5000:]
+    text = result.stdout.str()
+    assert "are not worker 1's: results must come in worker order" in text or "are not worker 0's" in text
+    assert "some worker sampled (part of) it with the old agent" in text
+    assert "still running" in text
+    assert "two workers with the same seed returned different episodes" in text
+    # The well-behaved checks of the same components still pass.
+    assert "TestGlobalNoise::test_shutdown_closes_environments" not in failed
+    assert "TestForgetful::test_train_once_changes_the_policy" not in failed

@@ -44,7 +44,9 @@ if ENV_ID not in gym.registry:
 class CPUHeavyEnvConfig(GymEnvConfig):
     """CartPole with extra per-step Python work."""
 
-    id: str = field(default=ENV_ID, metadata={"help": "gymnasium id of the CPU-heavy CartPole"})
+    id: str = field(default=f"{__name__}:{ENV_ID}",
+                    metadata={"help": "gymnasium id of the CPU-heavy CartPole (module-qualified, so spawned "
+                                      "worker processes import its registration)"})
     kwargs: dict[str, Any] = field(default_factory=lambda: {"work": 3000}, metadata={"help": "work: loop iterations per step"})
 
 

@@ -146,7 +146,8 @@ class RaySampler(Sampler):
             ray.init(address=self.address, log_to_driver=True, configure_logging=False)
         else:
             need = int(self.n_workers * self.num_cpus + 0.999)
-            ray.init(num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False,
+            # address="local": always a fresh runtime, never an existing `ray start` cluster or RAY_ADDRESS.
+            ray.init(address="local", num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False,
                      log_to_driver=True, configure_logging=False)
             self._started_ray = True
 

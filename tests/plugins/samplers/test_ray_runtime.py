@@ -23,9 +23,11 @@ def policy():
     return MLPPolicy(EnvSpec.from_env(EnvFactory("CartPole-v1")()))
 
 
-def test_starts_and_stops_its_own_runtime(policy) -> None:
+def test_starts_and_stops_its_own_runtime(policy, monkeypatch) -> None:
     if ray.is_initialized():
         ray.shutdown()
+    # address="" means a runtime of its own, even where RAY_ADDRESS points at a cluster.
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
     with RaySampler(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=100, n_workers=1, seed=1) as s:
         assert ray.is_initialized()
         assert len(s.obtain_samples(0, 100, policy.get_param_values())) >= 100
@@ -73,3 +75,65 @@ def test_train_py_on_a_two_node_cluster(ray_cluster, tmp_path: Path) -> None:
     # One CPU per node and one CPU per actor: the two actors can only run on two different nodes.
     assert "ray sampler: 2 actors on 2 node(s)" in out, out[-4000:]
     assert (tmp_path / "run" / "progress.csv").read_text().count("\n") == 3
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process whose parent chain reaches ``pid``."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    out: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - out
+        out |= frontier
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_ctrl_c_of_train_py_leaves_no_actor_or_ray_process(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(ROOT / "train.py"), "sampler=ray", "sampler.n_workers=2", "trainer.n_epochs=100000",
+           "trainer.max_env_steps=null", "trainer.batch_size=400", "trainer.eval_every=0", "trainer.progress=false",
+           "logger=[csv]", f"hydra.run.dir={run}"]
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    # Its own session, so the SIGINT reaches the whole process group as Ctrl-C in a terminal does.
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=env)
+    try:
+        deadline = time.monotonic() + 180
+        while not (run / "snapshots" / "latest").exists():
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no snapshot within 180 s"
+            time.sleep(0.05)
+        spawned = descendants(proc.pid)
+        assert spawned, "Ray started no processes?"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == 130, err[-3000:]
+    assert "corral: interrupted at epoch" in err
+    deadline = time.monotonic() + 30
+    while any(alive(p) for p in spawned) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p for p in spawned if alive(p)]
+    assert not left, [Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in left if alive(p)]
