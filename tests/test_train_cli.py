@@ -6,7 +6,6 @@ temporary directory and made visible through ``PYTHONPATH`` (see ``tests/data/pl
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,6 +15,8 @@ from typing import Sequence
 
 import pytest
 
+from corral.testing.modules import import_path
+
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "train.py"
 TIMEOUT = 180
@@ -24,14 +25,7 @@ SMALL = ["trainer.n_epochs=1", "trainer.batch_size=200", "trainer.eval_every=0",
 
 
 def _dists() -> ModuleType:
-    name = "corral_tests_plugin_dists"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "data" / "plugins" / "dists.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return import_path(REPO / "tests" / "data" / "plugins" / "dists.py", "corral_tests_plugin_dists")
 
 
 @pytest.fixture(scope="module")

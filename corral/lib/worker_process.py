@@ -98,6 +98,9 @@ def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_a
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     channel = _Channel(conn)
     _start_watchdog(parent_pid, channel)
+    # Which worker this process is (read by corral.testing.faulty_envs, for instance).
+    os.environ["CORRAL_WORKER_NUMBER"] = str(worker_number)
+    os.environ["CORRAL_WORKER_RESTART"] = str(restart)
     try:
         _limit_threads()
         if cpu_affinity:
@@ -215,11 +218,13 @@ def _next_message(conn: Any, parent_pid: int) -> Any:
 
 
 def _limit_threads() -> None:
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return
-    torch.set_num_threads(1)
+    """One compute thread per worker. torch is not imported for this (seconds per process): the
+    thread variables make a later import start with one thread; an already imported torch is told."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
 
 
 def _pin_to_core(worker_number: int) -> None:
@@ -273,6 +278,7 @@ class WorkerProcess:
         self._pid: int | None = None
         self._exitcode: int | None = None
         self.ready = False
+        self.served = False  # answered a request: past the start-up work (first agent, imports)
         self.queued: list[Any] = []
         self.outstanding: set[int] = set()
         self.current_seq: int | None = None

@@ -12,6 +12,8 @@
   ``pytest11`` entry point): ``corral_compose``, ``corral_build``, ``corral_inline_plugin``; and
   their plain-Python forms :func:`compose_config`, :func:`build_run`, :func:`inline_plugin`.
 - Faulty environments for failure tests (:mod:`corral.testing.faulty_envs`).
+- Leak checks (:mod:`corral.testing.processes`): child processes, descendants, ``/dev/shm``
+  entries, bounded waits for processes to exit; :func:`import_path` loads a script by path.
 
 Names are imported on first use, so ``import corral.testing`` stays cheap.
 """
@@ -28,6 +30,12 @@ _EXPORTS = {
     "compose_config": "corral.testing.plugin",
     "build_run": "corral.testing.plugin",
     "inline_plugin": "corral.testing.plugin",
+    "child_processes": "corral.testing.processes",
+    "descendants": "corral.testing.processes",
+    "process_alive": "corral.testing.processes",
+    "shm_entries": "corral.testing.processes",
+    "wait_gone": "corral.testing.processes",
+    "import_path": "corral.testing.modules",
 }
 
 __all__ = list(_EXPORTS)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import copy
 import math
-import multiprocessing
 import numbers
 import os
 import time
@@ -49,6 +48,7 @@ from corral.framework.errors import ConfigError, CorralError, WorkerError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, collect_share
 from corral.framework.worker import Worker, WorkerFactory
+from corral.testing.processes import child_processes, cmdline, process_alive, shm_entries
 
 #: gymnasium id of the environment every suite samples by default.
 DEFAULT_ENV_ID = "CartPole-v1"
@@ -120,64 +120,6 @@ def tracked_env(env_id: str = DEFAULT_ENV_ID, **kwargs: Any) -> gym.Env:
 
 
 # ------------------------------------------------------------------------------------ process checks
-def _proc_stat(pid: int) -> tuple[int, str] | None:
-    """(parent pid, state letter) of ``pid`` from /proc, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    rest = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces and parentheses
-    return int(rest[1]), rest[0]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
-    except OSError:
-        return "?"
-
-
-def child_processes() -> dict[int, str]:
-    """Running (not zombie) child processes of this process: pid -> command line.
-
-    Uses :func:`multiprocessing.active_children` (which also reaps finished ones) and, on Linux,
-    a scan of ``/proc`` for processes whose parent is this one (``subprocess``, Ray, anything).
-    """
-    found = {p.pid: f"multiprocessing {p.name}" for p in multiprocessing.active_children() if p.pid}
-    if os.path.isdir("/proc"):
-        me = os.getpid()
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                stat = _proc_stat(int(entry))
-                if stat is not None and stat[0] == me and stat[1] != "Z":
-                    found.setdefault(int(entry), _cmdline(int(entry)))
-    return found
-
-
-def process_alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = _proc_stat(pid)
-    if stat is None:  # gone since the kill, or no /proc to ask (then the kill's answer stands)
-        return not os.path.isdir("/proc")
-    return stat[1] != "Z"
-
-
-def shm_entries() -> set[str]:
-    """Names in ``/dev/shm`` (POSIX shared memory); empty where there is no such directory."""
-    try:
-        return set(os.listdir("/dev/shm"))
-    except OSError:
-        return set()
-
-
 def _start_resource_tracker() -> None:
     """Start multiprocessing's resource tracker now, so it is not mistaken for a leaked child."""
     try:
@@ -332,7 +274,7 @@ class SamplerContract:
                 break
             time.sleep(0.1)
         problems = [f"child process {p} still running: {c}" for p, c in sorted(children.items())]
-        problems += [f"worker process {p} still running: {_cmdline(p)}" for p in sorted(workers) if p not in children]
+        problems += [f"worker process {p} still running: {cmdline(p)}" for p in sorted(workers) if p not in children]
         problems += [f"shared-memory segment /dev/shm/{n} was not unlinked" for n in segments]
         return problems
 

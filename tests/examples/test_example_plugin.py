@@ -8,7 +8,6 @@ to subprocesses through ``PYTHONPATH``: exactly what ``pip install`` produces, r
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -19,6 +18,8 @@ from types import ModuleType
 from typing import Iterator, Sequence
 
 import pytest
+
+from corral.testing.modules import import_path
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "corral-plugin-example"
@@ -31,14 +32,7 @@ TINY = ["trainer.n_epochs=2", "trainer.batch_size=128", "trainer.eval_every=0"]
 
 def _dists() -> ModuleType:
     """``tests/data/plugins/dists.py`` (its ``subprocess_env``), loaded by path."""
-    name = "corral_tests_plugin_dists"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "data" / "plugins" / "dists.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return import_path(REPO / "tests" / "data" / "plugins" / "dists.py", "corral_tests_plugin_dists")
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ second test runs only the Ray rows and their local baselines.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -19,6 +18,8 @@ from types import ModuleType
 
 import pytest
 
+from corral.testing.modules import import_path
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "bench_sampling.py"
 ENVS = ["CartPole-v1", "corral/CPUHeavyCartPole-v1"]
@@ -27,14 +28,7 @@ QUICK = ["--quick", "--budget", "0.02", "--batch-size", "64", "--calls", "2"]
 
 def load_bench() -> ModuleType:
     """The benchmark module, loaded by path (``experiments`` is not a package)."""
-    name = "corral_bench_sampling"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up while the class is built
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return import_path(SCRIPT, "corral_bench_sampling")
 
 
 def marked_processes(marker: str) -> list[str]:

@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Callable, ContextManager, Iterator
 
 import pytest
 
+from corral.testing.modules import import_path
+
 DISTS_FILE = Path(__file__).resolve().parents[1] / "data" / "plugins" / "dists.py"
 
 
 def load_dists() -> ModuleType:
     """``tests/data/plugins/dists.py``, loaded by path (``tests`` is not an importable package)."""
-    name = "corral_tests_plugin_dists"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, DISTS_FILE)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return import_path(DISTS_FILE, "corral_tests_plugin_dists")
 
 
 @pytest.fixture(scope="session")

@@ -51,7 +51,8 @@ from corral.lib.worker_process import WorkerProcess, describe_exit, stop_process
 logger = logging.getLogger(__name__)
 
 START_METHODS = ("spawn", "forkserver", "fork")
-#: Seconds a new worker process may take to report ready (spawn imports torch) when ``timeout`` is shorter.
+#: Seconds a new worker process may take to start and answer its first request (spawn imports torch,
+#: the first agent update builds the policy) when ``timeout`` is shorter.
 START_TIMEOUT_S = 120.0
 FAILURE_POLICIES = ("raise", "restart")
 
@@ -329,6 +330,7 @@ class MultiprocessingSampler(Sampler):
                         worker_number=i, remote_traceback=tb,
                     )
                 else:  # "done" / "batches"
+                    h.served = True
                     self._release(i, {seq})
                     if seq == h.current_seq and version == self.agent_version:
                         results[i] = payload
@@ -379,7 +381,11 @@ class MultiprocessingSampler(Sampler):
 
     def _reset_deadline(self, h: WorkerProcess) -> None:
         """Progress seen: the worker has ``timeout`` more seconds (more while it is starting)."""
-        h.deadline = time.monotonic() + (self.timeout if h.ready else max(self.timeout, START_TIMEOUT_S))
+        h.deadline = time.monotonic() + self._limit(h)
+
+    def _limit(self, h: WorkerProcess) -> float:
+        """Seconds without progress allowed: ``timeout``, or more until the first answer."""
+        return self.timeout if h.served else max(self.timeout, START_TIMEOUT_S)
 
     def _launch(self, i: int) -> None:
         """Start (or restart) worker ``i``'s process; it builds ``factory(i, restart=k)`` itself."""
@@ -387,7 +393,7 @@ class MultiprocessingSampler(Sampler):
         if old is not None:
             old.kill()
             self._release(i, old.outstanding)
-        handle = WorkerProcess(self._ctx, self.worker_factory, i, restart=self._restarts[i],
+        handle = WorkerProcess(self._ctx, self._process_factory(i), i, restart=self._restarts[i],
                                cpu_affinity=self.cpu_affinity)
         self._handles[i] = handle
         try:
@@ -398,6 +404,11 @@ class MultiprocessingSampler(Sampler):
                 "The WorkerFactory (worker class and worker_args) must be picklable and importable by name; "
                 "define classes at module level"
             ) from exc
+
+    def _process_factory(self, i: int) -> Any:
+        """What worker ``i``'s process is started with and calls to build its worker (subclasses
+        may wrap the WorkerFactory to hand the process more at its start)."""
+        return self.worker_factory
 
     def _handle(self, i: int) -> WorkerProcess:
         h = self._handles[i]
@@ -412,7 +423,7 @@ class MultiprocessingSampler(Sampler):
 
     def _error_stuck(self, i: int, activity: str) -> WorkerError:
         h = self._handle(i)
-        limit = self.timeout if h.ready else max(self.timeout, START_TIMEOUT_S)
+        limit = self._limit(h)
         h.kill()
         return WorkerError(
             f"worker {i} (pid {h.pid}) made no progress for {limit:g} s while {activity} and was "

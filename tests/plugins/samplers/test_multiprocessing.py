@@ -35,6 +35,7 @@ from corral import (
     WorkerFactory,
 )
 from corral.lib.shared_memory import segment_prefix
+from corral.testing.processes import child_processes, wait_gone
 
 ROOT = Path(__file__).resolve().parents[3]
 SHM = Path("/dev/shm")
@@ -279,29 +280,6 @@ def test_invalid_options_and_unpicklable_factories_fail_clearly(policy: MLPPolic
 
 
 # ---------------------------------------------------------------------- train.py end to end
-def children_of(pid: int) -> set[int]:
-    """Pids of the live (non-zombie) processes whose parent is ``pid`` (from /proc)."""
-    out = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                out.add(int(entry.name))
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
 TRAIN = [sys.executable, str(ROOT / "train.py"), "sampler=multiprocessing", "sampler.n_workers=2", "worker=vec",
          "worker.n_envs=4", "trainer.batch_size=1000", "trainer.eval_every=0", "logger=[csv]", "trainer.progress=false"]
 
@@ -329,8 +307,8 @@ def test_ctrl_c_exits_130_and_leaves_no_worker_or_segment(tmp_path: Path) -> Non
             assert proc.poll() is None, proc.communicate()[1]
             assert time.monotonic() < deadline, "no snapshot within 120 s"
             time.sleep(0.05)
-        children = children_of(proc.pid)
-        workers = [p for p in children if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        children = child_processes(proc.pid)
+        workers = [p for p, command in children.items() if "spawn_main" in command]
         assert len(workers) == 2, children
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -341,8 +319,5 @@ def test_ctrl_c_exits_130_and_leaves_no_worker_or_segment(tmp_path: Path) -> Non
     assert proc.returncode == 130, err
     assert "corral: interrupted at epoch" in err
     assert "Traceback" not in err and "leaked" not in err
-    deadline = time.monotonic() + 10
-    while any(alive(p) for p in children) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [p for p in children if alive(p)], "worker processes outlived train.py"
+    assert not wait_gone(children, timeout=10), "worker processes outlived train.py"
     assert our_segments(proc.pid) == set()

@@ -13,6 +13,7 @@ ray = pytest.importorskip("ray")
 from corral import EnvFactory, EnvSpec, LocalSampler, MLPPolicy, RaySampler, VecWorker  # noqa: E402
 from corral.framework.errors import WorkerError  # noqa: E402
 from corral.plugins.workers.default import DefaultWorker  # noqa: E402
+from corral.testing.processes import wait_gone  # noqa: E402
 
 FAULTY = "corral.testing.faulty_envs:corral/{}CartPole-v1"
 
@@ -34,23 +35,6 @@ def policy():
     return MLPPolicy(EnvSpec.from_env(EnvFactory("CartPole-v1")()))
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def wait_dead(pids: list[int], timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not any(alive(p) for p in pids):
-            return True
-        time.sleep(0.1)
-    return False
-
-
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("worker", ["default", "vec"])
 def test_same_episodes_as_local(ray_runtime, policy, seed: int, worker: str) -> None:
@@ -69,7 +53,7 @@ def test_same_episodes_as_local(ray_runtime, policy, seed: int, worker: str) -> 
         assert a.differences(b) == [] and a.n_episodes == 6
         pids = [pid for pid, _ in remote.locations]
     assert ray.is_initialized(), "the sampler must not shut down a Ray runtime it did not start"
-    assert wait_dead(pids), "actor processes outlived shutdown_worker()"
+    assert not wait_gone(pids), "actor processes outlived shutdown_worker()"
 
 
 def test_sigkill_mid_sample_raises_worker_error_naming_the_worker(ray_runtime, policy) -> None:
@@ -87,7 +71,7 @@ def test_sigkill_mid_sample_raises_worker_error_naming_the_worker(ray_runtime, p
     finally:
         pids = [pid for pid, _ in sampler.locations]
         sampler.shutdown_worker()
-    assert wait_dead(pids)
+    assert not wait_gone(pids)
 
 
 def test_sigkill_with_restart_completes_the_call(ray_runtime, policy) -> None:

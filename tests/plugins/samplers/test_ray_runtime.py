@@ -14,6 +14,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from corral import EnvFactory, EnvSpec, MLPPolicy, RaySampler  # noqa: E402
+from corral.testing.processes import cmdline, descendants, wait_gone  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -45,7 +46,9 @@ def ray_cluster(tmp_path: Path):
     """A head node and a second node process on this machine, each with one CPU, stopped afterwards."""
     ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     assert ray_cli, "the ray CLI is not installed"
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    # Without token authentication (the cluster listens on 127.0.0.1 only): with Ray 2.60 and a
+    # ~/.ray/auth_token on the machine, the second `ray start --address` failed with InvalidAuthToken.
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
     port = free_port()
     common = ["--num-cpus=1", "--object-store-memory=150000000", "--disable-usage-stats"]
     started = []
@@ -77,32 +80,6 @@ def test_train_py_on_a_two_node_cluster(ray_cluster, tmp_path: Path) -> None:
     assert (tmp_path / "run" / "progress.csv").read_text().count("\n") == 3
 
 
-def descendants(pid: int) -> set[int]:
-    """Every process whose parent chain reaches ``pid``."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    out: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - out
-        out |= frontier
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_ctrl_c_of_train_py_leaves_no_actor_or_ray_process(tmp_path: Path) -> None:
     import signal
     import time
@@ -132,8 +109,5 @@ def test_ctrl_c_of_train_py_leaves_no_actor_or_ray_process(tmp_path: Path) -> No
             proc.wait(timeout=30)
     assert proc.returncode == 130, err[-3000:]
     assert "corral: interrupted at epoch" in err
-    deadline = time.monotonic() + 30
-    while any(alive(p) for p in spawned) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = [p for p in spawned if alive(p)]
-    assert not left, [Path(f"/proc/{p}/cmdline").read_bytes()[:80] for p in left if alive(p)]
+    left = wait_gone(spawned, timeout=30)
+    assert not left, [cmdline(p) for p in left]
