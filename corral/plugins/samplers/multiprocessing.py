@@ -419,7 +419,13 @@ class MultiprocessingSampler(Sampler):
         h = self._handle(i)
         code = h.exitcode(wait=1.0)
         when = "between requests" if activity == "idle" else f"while {activity}"
-        return WorkerError(f"worker {i} (pid {h.pid}) {describe_exit(code)} {when}", worker_number=i, exitcode=code)
+        hint = ""
+        if activity == "starting" and code == 1 and self.start_method != "fork":
+            hint = (f"; its own error is printed above. With start_method={self.start_method!r} each worker "
+                    "re-imports the main module: in a script, build the sampler under "
+                    "`if __name__ == '__main__':`")
+        return WorkerError(f"worker {i} (pid {h.pid}) {describe_exit(code)} {when}{hint}", worker_number=i,
+                           exitcode=code)
 
     def _error_stuck(self, i: int, activity: str) -> WorkerError:
         h = self._handle(i)

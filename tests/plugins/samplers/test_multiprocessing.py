@@ -321,3 +321,18 @@ def test_ctrl_c_exits_130_and_leaves_no_worker_or_segment(tmp_path: Path) -> Non
     assert "Traceback" not in err and "leaked" not in err
     assert not wait_gone(children, timeout=10), "worker processes outlived train.py"
     assert our_segments(proc.pid) == set()
+
+
+def test_a_script_without_a_main_guard_gets_told_what_to_do(tmp_path: Path) -> None:
+    """spawn re-imports the main module in each worker; a script that builds the sampler at import
+    time ends with a message that says to guard it, not with a hang or only a library traceback."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "from corral import EnvFactory, EnvSpec, MLPPolicy, MultiprocessingSampler\n"
+        "env = EnvFactory('CartPole-v1')\n"
+        "policy = MLPPolicy(EnvSpec.from_env(env()))\n"
+        "MultiprocessingSampler(agents=policy, envs=env, max_episode_length=50, n_workers=1, timeout=60)\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "if __name__ == '__main__':" in proc.stderr.splitlines()[-1], proc.stderr[-2000:]
