@@ -7,6 +7,15 @@ Each seed runs ``python train.py <overrides> seed=<s>`` in its own directory und
 reached the threshold, final and best values, environment steps, wall time) goes to
 ``experiments/results/<name>.md`` together with the exact command, and a learning-curve PNG
 to ``experiments/results/<name>.png`` when matplotlib is installed.
+
+With ``--peer sb3`` (needs ``pip install -e .[bench]``) each corral seed is followed by
+Stable-Baselines3's same algorithm on the same machine (``experiments/peers/sb3_runner.py``:
+matching hyperparameters from the seed's resolved config, same environment id, step budget and
+evaluation protocol); the table gets both frameworks' rows, a summary compares corral's final
+return with the spread of SB3's seeds and the wall time per environment step, and the plot shows
+each framework's mean with its min-max band over seeds:
+
+    python experiments/learning.py --name trpo_cartpole --threshold 475 --peer sb3 -- experiment=trpo_cartpole
 """
 
 from __future__ import annotations
@@ -61,7 +70,8 @@ def summarise(results: list[dict], metric: str, threshold: float) -> list[dict[s
         table.append({
             "seed": r["seed"],
             "reached_at_steps": first_reach(rows, metric, threshold),
-            f"final {metric}": rows[-1].get(metric),
+            # the last epoch that logged the metric (evaluation metrics are not logged every epoch)
+            f"final {metric}": next((row[metric] for row in reversed(rows) if metric in row), None),
             "final eval": evals[-1] if evals else None,
             "best eval": max(evals) if evals else None,
             "env_steps": rows[-1]["env_steps"],
@@ -81,19 +91,111 @@ def fmt(v: object) -> str:
 
 
 def plot(results: list[dict], metric: str, path: Path, title: str) -> bool:
-    """Learning curves (metric vs environment steps), one line per seed; False without matplotlib."""
+    """Learning curve (metric vs environment steps): mean over seeds with a +- std band, drawn by
+    ``corral plot``'s implementation (corral.results.plot); False without matplotlib or data."""
+    import importlib.util
+
+    from corral.results.plot import draw, mean_curve
+
+    if importlib.util.find_spec("matplotlib") is None:
+        return False
+    series = [([row["env_steps"] for row in r["rows"] if metric in row],
+               [row[metric] for row in r["rows"] if metric in row]) for r in results]
+    curve = mean_curve(f"seeds {', '.join(str(r['seed']) for r in results)}", series)
+    return curve is not None and draw([curve], path, metric, title) == 1
+
+
+# ------------------------------------------------------------------------------ --peer sb3
+#: Peer frameworks ``--peer`` can run: name -> runner script (``--config``, ``--seed``, ``--out``).
+PEERS = {"sb3": ROOT / "experiments" / "peers" / "sb3_runner.py"}
+
+
+def run_peer_seed(name: str, seed: int, peer: str, config: Path) -> dict[str, object]:
+    """Run the peer framework's version of the composed corral ``config`` for one seed."""
+    run_dir = ROOT / "experiments" / "runs" / name / f"{peer}_seed{seed}"
+    cmd = [sys.executable, str(PEERS[peer]), "--config", str(config), "--seed", str(seed), "--out", str(run_dir)]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{peer} seed {seed} failed:\n{proc.stderr[-3000:]}")
+    rows = read_progress(run_dir / "progress.csv")
+    return {"seed": seed, "rows": rows, "wall_s": wall, "run_dir": run_dir, "log": proc.stdout}
+
+
+def run_interleaved(name: str, seeds: list[int], overrides: list[str], peer: str) -> tuple[list[dict], list[dict]]:
+    """corral seed 1, peer seed 1, corral seed 2, ...: machine load affects both alike.
+
+    The peer reads each corral seed's resolved config (``<run>/.hydra/config.yaml``).
+    """
+    ours, theirs = [], []
+    for s in seeds:
+        ours.append(run_seed(name, s, overrides))
+        theirs.append(run_peer_seed(name, s, peer, Path(ours[-1]["run_dir"]) / ".hydra" / "config.yaml"))
+    return ours, theirs
+
+
+def last_value(rows: list[dict[str, float]], metric: str) -> float | None:
+    """The last value ``metric`` took in a run (None if it never appeared)."""
+    values = [row[metric] for row in rows if metric in row]
+    return values[-1] if values else None
+
+
+def per_step_time(result: dict) -> float:
+    """Training wall time (``time/total_s``, evaluation included) per environment step."""
+    last = result["rows"][-1]
+    return last["time/total_s"] / last["env_steps"]
+
+
+def peer_summary(ours: list[dict], theirs: list[dict], metric: str, peer: str,
+                 time_target: float = 1.2) -> list[str]:
+    """Markdown lines: corral's final ``metric`` against the spread of the peer's seeds, and the
+    wall time per environment step ratio corral / peer (issue 6's target: <= ``time_target``)."""
+    lines = ["## corral vs " + peer, ""]
+    for label, m in ((metric, metric), ("eval/return_mean", "eval/return_mean")):
+        a = [v for v in (last_value(r["rows"], m) for r in ours) if v is not None]
+        b = [v for v in (last_value(r["rows"], m) for r in theirs) if v is not None]
+        if not a or not b:
+            continue
+        mean_a = sum(a) / len(a)
+        verdict = ("above the best of" if mean_a > max(b) else "within the spread of" if mean_a >= min(b)
+                   else "BELOW the spread of")
+        lines.append(f"- final {label}: corral mean {mean_a:,.1f} (seeds {', '.join(f'{v:,.1f}' for v in a)}); "
+                     f"{peer} seeds {min(b):,.1f} .. {max(b):,.1f} -> corral is {verdict} {peer}'s seeds.")
+        if m == metric == "eval/return_mean":
+            break
+    ta = [per_step_time(r) for r in ours]
+    tb = [per_step_time(r) for r in theirs]
+    ratio = (sum(ta) / len(ta)) / (sum(tb) / len(tb))
+    ok = "meets" if ratio <= time_target else "MISSES"
+    lines.append(f"- wall time per environment step (time/total_s / env_steps, evaluation included): corral "
+                 f"{1e6 * sum(ta) / len(ta):,.1f} us, {peer} {1e6 * sum(tb) / len(tb):,.1f} us; ratio corral/{peer} = "
+                 f"{ratio:.2f}x ({ok} the <= {time_target:g}x target).")
+    return lines
+
+
+def plot_frameworks(groups: dict[str, list[dict]], metric: str, path: Path, title: str) -> bool:
+    """Mean and min-max band over seeds of ``metric`` vs environment steps, one colour per framework."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import numpy as np
     except ImportError:
         return False
     fig, ax = plt.subplots(figsize=(7, 4))
-    for r in results:
-        xs = [row["env_steps"] for row in r["rows"] if metric in row]
-        ys = [row[metric] for row in r["rows"] if metric in row]
-        ax.plot(xs, ys, label=f"seed {r['seed']}")
+    for label, results in groups.items():
+        curves = [([row["env_steps"] for row in r["rows"] if metric in row],
+                   [row[metric] for row in r["rows"] if metric in row]) for r in results]
+        curves = [c for c in curves if c[0]]
+        if not curves:
+            continue
+        # Seeds log at slightly different steps (corral's batches are whole episodes): common grid.
+        grid = np.asarray(curves[0][0])
+        ys = np.stack([np.interp(grid, xs, vs) for xs, vs in curves])
+        (line,) = ax.plot(grid, ys.mean(axis=0), label=f"{label} (mean of {len(curves)} seeds)" if len(curves) > 1 else f"{label} (1 seed)")
+        ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=line.get_color(), alpha=0.2)
     ax.set_xlabel("environment steps")
     ax.set_ylabel(metric)
     ax.set_title(title)
@@ -113,12 +215,23 @@ def main() -> None:
     parser.add_argument("--metric", default="train/return_mean", help="progress.csv column to judge")
     parser.add_argument("--threshold", type=float, required=True, help="value the metric must reach")
     parser.add_argument("--note", default="", help="a line to record with the results (e.g. machine load)")
+    parser.add_argument("--results-dir", type=Path, default=ROOT / "experiments" / "results",
+                        help="where the table and the plot go")
+    parser.add_argument("--peer", choices=sorted(PEERS), default=None,
+                        help="also run this framework's same algorithm (seeds interleaved) and compare")
     parser.add_argument("overrides", nargs="*", help="train.py overrides (after --)")
     args = parser.parse_args()
 
-    results = [run_seed(args.name, s, args.overrides) for s in args.seeds]
+    peer_results: list[dict] = []
+    if args.peer:
+        results, peer_results = run_interleaved(args.name, args.seeds, args.overrides, args.peer)
+    else:
+        results = [run_seed(args.name, s, args.overrides) for s in args.seeds]
     table = summarise(results, args.metric, args.threshold)
-    out_dir = ROOT / "experiments" / "results"
+    if args.peer:
+        table = [{"framework": "corral", **row} for row in table]
+        table += [{"framework": args.peer, **row} for row in summarise(peer_results, args.metric, args.threshold)]
+    out_dir = args.results_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     command = "python experiments/learning.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     import torch
@@ -138,10 +251,20 @@ def main() -> None:
         "|" + "---|" * len(table[0]),
     ]
     lines += ["| " + " | ".join(fmt(v) for v in row.values()) + " |" for row in table]
-    reached = [row["reached_at_steps"] for row in table]
+    reached = [row["reached_at_steps"] for row in table if row.get("framework", "corral") == "corral"]
     verdict = "all seeds reached it" if all(x is not None for x in reached) else "NOT every seed reached it"
-    lines += ["", f"Result: {verdict}" + (f"; slowest at {max(reached):,.0f} env steps." if all(reached) else ".")]
-    if plot(results, args.metric, out_dir / f"{args.name}.png", args.name):
+    lines += ["", f"Result{' (corral)' if args.peer else ''}: {verdict}"
+              + (f"; slowest at {max(reached):,.0f} env steps." if all(reached) else ".")]
+    if args.peer:
+        lines += ["", *peer_summary(results, peer_results, args.metric, args.peer)]
+        lines += ["", f"{args.peer} runs: `python {PEERS[args.peer].relative_to(ROOT)} --config "
+                  f"<corral seed run>/.hydra/config.yaml --seed <seed> --out <dir>`; its mapping of the config:",
+                  "", "    " + str(peer_results[0].get("log", "")).strip().replace("\n", "\n    ")]
+        drawn = plot_frameworks({"corral": results, args.peer: peer_results}, args.metric,
+                                out_dir / f"{args.name}.png", args.name)
+    else:
+        drawn = plot(results, args.metric, out_dir / f"{args.name}.png", args.name)
+    if drawn:
         lines += ["", f"![learning curves]({args.name}.png)"]
     (out_dir / f"{args.name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from corral.framework.algorithm import Algorithm
-from corral.framework.batch import EpisodeBatch
+from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError, SnapshotError
 from corral.framework.evaluation import evaluate
@@ -216,15 +216,20 @@ class Trainer:
             self.save_snapshot()
 
     def evaluate(self) -> dict[str, float]:
-        """Deterministic evaluation episodes with fixed seeds."""
+        """Deterministic evaluation episodes with fixed seeds, plus, when the algorithm has one,
+        its ``meta_evaluate(env, seed=...)`` statistics (meta-RL: adaptation on held-out tasks)."""
         assert self.algo is not None and self.env_spec is not None
-        return evaluate(
+        stats = evaluate(
             self.algo.eval_policy,
             self.env,
             n_episodes=self.config.eval_episodes,
             seed=self.seed,
             max_episode_length=self.env_spec.max_episode_length or 10**9,
         )
+        meta_evaluate = getattr(self.algo, "meta_evaluate", None)
+        if callable(meta_evaluate):
+            stats.update(meta_evaluate(self.env, seed=self.seed))
+        return stats
 
     def shutdown(self) -> None:
         """Stop the sampler and close the loggers (idempotent)."""
@@ -342,10 +347,23 @@ def find_snapshot(source: str | os.PathLike) -> Path:
 
 
 def episode_stats(episodes: EpisodeBatch) -> dict[str, float]:
-    """Return and length statistics of the complete episodes of a batch."""
+    """Return and length statistics of the episodes that end in a batch.
+
+    A fragment that continues an episode from an earlier batch counts with its episode's whole
+    return and length when the worker records ``episode_infos["prior_return"]`` and
+    ``["prior_length"]`` (the ``fragment`` worker does); without them it is left out.
+    """
     complete = episodes.complete
-    returns = episodes.episode_returns[complete]
-    lengths = episodes.lengths[complete]
+    returns = episodes.episode_returns
+    lengths = episodes.lengths
+    infos = episodes.episode_infos
+    if "prior_return" in infos and "prior_length" in infos:
+        returns = returns + infos["prior_return"]
+        lengths = lengths + infos["prior_length"]
+    elif episodes.n_episodes:
+        complete = complete & ((episodes.step_types[episodes.starts] != StepType.MID) | (episodes.lengths == 1))
+    returns = returns[complete]
+    lengths = lengths[complete]
     if not len(returns):
         return {"train/n_episodes": 0.0}
     return {

@@ -130,10 +130,14 @@ class StepLog:
 
 
 def batch_from_episodes(episodes: list[dict[str, Any]], allow_fragments: bool = False) -> EpisodeBatch:
-    """Join episodes produced by :meth:`EpisodeBuffers.take` into one EpisodeBatch."""
+    """Join episodes produced by :meth:`EpisodeBuffers.take` into one EpisodeBatch.
+
+    An episode dict may carry ``episode_infos`` (one scalar per key; every episode the same keys).
+    """
     if not episodes:
         raise ValueError("no episodes to batch")
     keys = episodes[0]["agent_infos"].keys()
+    episode_keys = episodes[0].get("episode_infos", {}).keys()
     return EpisodeBatch(
         observations=np.concatenate([e["observations"] for e in episodes]),
         actions=np.concatenate([e["actions"] for e in episodes]),
@@ -142,7 +146,7 @@ def batch_from_episodes(episodes: list[dict[str, Any]], allow_fragments: bool = 
         lengths=np.array([len(e["rewards"]) for e in episodes], dtype=np.int64),
         last_observations=np.stack([e["last_observation"] for e in episodes]),
         agent_infos={k: np.concatenate([e["agent_infos"][k] for e in episodes]) for k in keys},
-        episode_infos={},
+        episode_infos={k: np.asarray([e["episode_infos"][k] for e in episodes]) for k in episode_keys},
         allow_fragments=allow_fragments,
     )
 

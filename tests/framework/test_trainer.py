@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import os
 import signal
 import subprocess
 import sys
@@ -67,7 +66,9 @@ def test_resume_after_sigkill_continues_bit_for_bit(tmp_path: Path) -> None:
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 180
-        while not (killed / "snapshots" / "epoch_000002.pt").exists():
+        latest = killed / "snapshots" / "latest"
+        # `latest` is updated after the snapshot file is renamed into place: wait for the pointer.
+        while not (latest.exists() and latest.read_text().strip() == "epoch_000002.pt"):
             assert proc.poll() is None, "training ended before its second snapshot"
             assert time.monotonic() < deadline, "no second snapshot within 180 s"
             time.sleep(0.02)
@@ -131,3 +132,25 @@ def test_evaluation_is_deterministic(seed: int) -> None:
     a = evaluate(policy, env, n_episodes=3, seed=seed, max_episode_length=500)
     b = evaluate(policy, env, n_episodes=3, seed=seed, max_episode_length=500)
     assert a == b
+
+
+def test_episode_stats_count_whole_episodes_across_fragments() -> None:
+    """A fragment that ends an episode counts with the whole episode's return and length when the
+    worker records what came before it, and is left out when it does not."""
+    import numpy as np
+
+    from corral.framework.batch import EpisodeBatch, StepType
+    from corral.framework.trainer import episode_stats
+
+    F, M, T, O = StepType.FIRST, StepType.MID, StepType.TERMINAL, StepType.TIMEOUT
+    arrays = dict(observations=np.zeros((6, 1)), actions=np.zeros(6), rewards=np.ones(6),
+                  step_types=[M, M, T, F, O, F], lengths=[3, 2, 1], last_observations=np.zeros((3, 1)),
+                  allow_fragments=True)
+    with_prior = episode_stats(EpisodeBatch(**arrays, episode_infos={
+        "prior_length": np.array([10, 0, 0]), "prior_return": np.array([7.0, 0.0, 0.0])}))
+    assert with_prior["train/n_episodes"] == 2.0
+    assert with_prior["train/return_max"] == 10.0 and with_prior["train/episode_length"] == (13 + 2) / 2
+    without = episode_stats(EpisodeBatch(**arrays))
+    assert without["train/n_episodes"] == 1.0  # the MID-started fragment is left out (the last one is unfinished)
+    assert without["train/return_max"] == 2.0
+

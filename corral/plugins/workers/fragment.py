@@ -3,6 +3,10 @@
 Environments keep running across rollouts; an episode cut at the end of a rollout is returned as
 a fragment (last step MID) and continues, as a fragment starting with MID, in the next one. This
 is what off-policy algorithms want: a fixed number of fresh transitions per call.
+
+Every fragment carries ``episode_infos["prior_length"]`` and ``episode_infos["prior_return"]``:
+the steps and the undiscounted return of its episode before the fragment (0 for a fragment that
+starts the episode), so whole-episode statistics stay right when episodes span rollouts.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class FragmentWorker(Worker):
         self._clip = None
         self._obs: np.ndarray | None = None
         self._t = np.zeros(n_envs, dtype=np.int64)
+        self._ret = np.zeros(n_envs, dtype=np.float64)  # return of each running episode so far
         self._needs_reset = np.ones(n_envs, dtype=bool)
 
     def _on_new_envs(self) -> None:
@@ -64,9 +69,11 @@ class FragmentWorker(Worker):
             for j in np.flatnonzero(self._needs_reset).tolist():
                 obs_all[j] = self.reset_env(j)[0]
                 t[j] = 0
+                self._ret[j] = 0.0
             agent.reset(self._needs_reset.copy())
             self._needs_reset[:] = False
         seg_start = t.copy()
+        seg_ret = self._ret.copy()
         pieces: list[list[dict[str, Any]]] = [[] for _ in range(k)]
         rewards = np.zeros(k, dtype=np.float32)
         next_obs = np.zeros_like(obs_all)
@@ -89,6 +96,7 @@ class FragmentWorker(Worker):
                 if terminated or truncated or last_step[j]:
                     ends.append((j, bool(terminated)))
             buf.rewards[all_idx, t] = rewards
+            self._ret += rewards
             t += 1
             obs_all[:] = next_obs
             if ends:
@@ -96,16 +104,24 @@ class FragmentWorker(Worker):
                 for j, terminated in ends:
                     length = int(t[j])
                     buf.step_types[j, length - 1] = StepType.TERMINAL if terminated else StepType.TIMEOUT
-                    pieces[j].append(buf.take(j, int(seg_start[j]), length, next_obs[j]))
+                    pieces[j].append(self._take(j, int(seg_start[j]), length, next_obs[j], seg_ret[j]))
                     obs_all[j] = self.reset_env(j)[0]
                     t[j] = 0
                     seg_start[j] = 0
+                    seg_ret[j] = 0.0
+                    self._ret[j] = 0.0
                     restart[j] = True
                 agent.reset(restart)
         for j in range(k):
             if t[j] > seg_start[j]:
-                pieces[j].append(buf.take(j, int(seg_start[j]), int(t[j]), obs_all[j]))
+                pieces[j].append(self._take(j, int(seg_start[j]), int(t[j]), obs_all[j], seg_ret[j]))
         return batch_from_episodes([p for per_env in pieces for p in per_env], allow_fragments=True)
+
+    def _take(self, j: int, start: int, stop: int, last_obs: np.ndarray, prior_return: float) -> dict[str, Any]:
+        assert self._buf is not None
+        piece = self._buf.take(j, start, stop, last_obs)
+        piece["episode_infos"] = {"prior_length": np.int64(start), "prior_return": np.float64(prior_return)}
+        return piece
 
     def update_agent(self, agent_update: Any) -> None:
         """A new agent object starts fresh episodes; new parameters let episodes continue."""
@@ -119,7 +135,8 @@ class FragmentWorker(Worker):
         """Also the running episodes: environments (pickled), observations, step counters, buffers."""
         state = super().state_dict()
         state["fragment"] = pickle.dumps(
-            {"envs": self.envs, "obs": self._obs, "t": self._t, "needs_reset": self._needs_reset, "buf": self._buf}
+            {"envs": self.envs, "obs": self._obs, "t": self._t, "needs_reset": self._needs_reset, "buf": self._buf,
+             "ret": self._ret}
         )
         return state
 
@@ -130,6 +147,7 @@ class FragmentWorker(Worker):
             env.close()
         self.envs = extra["envs"]
         self._obs, self._t, self._needs_reset, self._buf = extra["obs"], extra["t"], extra["needs_reset"], extra["buf"]
+        self._ret = extra.get("ret", np.zeros(self.n_envs, dtype=np.float64))
         super().load_state_dict(state)
 
 

@@ -167,3 +167,25 @@ def test_state_dict_restores_running_fragments() -> None:
     got = EpisodeBatch.concatenate(b.rollout(), b.rollout())
     assert got.equals(expected), got.differences(expected)
     assert got.step_types[0] == M  # it really continued a running episode
+
+
+def test_fragments_carry_the_length_and_return_of_their_episode_so_far() -> None:
+    """``prior_length``/``prior_return``: 0 for a fragment that starts its episode, else what came before."""
+    worker = make_worker(2, 37, env_id="Pendulum-v1", limit=100)
+    running = [(0, 0.0), (0, 0.0)]  # per env: steps and return of its running episode
+    for _ in range(6):
+        batch = worker.rollout()
+        for j, pieces in enumerate(per_env(batch, 2, 37)):
+            for piece in pieces:
+                prior_length = int(piece.episode_infos["prior_length"][0])
+                prior_return = float(piece.episode_infos["prior_return"][0])
+                if piece.step_types[0] == F:
+                    assert (prior_length, prior_return) == (0, 0.0)
+                    running[j] = (0, 0.0)
+                assert prior_length == running[j][0]
+                assert prior_return == pytest.approx(running[j][1], rel=1e-6)
+                total = (running[j][0] + len(piece), running[j][1] + float(piece.rewards.astype(np.float64).sum()))
+                running[j] = (0, 0.0) if piece.complete[0] else total
+                if piece.complete[0]:
+                    assert total[0] == 100  # Pendulum: every episode runs to the limit
+    worker.shutdown()

@@ -1,0 +1,190 @@
+"""What SAC and DQN share: the replay buffer, the off-policy loop, Polyak averaging, snapshot state.
+
+The loop, one trainer epoch at a time::
+
+    episodes = algo.sample(itr, batch_size)   # the sampler, with the current agent update
+    algo.train_once(itr, episodes)            # add to the buffer, then the gradient steps
+
+``train_once`` adds every step of the batch to the replay buffer (whole episodes from the
+``default``/``vec`` workers or fragments from the ``fragment`` worker alike), then, once the
+buffer holds ``min_buffer_size`` transitions, runs ``utd_ratio`` gradient steps per new
+environment step (or a fixed ``gradient_steps`` per epoch). Until then the agent update asks the
+policy to explore (uniform random actions for SAC, epsilon = 1 for DQN), with noise drawn from
+the policy's per-slot streams, so the same seed gives the same episodes whatever the sampler.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from corral.framework.algorithm import Algorithm
+from corral.framework.batch import EpisodeBatch
+from corral.framework.env import EnvSpec, child_seed
+from corral.framework.errors import ConfigError
+from corral.framework.policy import Policy
+from corral.framework.sampler import Sampler
+from corral.lib.replay_buffer import ReplayBuffer
+
+#: Spawn-key branches of the off-policy algorithm's own RNGs (workers use 0, 1, ...).
+BUFFER_BRANCH = 2**31 - 3
+TORCH_BRANCH = 2**31 - 4
+
+
+@torch.no_grad()
+def polyak_update(source: Iterable[torch.Tensor], target: Iterable[torch.Tensor], tau: float) -> None:
+    """``target <- tau * source + (1 - tau) * target``, in place (``tau=1`` copies)."""
+    for s, t in zip(source, target, strict=True):
+        if tau == 1.0:
+            t.copy_(s)
+        else:
+            t.mul_(1.0 - tau).add_(s, alpha=tau)
+
+
+class OffPolicyAlgorithm(Algorithm):
+    """Base of the replay-buffer algorithms.
+
+    Subclasses implement :meth:`gradient_step` (one minibatch update, returning statistics) and
+    :meth:`update_exploration` (what the policy's exploration state is at a given number of
+    environment steps), and register their networks and optimisers in ``self.modules`` and
+    ``self.optimizers`` so :meth:`state_dict` snapshots them.
+    """
+
+    #: Off-policy methods learn from transitions, so fragments (``worker=fragment``) are fine.
+    accepts_fragments = True
+    #: Policy options this algorithm trains (checked before any worker starts).
+    policies: tuple[str, ...] = ()
+    #: Action spaces it supports: ``"discrete"`` and/or ``"continuous"``.
+    action_spaces: tuple[str, ...] = ("discrete", "continuous")
+
+    def __init__(
+        self,
+        env_spec: EnvSpec,
+        policy: Policy,
+        sampler: Sampler | None,
+        *,
+        seed: int,
+        buffer_size: int,
+        min_buffer_size: int,
+        batch_size: int,
+        utd_ratio: float,
+        gradient_steps: int | None,
+    ) -> None:
+        if batch_size < 1:
+            raise ConfigError(f"algo.batch_size must be >= 1, got {batch_size}")
+        if min_buffer_size < 0:
+            raise ConfigError(f"algo.min_buffer_size must be >= 0, got {min_buffer_size}")
+        if buffer_size < max(min_buffer_size, 1):
+            raise ConfigError(
+                f"algo.buffer_size ({buffer_size}) must be at least algo.min_buffer_size ({min_buffer_size})"
+            )
+        if gradient_steps is None and not utd_ratio > 0:
+            raise ConfigError(f"algo.utd_ratio must be > 0 (or set algo.gradient_steps), got {utd_ratio}")
+        if gradient_steps is not None and gradient_steps < 0:
+            raise ConfigError(f"algo.gradient_steps must be >= 0 (or null to use utd_ratio), got {gradient_steps}")
+        self.env_spec = env_spec
+        self.policy = policy
+        self.sampler = sampler
+        self.batch_size = int(batch_size)
+        self.min_buffer_size = int(min_buffer_size)
+        self.utd_ratio = float(utd_ratio)
+        self.gradient_steps = gradient_steps
+        root = np.random.SeedSequence(seed)
+        self.replay_buffer = ReplayBuffer(buffer_size, child_seed(root, BUFFER_BRANCH))
+        self.torch_rng = torch.Generator().manual_seed(int(child_seed(root, TORCH_BRANCH).generate_state(1, np.uint64)[0] >> 1))
+        self.env_steps = 0
+        self.n_updates = 0
+        self._update_credit = 0.0  # fractional gradient steps carried to the next epoch
+        self.modules: dict[str, nn.Module] = {"policy": policy}  # type: ignore[dict-item]
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+
+    # ------------------------------------------------------------------ the loop
+    @property
+    def learning_started(self) -> bool:
+        """True once the buffer holds ``min_buffer_size`` transitions (gradient steps run)."""
+        return len(self.replay_buffer) >= max(self.min_buffer_size, 1)
+
+    def n_gradient_steps(self, n_new: int) -> int:
+        """Gradient steps for ``n_new`` fresh environment steps (0 before learning starts)."""
+        if not self.learning_started:
+            return 0
+        if self.gradient_steps is not None:
+            return int(self.gradient_steps)
+        self._update_credit += self.utd_ratio * n_new
+        steps = math.floor(self._update_credit + 1e-9)
+        self._update_credit -= steps
+        return steps
+
+    def train_once(self, itr: int, episodes: EpisodeBatch) -> dict[str, float]:
+        """Add ``episodes`` to the replay buffer, then run this epoch's gradient steps."""
+        before = self.env_steps
+        self.replay_buffer.add(episodes)
+        self.env_steps += len(episodes)
+        self.before_gradient_steps(before, self.env_steps)
+        history: dict[str, list[float]] = {}
+        for _ in range(self.n_gradient_steps(len(episodes))):
+            stats = self.gradient_step(self.replay_buffer.sample_torch(self.batch_size))
+            self.n_updates += 1
+            for k, v in stats.items():
+                history.setdefault(k, []).append(float(v))
+        self.update_exploration(self.env_steps)
+        out = {k: float(np.mean(v)) for k, v in history.items()}
+        out.update(self.exploration_stats())
+        out["replay/size"] = float(len(self.replay_buffer))
+        out["replay/n_updates"] = float(self.n_updates)
+        return out
+
+    def before_gradient_steps(self, env_steps_before: int, env_steps_after: int) -> None:
+        """Hook run after the batch is stored and before the gradient steps (target updates, ...)."""
+
+    def gradient_step(self, batch: Mapping[str, torch.Tensor]) -> dict[str, float]:
+        """One minibatch update; returns statistics (averaged over the epoch's steps)."""
+        raise NotImplementedError
+
+    def update_exploration(self, env_steps: int) -> None:
+        """Set the policy's exploration state for sampling after ``env_steps`` environment steps."""
+
+    def exploration_stats(self) -> dict[str, float]:
+        """Exploration statistics to log (epsilon and such)."""
+        return {}
+
+    # ------------------------------------------------------------------ snapshots
+    def state_dict(self) -> dict[str, Any]:
+        """Networks, optimisers, the replay buffer (contents and RNG), the torch RNG, counters."""
+        return {
+            "modules": {k: {n: t.clone() for n, t in m.state_dict().items()} for k, m in self.modules.items()},
+            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            "replay_buffer": self.replay_buffer.state_dict(),
+            "torch_rng": self.torch_rng.get_state(),
+            "env_steps": self.env_steps,
+            "n_updates": self.n_updates,
+            "update_credit": self._update_credit,
+            "extra": self.extra_state(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        for k, m in self.modules.items():
+            m.load_state_dict(state["modules"][k])
+        for k, o in self.optimizers.items():
+            o.load_state_dict(state["optimizers"][k])
+        self.replay_buffer.load_state_dict(state["replay_buffer"])
+        self.torch_rng.set_state(state["torch_rng"])
+        self.env_steps = int(state["env_steps"])
+        self.n_updates = int(state["n_updates"])
+        self._update_credit = float(state["update_credit"])
+        self.load_extra_state(state.get("extra") or {})
+
+    def extra_state(self) -> dict[str, Any]:
+        """Subclass state beyond modules and optimisers (e.g. a learned temperature)."""
+        return {}
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`extra_state`'s output."""
+
+
+__all__ = ["BUFFER_BRANCH", "TORCH_BRANCH", "OffPolicyAlgorithm", "polyak_update"]

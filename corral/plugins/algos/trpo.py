@@ -1,0 +1,218 @@
+"""``algo=trpo``: Trust Region Policy Optimization (Schulman et al. 2015), with a GAE value function.
+
+Read top to bottom: hyperparameters, the conjugate-gradient solver, then ``train_once``:
+
+1. advantages with GAE (bootstrapping on TIMEOUT, not on TERMINAL), standardised per batch;
+2. the gradient ``g`` of the surrogate ``mean(pi(a|s) / pi_old(a|s) * A)``;
+3. the natural-gradient direction ``s ~= F^-1 g`` by conjugate gradient, where ``F v`` is the
+   Hessian-vector product of the mean KL divergence ``KL(pi_old || pi)`` (plus ``cg_damping * v``),
+   so the Fisher matrix is never formed;
+4. the largest step along ``s`` whose quadratic KL estimate is ``max_kl``, shrunk by
+   ``backtrack_ratio`` until the measured KL is <= ``max_kl`` and the surrogate improves (after
+   ``max_backtracks`` failures the policy is left unchanged);
+5. ``vf_epochs`` passes of Adam minibatch steps fitting the value network to the GAE returns.
+
+Hyperparameters mirror sb3-contrib's ``TRPO`` (its defaults, its names in brackets):
+``max_kl`` [target_kl] 0.01, ``cg_iters`` [cg_max_steps] 15, ``cg_damping`` [cg_damping] 0.1,
+``backtrack_ratio`` [line_search_shrinking_factor] 0.8, ``max_backtracks`` [line_search_max_iter]
+10, ``vf_lr`` [learning_rate] 1e-3, ``vf_epochs`` [n_critic_updates] 10, ``vf_minibatch_size``
+[batch_size] 128, ``discount`` [gamma] 0.99, ``gae_lambda`` [gae_lambda] 0.95,
+``normalize_advantages`` [normalize_advantage] True; sb3's ``n_steps * n_envs`` is corral's
+``trainer.batch_size``. Differences: the KL is ``KL(old || new)`` (the paper's; sb3 measures
+``KL(new || old)``; both have the same Fisher matrix at the old policy), the Fisher product uses
+the whole batch (sb3's ``sub_sampling_factor=1``), and corral's batches are whole episodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from corral import hookimpl
+from corral.framework.batch import EpisodeBatch
+from corral.framework.env import EnvSpec
+from corral.framework.errors import ConfigError
+from corral.framework.policy import Policy
+from corral.framework.sampler import Sampler
+from corral.lib.on_policy import OnPolicyAlgorithm
+
+
+@dataclass
+class TRPOConfig:
+    """TRPO hyperparameters (defaults follow sb3-contrib's TRPO; see the module docstring)."""
+
+    discount: float = field(default=0.99, metadata={"help": "discount factor gamma"})
+    gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda"})
+    max_kl: float = field(default=0.01, metadata={"help": "trust region: largest mean KL(old || new) per update"})
+    cg_iters: int = field(default=15, metadata={"help": "conjugate-gradient iterations for the natural gradient"})
+    cg_damping: float = field(default=0.1, metadata={"help": "damping added to the Fisher-vector product"})
+    backtrack_ratio: float = field(default=0.8, metadata={"help": "line search: step shrink factor per try"})
+    max_backtracks: int = field(default=10, metadata={"help": "line search: tries before keeping the old policy"})
+    vf_lr: float = field(default=1e-3, metadata={"help": "Adam learning rate of the value function"})
+    vf_epochs: int = field(default=10, metadata={"help": "passes of value-function minibatch steps per batch"})
+    vf_minibatch_size: int = field(default=128, metadata={"help": "steps per value-function gradient step"})
+    normalize_advantages: bool = field(default=True, metadata={"help": "standardise advantages per batch"})
+    vf_hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "value network widths"})
+
+    def __post_init__(self) -> None:
+        positive = {"max_kl": self.max_kl, "cg_iters": self.cg_iters, "vf_lr": self.vf_lr,
+                    "vf_epochs": self.vf_epochs, "vf_minibatch_size": self.vf_minibatch_size,
+                    "max_backtracks": self.max_backtracks}
+        for name, value in positive.items():
+            if not value > 0:
+                raise ConfigError(f"algo.{name} must be > 0, got {value}")
+        if self.cg_damping < 0:
+            raise ConfigError(f"algo.cg_damping must be >= 0, got {self.cg_damping}")
+        if not 0 < self.backtrack_ratio < 1:
+            raise ConfigError(f"algo.backtrack_ratio must be in (0, 1), got {self.backtrack_ratio}")
+
+
+def conjugate_gradient(matvec: Callable[[torch.Tensor], torch.Tensor], b: torch.Tensor, n_iters: int,
+                       tol: float = 1e-10) -> torch.Tensor:
+    """Approximately solve ``A x = b`` for symmetric positive-definite ``A`` given only ``v -> A v``.
+
+    Starts from ``x = 0`` and stops after ``n_iters`` iterations or when the squared residual
+    falls below ``tol``.
+    """
+    x = torch.zeros_like(b)
+    r = b.clone()
+    p = b.clone()
+    rr = torch.dot(r, r)
+    for _ in range(n_iters):
+        if rr <= tol:
+            break
+        ap = matvec(p)
+        alpha = rr / torch.dot(p, ap)
+        x += alpha * p
+        r -= alpha * ap
+        rr_new = torch.dot(r, r)
+        p = r + (rr_new / rr) * p
+        rr = rr_new
+    return x
+
+
+def _flat(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.reshape(-1) for t in tensors])
+
+
+def _assign(params: Sequence[nn.Parameter], flat: torch.Tensor) -> None:
+    """Copy a flat vector into ``params`` in place (their storage stays the same)."""
+    with torch.no_grad():
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.copy_(flat[offset : offset + n].view_as(p))
+            offset += n
+
+
+class TRPO(OnPolicyAlgorithm):
+    """TRPO with a GAE value function. ``TRPO(env_spec, policy, sampler, **TRPOConfig fields)``."""
+
+    def __init__(self, env_spec: EnvSpec, policy: Policy, sampler: Sampler | None = None, *, seed: int = 1,
+                 **hyperparameters: Any) -> None:
+        self.config = config = TRPOConfig(**hyperparameters)
+        super().__init__(env_spec, policy, sampler, seed=seed, discount=config.discount,
+                         gae_lambda=config.gae_lambda, vf_hidden_sizes=config.vf_hidden_sizes)
+        if not hasattr(policy, "distribution"):
+            raise ConfigError(f"algo=trpo needs a policy with distribution(observations) (policy=mlp); "
+                              f"got {type(policy).__name__}")
+        # Adam's eps as in sb3's policies, so the value fit matches sb3's.
+        self.optimizers["vf"] = torch.optim.Adam(self.value_function.parameters(), lr=config.vf_lr, eps=1e-5)
+
+    def policy_step(self, observations: torch.Tensor, actions: torch.Tensor, old_log_prob: torch.Tensor,
+                    advantages: torch.Tensor) -> dict[str, float]:
+        """One natural-gradient step with a backtracking line search inside the trust region."""
+        c = self.config
+        params = [p for p in self.policy.parameters() if p.requires_grad]  # type: ignore[attr-defined]
+        with torch.no_grad():
+            old_dist = self.policy.distribution(observations)  # type: ignore[attr-defined]
+
+        def surrogate() -> tuple[torch.Tensor, torch.Tensor]:
+            log_prob, _ = self.policy.log_prob_entropy(observations, actions)  # type: ignore[attr-defined]
+            return (torch.exp(log_prob - old_log_prob) * advantages).mean(), log_prob
+
+        def mean_kl() -> torch.Tensor:
+            new_dist = self.policy.distribution(observations)  # type: ignore[attr-defined]
+            return torch.distributions.kl_divergence(old_dist, new_dist).mean()
+
+        objective, _ = surrogate()
+        grad = _flat(torch.autograd.grad(objective, params))
+        kl_grad = _flat(torch.autograd.grad(mean_kl(), params, create_graph=True))
+
+        def fisher_vector(v: torch.Tensor) -> torch.Tensor:
+            hv = _flat(torch.autograd.grad(torch.dot(kl_grad, v), params, retain_graph=True))
+            return hv + c.cg_damping * v
+
+        direction = conjugate_gradient(fisher_vector, grad, c.cg_iters)
+        shs = 0.5 * torch.dot(direction, fisher_vector(direction))
+        old_params = _flat([p.detach() for p in params]).clone()
+        stats = {"trpo/kl": 0.0, "trpo/step_fraction": 0.0, "trpo/line_search_tries": float(c.max_backtracks),
+                 "trpo/improvement": 0.0}
+        if not (torch.isfinite(shs) and shs > 0):
+            return stats
+        full_step = torch.sqrt(2 * c.max_kl / shs) * direction
+        old_objective = objective.item()
+        for i in range(c.max_backtracks):
+            fraction = c.backtrack_ratio**i
+            _assign(params, old_params + fraction * full_step)
+            with torch.no_grad():
+                new_objective = surrogate()[0].item()
+                kl = mean_kl().item()
+            improvement = new_objective - old_objective
+            if math.isfinite(kl) and kl <= c.max_kl and improvement > 0:
+                return {"trpo/kl": kl, "trpo/step_fraction": fraction, "trpo/line_search_tries": float(i + 1),
+                        "trpo/improvement": improvement}
+        _assign(params, old_params)
+        return stats
+
+    def fit_value_function(self, observations: torch.Tensor, returns: torch.Tensor) -> float:
+        """``vf_epochs`` passes of shuffled minibatch Adam steps on the squared error; the last loss."""
+        c = self.config
+        optimizer = self.optimizers["vf"]
+        n = observations.shape[0]
+        loss = torch.zeros(())
+        for _ in range(c.vf_epochs):
+            order = torch.from_numpy(self.rng.permutation(n))
+            for start in range(0, n, c.vf_minibatch_size):
+                idx = order[start : start + c.vf_minibatch_size]
+                loss = (self.values(observations[idx]) - returns[idx]).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        return loss.item()
+
+    def train_once(self, itr: int, episodes: EpisodeBatch) -> dict[str, float]:
+        """A trust-region policy step, then the value-function fit."""
+        data = self.process(episodes)
+        adv = data["advantages"]
+        if self.config.normalize_advantages and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        obs, actions = data["observations"], data["actions"]
+        with torch.no_grad():
+            objective_log_prob, entropy = self.policy.log_prob_entropy(obs, actions)  # type: ignore[attr-defined]
+        stats = self.policy_step(obs, actions, data["old_log_prob"], adv)
+        vf_loss = self.fit_value_function(obs, data["returns"])
+        return {
+            "loss/policy": -float((torch.exp(objective_log_prob - data["old_log_prob"]) * adv).mean()),
+            "loss/value": vf_loss,
+            "loss/entropy": float(entropy.mean()),
+            **stats,
+            "trpo/explained_variance": self.explained_variance(data["values"], data["returns"]),
+        }
+
+
+def build_trpo(config: TRPOConfig, *, env_spec: EnvSpec, policy: Policy, sampler: Sampler, seed: int) -> TRPO:
+    """Build TRPO from its config."""
+    return TRPO(env_spec, policy, sampler, seed=seed, **dataclasses.asdict(config))
+
+
+@hookimpl
+def corral_register(register: Any) -> None:
+    """Register ``algo=trpo``."""
+    register("algo", "trpo", build_trpo, config=TRPOConfig,
+             help="Trust Region Policy Optimization (conjugate gradient, KL line search, GAE)")

@@ -1,0 +1,66 @@
+"""The built-in composition checks: fragments, algorithm/policy pairs and action spaces, before any worker starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import hydra
+import pytest
+from omegaconf import DictConfig
+
+from corral.framework.compose import validate
+from corral.framework.entry import prepare
+from corral.framework.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def compose(*overrides: str) -> DictConfig:
+    """What ``python train.py <overrides>`` composes."""
+    with hydra.initialize_config_module(config_module="corral.conf", version_base="1.3"):
+        return hydra.compose(config_name="config", overrides=prepare(list(overrides)))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["algo=sac", "env=pendulum", "policy=mlp"], "algo=sac cannot train policy=mlp; choose policy=tanh_gaussian"),
+        (["algo=dqn", "policy=mlp"], "algo=dqn cannot train policy=mlp; choose policy=qnet"),
+        (["algo=dqn", "env=pendulum", "policy=qnet"],
+         "algo=dqn supports discrete actions only, but env=pendulum has continuous actions; choose an environment "
+         "with discrete actions, or algo=sac policy=tanh_gaussian for this one"),
+        (["algo=sac", "env=cartpole", "policy=tanh_gaussian"],
+         "algo=sac supports continuous actions only, but env=cartpole has discrete actions; choose an environment "
+         "with continuous actions, or algo=dqn policy=qnet for this one"),
+        (["algo=ppo", "policy=qnet"], "policy=qnet is made for algo=dqn, not algo=ppo"),
+        (["algo=ppo", "env=pendulum", "policy=tanh_gaussian"], "policy=tanh_gaussian is made for algo=sac, not algo=ppo"),
+    ],
+)
+def test_bad_compositions_are_config_errors_naming_the_parts(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate(compose(*overrides))
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["experiment=sac_pendulum"],
+        ["experiment=dqn_cartpole"],
+        ["algo=sac", "env=pendulum", "policy=tanh_gaussian", "worker=vec"],
+        ["algo=dqn", "env=cartpole", "policy=qnet", "worker=default"],
+        ["algo=ppo", "worker=vec"],
+    ],
+)
+def test_good_compositions_pass(overrides: list[str]) -> None:
+    validate(compose(*overrides))
+
+
+def test_train_py_reports_a_bad_composition_in_one_line_before_sampling(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}", "algo=dqn",
+                           "env=pendulum", "policy=qnet"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "corral: error: algo=dqn supports discrete actions only, but env=pendulum" in proc.stderr
+    assert "Traceback" not in proc.stderr
