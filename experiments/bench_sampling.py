@@ -67,6 +67,10 @@ RAY_ACTOR_CPUS = 0.5
 #: Start method of gymnasium's AsyncVectorEnv processes: forkserver, not fork, because this process
 #: runs Ray's and torch's threads (fork would copy their locks); start-up is excluded anyway.
 ASYNC_CONTEXT = "forkserver"
+#: Device of the action-server rows (bench_gpu.py runs the same comparison with cuda).
+SERVER_DEVICE = "cpu"
+#: Hidden layers of the heavier policy (``--heavy-envs`` tables).
+HEAVY_HIDDEN = (512, 512)
 #: Environment used for the fixed cost of one obtain_samples call (episodes cut to 1 step).
 CALL_COST_ENV = "CartPole-v1"
 
@@ -424,6 +428,14 @@ class CorralRunner:
         """The sampler's worker or actor processes."""
         return [] if self.in_process else _sampler_pids(self.sampler)
 
+    def stats(self) -> dict[str, float] | None:
+        """An action server's counters (forward passes, requests, seconds serving / in forward passes)."""
+        server = getattr(self.sampler, "server", None)
+        if server is None:
+            return None
+        return {"steps": server.n_served_steps, "requests": server.n_served_requests, "serve_s": server.serve_s,
+                "forward_s": server.forward_s}
+
     def close(self) -> None:
         self.sampler.shutdown_worker()
 
@@ -513,12 +525,24 @@ def default_rows() -> list[RowSpec]:
         corral_row("local", "vec", 32),
     ]
     ray_args = {"num_cpus": RAY_ACTOR_CPUS}
-    for sampler, args in (("multiprocessing", {}), ("ray", ray_args)):
+    server_args = {"device": SERVER_DEVICE}
+    for sampler, args in (("multiprocessing", {}), ("ray", ray_args), ("action_server", server_args),
+                          ("alternating", server_args)):
         rows += [
             corral_row(sampler, "default", n_workers=2, sampler_args=args),
             corral_row(sampler, "vec", 16, n_workers=2, sampler_args=args),
         ]
     return rows
+
+
+#: Rows of the heavier-policy tables (``--heavy-envs``): where batching every worker's forward pass matters.
+HEAVY_ROW_KEYS = ("gym_async/2x16", "local/vec/1x32", "multiprocessing/vec/2x16", "action_server/vec/2x16",
+                  "alternating/vec/2x16")
+
+
+def heavy_label(env_id: str, hidden_sizes: tuple[int, ...]) -> str:
+    """Section name (and targets' env id) of a heavier-policy table."""
+    return f"{env_id}, policy {'x'.join(map(str, hidden_sizes))}"
 
 
 def select(items: Iterable[Any], patterns: list[str] | None, no_ray: bool) -> list[Any]:
@@ -547,10 +571,11 @@ class Target:
 
 
 def default_targets() -> list[Target]:
-    """The speed targets of the parallel samplers (issue 4, "Speed")."""
+    """The speed targets of the parallel samplers (issues 4 and 5, "Speed")."""
     mp_def, mp_vec = corral_key("multiprocessing", "default", 1, 2), corral_key("multiprocessing", "vec", 16, 2)
     ray_def, ray_vec = corral_key("ray", "default", 1, 2), corral_key("ray", "vec", 16, 2)
     local_def, local_vec = corral_key("local", "default", 1, 1), corral_key("local", "vec", 32, 1)
+    as_vec, alt_vec = corral_key("action_server", "vec", 16, 2), corral_key("alternating", "vec", 16, 2)
     return [
         Target(CPU_HEAVY_ID, mp_def, local_def, 1.8, "multiprocessing 2 workers (default) vs local"),
         Target(CPU_HEAVY_ID, mp_vec, local_vec, 1.8, "multiprocessing 2 workers x vec(16) vs local vec(32)"),
@@ -559,6 +584,11 @@ def default_targets() -> list[Target]:
         Target("CartPole-v1", mp_vec, local_vec, 1.5, "multiprocessing 2 workers x vec(16) vs local vec(32)"),
         Target("CartPole-v1", mp_vec, "gym_async/2x16", 2.5,
                "multiprocessing 2 workers x vec(16) vs gym AsyncVectorEnv 2 procs x 16 envs"),
+        # issue 5: the action servers
+        Target("CartPole-v1", as_vec, "gym_async/2x16", 1.5,
+               "action_server 2 workers x vec(16) vs gym AsyncVectorEnv 2 procs x 16 envs (same policy)"),
+        Target(heavy_label("CartPole-v1", HEAVY_HIDDEN), alt_vec, as_vec, 1.2,
+               "alternating vs action_server, 2 workers x vec(16), 512x512 policy"),
     ]
 
 
@@ -577,6 +607,7 @@ class Result:
     steps: int = 0
     error: str | None = None
     multi_process: bool = False
+    server_stats: dict[str, float] | None = None
 
     @property
     def median(self) -> float:
@@ -664,6 +695,9 @@ def measure(ctx: BenchContext, rows: list[RowSpec], budget_s: float, warmup_s: f
         for k in cpu_lost:
             results[k].cpu_rates.clear()
     finally:
+        for res, runner in zip(results, runners):
+            if runner is not None and hasattr(runner, "stats"):
+                res.server_stats = runner.stats()
         for runner in runners:
             if runner is not None:
                 try:
@@ -702,6 +736,25 @@ def table(results: list[Result]) -> str:
             f"| {_ratio(r.cpu_median, raw.cpu_median if raw else None)} |"
         )
     return "\n".join(lines)
+
+
+def server_step_table(results: list[Result]) -> str:
+    """The action servers' cost of one synchronised step, from their own counters over the whole
+    measurement (warm-up included): per worker request, the time the server spends collecting the
+    posted observations, batching them, writing the actions back and releasing the worker, with the
+    policy's forward pass excluded; and the forward pass itself."""
+    lines = []
+    for r in results:
+        st = r.server_stats
+        if r.error or not st or not st["steps"]:
+            continue
+        overhead = (st["serve_s"] - st["forward_s"]) / st["requests"] * 1e6
+        lines.append(f"| {r.spec.method} | {st['steps']:,} | {st['requests'] / st['steps']:.2f} | {overhead:.1f} "
+                     f"| {st['forward_s'] / st['steps'] * 1e6:.1f} |")
+    if not lines:
+        return ""
+    return "\n".join(["| row | batched forward passes | workers per pass | server step cost per worker, forward "
+                      "excluded (µs) | forward pass (µs) |", "|---|---:|---:|---:|---:|", *lines])
 
 
 def targets_table(env_id: str, results: list[Result], targets: list[Target]) -> str:
@@ -765,6 +818,9 @@ def call_cost_specs() -> list[CallCostSpec]:
         specs.append(CallCostSpec(f"local + {w} (1 worker)", "local", worker, n_envs, 1))
         specs.append(CallCostSpec(f"multiprocessing + {w} (2 workers)", "multiprocessing", worker, n_envs, 2))
         specs.append(CallCostSpec(f"ray + {w} (2 workers)", "ray", worker, n_envs, 2, {"num_cpus": RAY_ACTOR_CPUS}))
+        for server in ("action_server", "alternating"):
+            specs.append(CallCostSpec(f"{server} + {w} (2 workers)", server, worker, n_envs, 2,
+                                      {"device": SERVER_DEVICE}))
     return specs
 
 
@@ -876,6 +932,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--envs", nargs="+", default=list(DEFAULT_ENVS), help="gymnasium ids (default: %(default)s)")
+    p.add_argument("--heavy-envs", nargs="*", default=["CartPole-v1"],
+                   help="environments measured again with the heavier policy (MLP 512x512) and the rows where "
+                        "batching matters (default: %(default)s; none: skip)")
     p.add_argument("--quick", action="store_true", help="small budget and batch (smoke test)")
     p.add_argument("--budget", type=float, default=None, help="seconds per measurement (default 2.0; quick 0.1)")
     p.add_argument("--repeats", type=int, default=None, help="measurements per row (default 5; quick 1)")
@@ -947,7 +1006,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Settings: budget {args.budget:g} s per measurement, {args.repeats} repeats (median reported), "
         f"warm-up {args.warmup:g} s, obtain_samples batch {args.batch_size} steps, seed {args.seed}, "
-        "policy MLPPolicy 64x64 tanh (stochastic), torch threads 1.",
+        "policy MLPPolicy 64x64 tanh (stochastic; 512x512 in the tables that say so), torch threads 1, "
+        f"action-server rows on device={SERVER_DEVICE}.",
         "",
         "Columns: steps/s is environment steps per wall-clock second (median over repeats; rows are "
         "measured round-robin); ± is half the range of the repeats, in percent of the median. steps/CPU-s divides by CPU time instead, which other processes on a "
@@ -965,15 +1025,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if any(r.sampler == "ray" for r in rows) or any(s.sampler == "ray" for s in specs):
             ray = start_ray()
-        for env_id in args.envs:
-            print(f"\nmeasuring {env_id} ...", flush=True)
-            ctx = BenchContext(env_id=env_id, seed=args.seed, batch_size=args.batch_size)
+        heavy_rows = [r for r in rows if r.key in HEAVY_ROW_KEYS]
+        tables = [(env_id, env_id, (64, 64), rows) for env_id in args.envs]
+        tables += [(heavy_label(env_id, HEAVY_HIDDEN), env_id, HEAVY_HIDDEN, heavy_rows)
+                   for env_id in args.heavy_envs if heavy_rows]
+        for label, env_id, hidden, table_rows in tables:
+            print(f"\nmeasuring {label} ...", flush=True)
+            ctx = BenchContext(env_id=env_id, seed=args.seed, batch_size=args.batch_size, hidden_sizes=hidden)
             t0 = time.perf_counter()
-            results = measure(ctx, rows, args.budget, args.warmup, args.repeats)
-            text = f"## {env_id}\n\n{table(results)}\n\n({time.perf_counter() - t0:.0f} s for this table)"
-            tt = targets_table(env_id, results, targets)
+            results = measure(ctx, table_rows, args.budget, args.warmup, args.repeats)
+            text = f"## {label}\n\n{table(results)}\n\n({time.perf_counter() - t0:.0f} s for this table)"
+            st = server_step_table(results)
+            if st:
+                text += f"\n\nAction servers' synchronised step ({label}):\n\n{st}"
+            tt = targets_table(label, results, targets)
             if tt:
-                text += f"\n\nSpeed targets (issue 4) on {env_id}:\n\n{tt}"
+                text += f"\n\nSpeed targets (issues 4 and 5) on {label}:\n\n{tt}"
             print("\n" + text, flush=True)
             sections.append(text)
         if specs:

@@ -99,7 +99,7 @@ def check_rows(section: str, rows: list) -> None:
 
 
 def test_quick_run_prints_every_row_and_writes_the_table(tmp_path: Path) -> None:
-    proc, written, _ = run_bench(tmp_path, "--no-ray", "--envs", *ENVS)
+    proc, written, _ = run_bench(tmp_path, "--no-ray", "--envs", *ENVS, timeout=480)
     text = proc.stdout
     assert "cpu_count=" in text and "gymnasium" in text and "torch" in text
     assert "--quick" in text  # the exact command is printed
@@ -119,6 +119,14 @@ def test_quick_run_prints_every_row_and_writes_the_table(tmp_path: Path) -> None
     assert [cells[0] for cells in costs] == labels
     for cells in costs:
         assert float(cells[2]) > 0 and float(cells[4]) > 0, cells
+    heavy = section_of(written, bench.heavy_label("CartPole-v1", bench.HEAVY_HIDDEN))
+    check_rows(heavy, [row for row in rows if row.key in bench.HEAVY_ROW_KEYS])
+    assert "| alternating vs action_server, 2 workers x vec(16), 512x512 policy |" in heavy
+    for section in (section_of(written, "CartPole-v1"), heavy):
+        steps = table_lines(section.split("Action servers' synchronised step", 1)[1])
+        labels = [cells[0] for cells in steps]
+        assert {"corral action_server + vec(16) (2 workers)", "corral alternating + vec(16) (2 workers)"} <= set(labels)
+        assert all(float(cells[3]) > 0 for cells in steps), steps
     assert "left after shutdown: none" in written
 
 
@@ -144,7 +152,7 @@ def test_rows_have_unique_keys_and_parallel_rows_a_local_baseline() -> None:
     keys = [row.key for row in rows]
     assert len(set(keys)) == len(keys)
     for row in rows:
-        if row.sampler in ("multiprocessing", "ray"):
+        if row.sampler in ("multiprocessing", "ray", "action_server", "alternating"):
             assert row.vs_local in keys, row
     for target in bench.default_targets():
         assert target.row in keys and target.base in keys, target

@@ -11,7 +11,9 @@ from typing import Iterator
 
 import pytest
 
+from corral.framework.env import EnvSpec
 from corral.framework.errors import WorkerError
+from corral.framework.policy import Policy
 from corral.testing import AlgorithmContract, SamplerContract, WorkerContract
 from corral.testing.faulty_envs import EnvironmentFailure
 
@@ -34,6 +36,24 @@ class TestMultiprocessingSamplerContract(SamplerContract):
     from corral.plugins.samplers.multiprocessing import MultiprocessingSampler as sampler_class
 
     sampler_options = {"timeout": 60.0}
+
+
+class TestActionServerSamplerContract(SamplerContract):
+    """``sampler=action_server``: worker processes with proxy agents, one batched policy here
+    (its semaphores are checked for leaks too)."""
+
+    from corral.plugins.samplers.action_server import ActionServerSampler as sampler_class
+
+    sampler_options = {"timeout": 60.0, "device": "cpu"}
+    worker_cases = (("default", {}), ("vec", {"n_envs": 2}), ("fragment", {"n_envs": 2, "timesteps_per_call": 30}))
+
+
+class TestAlternatingSamplerContract(SamplerContract):
+    """``sampler=alternating``: the action server with two groups of workers."""
+
+    from corral.plugins.samplers.alternating import AlternatingSampler as sampler_class
+
+    sampler_options = {"timeout": 60.0, "device": "cpu"}
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +131,43 @@ class TestTRPOContract(AlgorithmContract):
 
     algo_name = "trpo"
     algo_config = {"vf_epochs": 2}
+
+
+def registered_policy(name: str, env_spec: EnvSpec, seed: int, **config: object) -> Policy:
+    """A registered policy option built with ``config``, its weights depending only on ``seed``."""
+    import torch
+
+    from corral.framework.config import config_of
+    from corral.framework.plugins import get_registry
+
+    reg = get_registry().get("policy", name)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return reg.factory(config_of(reg, dict(config)), env_spec=env_spec)
+
+
+class TestSACContract(AlgorithmContract):
+    """``algo=sac`` on Pendulum with ``policy=tanh_gaussian``, fed fragments (few, small gradient steps)."""
+
+    algo_name = "sac"
+    algo_config = {"min_buffer_size": 50, "gradient_steps": 5, "batch_size": 32, "qf_hidden_sizes": [32, 32]}
+    env_id = "Pendulum-v1"
+    worker = "fragment"
+
+    def make_policy(self, env_spec: EnvSpec, seed: int = 0) -> Policy:
+        """A small tanh-Gaussian policy."""
+        return registered_policy("tanh_gaussian", env_spec, seed, hidden_sizes=[32, 32])
+
+
+class TestDQNContract(AlgorithmContract):
+    """``algo=dqn`` on CartPole with ``policy=qnet`` (dueling head; few gradient steps)."""
+
+    algo_name = "dqn"
+    algo_config = {"min_buffer_size": 50, "gradient_steps": 5, "batch_size": 32}
+
+    def make_policy(self, env_spec: EnvSpec, seed: int = 0) -> Policy:
+        """A small dueling Q-network."""
+        return registered_policy("qnet", env_spec, seed, hidden_sizes=[32, 32], dueling=True)
 
 
 # ================================================================== the suites catch broken components

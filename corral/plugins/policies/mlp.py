@@ -157,7 +157,11 @@ class MLPPolicy(Policy, nn.Module):
         return self._streams
 
     def _forward_numpy(self, x: np.ndarray) -> np.ndarray:
-        """``batch_invariant_forward(self.net, x)``, from cached views of the weights when possible."""
+        """``batch_invariant_forward(self.net, x)``, from cached views of the weights when possible
+        (on a GPU: torch's forward, through pinned host buffers)."""
+        device = self.net[0].weight.device
+        if device.type != "cpu":
+            return self._forward_on(device, x)
         cache = self._forward_cache
         if cache is None or not cache.valid(self.net):
             cache = self._forward_cache = _NumpyForward(self.net)
@@ -165,10 +169,30 @@ class MLPPolicy(Policy, nn.Module):
             return cache(x)
         return batch_invariant_forward(self.net, x)
 
+    def _forward_on(self, device: torch.device, x: np.ndarray) -> np.ndarray:
+        """The forward pass on ``device``: observations staged in pinned host memory, copied over
+        without blocking, logits copied back into pinned memory (actions then come from the same
+        numpy sampling code as on cpu)."""
+        pinned = getattr(self, "_pinned", None)
+        if pinned is None or pinned[0].shape != x.shape:
+            pinned = self._pinned = (torch.empty(x.shape, dtype=torch.float32).pin_memory(), None)
+        staging, out_host = pinned
+        staging.numpy()[...] = x
+        with torch.no_grad():
+            out = self.net(staging.to(device, non_blocking=True))
+        if out_host is None or out_host.shape != out.shape:
+            out_host = torch.empty(out.shape, dtype=out.dtype).pin_memory()
+            self._pinned = (staging, out_host)
+        out_host.copy_(out, non_blocking=True)
+        torch.cuda.current_stream(device).synchronize()
+        return out_host.numpy()
+
     def __getstate__(self) -> dict[str, Any]:
-        # The forward cache holds views of this object's parameters: never copy or pickle it.
+        # The forward cache holds views of this object's parameters (and the pinned buffers are
+        # per device): never copy or pickle them.
         state = self.__dict__.copy()
         state["_forward_cache"] = None
+        state["_pinned"] = None
         return state
 
     def get_actions(self, observations: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -194,7 +218,7 @@ class MLPPolicy(Policy, nn.Module):
             logp = log_p[rows, actions]
             actions = actions.astype(np.int64, copy=False)
         else:
-            log_std = self.log_std.detach().numpy().astype(np.float64)
+            log_std = self.log_std.detach().cpu().numpy().astype(np.float64)
             if streams is None:
                 eps = np.zeros_like(out)
             else:

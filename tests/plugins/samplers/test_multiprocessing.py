@@ -134,21 +134,26 @@ def test_same_episodes_as_local_and_exact_state_round_trip(policy: MLPPolicy, se
     params = policy.get_param_values()
     with MultiprocessingSampler(policy, CARTPOLE, **options(seed, worker)) as mp, \
             LocalSampler(policy, CARTPOLE, **options(seed, worker)) as local:
-        for itr, n in enumerate((700, 333)):
-            got = mp.obtain_samples(itr, n, params)
-            assert len(got) >= n
-            assert_same(got, local.obtain_samples(itr, n, params))
-        assert_same(mp.obtain_exact_episodes(3, params), local.obtain_exact_episodes(3, params))
-        assert mp.total_env_steps == local.total_env_steps
+        check_same_as_local(mp, local, params)
 
-        # state_dict / load_state_dict: a resume continues exactly, and the format is the local one.
-        state = mp.state_dict()
-        pickle.loads(pickle.dumps(state))
-        expected = mp.obtain_samples(9, 400, params)
-        mp.load_state_dict(state)
-        assert_same(mp.obtain_samples(9, 400, params), expected)
-        local.load_state_dict(state)
-        assert_same(local.obtain_samples(9, 400, params), expected)
+
+def check_same_as_local(mp: Any, local: LocalSampler, params: Any) -> None:
+    """Two obtain_samples calls and one obtain_exact_episodes equal ``local``'s; state_dict resumes exactly."""
+    for itr, n in enumerate((700, 333)):
+        got = mp.obtain_samples(itr, n, params)
+        assert len(got) >= n
+        assert_same(got, local.obtain_samples(itr, n, params))
+    assert_same(mp.obtain_exact_episodes(3, params), local.obtain_exact_episodes(3, params))
+    assert mp.total_env_steps == local.total_env_steps
+
+    # state_dict / load_state_dict: a resume continues exactly, and the format is the local one.
+    state = mp.state_dict()
+    pickle.loads(pickle.dumps(state))
+    expected = mp.obtain_samples(9, 400, params)
+    mp.load_state_dict(state)
+    assert_same(mp.obtain_samples(9, 400, params), expected)
+    local.load_state_dict(state)
+    assert_same(local.obtain_samples(9, 400, params), expected)
 
 
 def test_per_worker_agents_and_envs_and_the_factory_pickles(policy: MLPPolicy) -> None:
@@ -177,7 +182,12 @@ def test_per_worker_agents_and_envs_and_the_factory_pickles(policy: MLPPolicy) -
 # ---------------------------------------------------------------------- stale-version protection
 def test_answers_to_an_abandoned_call_never_enter_a_later_batch(policy: MLPPolicy) -> None:
     slow = make_cartpole(SlowCartPole, delay=0.001)  # the abandoned call lasts >= 1 s on any machine
-    with MultiprocessingSampler(policy, slow, **options(3)) as mp:
+    check_abandoned_call(MultiprocessingSampler(policy, slow, **options(3)), policy)
+
+
+def check_abandoned_call(sampler: Any, policy: MLPPolicy) -> None:
+    """Ctrl-C interrupts a call on a slow environment; the next call's batch holds only its own agent's episodes."""
+    with sampler as mp:
         main = threading.main_thread().ident
         assert main is not None
         timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))
@@ -196,7 +206,11 @@ def test_answers_to_an_abandoned_call_never_enter_a_later_batch(policy: MLPPolic
 # ---------------------------------------------------------------------- faults
 def test_sigkill_during_obtain_samples_raises_naming_the_worker(policy: MLPPolicy, tmp_path: Path) -> None:
     envs = [CARTPOLE, make_cartpole(KillSelfCartPole, marker=str(tmp_path / "killed"))]
-    mp = MultiprocessingSampler(policy, envs, **options())
+    check_sigkill_raises(MultiprocessingSampler(policy, envs, **options()), policy)
+
+
+def check_sigkill_raises(mp: Any, policy: MLPPolicy) -> None:
+    """Worker 1 SIGKILLs itself mid-sample: a WorkerError naming it, within 10 s; the sampler is closed."""
     pids = mp.worker_pids
     t0 = time.monotonic()
     with pytest.raises(WorkerError) as info:
@@ -213,7 +227,13 @@ def test_sigkill_during_obtain_samples_raises_naming_the_worker(policy: MLPPolic
 def test_sigkill_with_restart_completes_the_call(policy: MLPPolicy, tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     envs = [CARTPOLE, make_cartpole(KillSelfCartPole, marker=str(tmp_path / "killed"))]
-    with MultiprocessingSampler(policy, envs, **options(on_worker_failure="restart")) as mp:
+    check_sigkill_restart(MultiprocessingSampler(policy, envs, **options(on_worker_failure="restart")), policy,
+                          caplog)
+
+
+def check_sigkill_restart(sampler: Any, policy: MLPPolicy, caplog: pytest.LogCaptureFixture) -> None:
+    """Worker 1 SIGKILLs itself mid-sample: it is restarted, the call completes with the current agent."""
+    with sampler as mp:
         old = mp.worker_pids
         with caplog.at_level("WARNING"):
             batch = mp.obtain_samples(0, 1000, biased_params(policy, 0))
@@ -257,7 +277,11 @@ def test_restarts_are_bounded(policy: MLPPolicy) -> None:
 
 
 def test_all_workers_dead_is_an_error(policy: MLPPolicy) -> None:
-    mp = MultiprocessingSampler(policy, CARTPOLE, **options())
+    check_all_workers_dead(MultiprocessingSampler(policy, CARTPOLE, **options()))
+
+
+def check_all_workers_dead(mp: Any) -> None:
+    """Every worker of a 2-worker process sampler SIGKILLed between calls: the next call says so."""
     for pid in mp.worker_pids:
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
@@ -280,13 +304,21 @@ def test_invalid_options_and_unpicklable_factories_fail_clearly(policy: MLPPolic
 
 
 # ---------------------------------------------------------------------- train.py end to end
-TRAIN = [sys.executable, str(ROOT / "train.py"), "sampler=multiprocessing", "sampler.n_workers=2", "worker=vec",
-         "worker.n_envs=4", "trainer.batch_size=1000", "trainer.eval_every=0", "logger=[csv]", "trainer.progress=false"]
+def train_command(sampler: str) -> list[str]:
+    """A short PPO run of train.py with ``sampler`` (2 workers x vec(4))."""
+    return [sys.executable, str(ROOT / "train.py"), f"sampler={sampler}", "sampler.n_workers=2", "worker=vec",
+            "worker.n_envs=4", "trainer.batch_size=1000", "trainer.eval_every=0", "logger=[csv]",
+            "trainer.progress=false"]
 
 
 def test_train_py_runs_end_to_end(tmp_path: Path) -> None:
+    check_train_py_runs("multiprocessing", tmp_path)
+
+
+def check_train_py_runs(sampler: str, tmp_path: Path) -> None:
+    """Two epochs of train.py with ``sampler`` end cleanly."""
     run = tmp_path / "run"
-    proc = subprocess.run([*TRAIN, "trainer.n_epochs=2", f"hydra.run.dir={run}"], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([*train_command(sampler), "trainer.n_epochs=2", f"hydra.run.dir={run}"], cwd=ROOT, capture_output=True,
                           text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert len((run / "progress.csv").read_text().splitlines()) == 3  # header + 2 epochs
@@ -295,10 +327,17 @@ def test_train_py_runs_end_to_end(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_ctrl_c_exits_130_and_leaves_no_worker_or_segment(tmp_path: Path) -> None:
+    check_ctrl_c("multiprocessing", tmp_path)
+
+
+def check_ctrl_c(sampler: str, tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT to the process group) during a long train.py run with ``sampler``: exit 130,
+    no worker process, shared-memory segment or semaphore left."""
     run = tmp_path / "run"
+    semaphores = {p.name for p in SHM.glob("sem.mp-*")}
     # A session of its own, so that the SIGINT below reaches the whole process group, workers
     # included, as Ctrl-C in a terminal does.
-    proc = subprocess.Popen([*TRAIN, "trainer.n_epochs=100000", "trainer.max_env_steps=null",
+    proc = subprocess.Popen([*train_command(sampler), "trainer.n_epochs=100000", "trainer.max_env_steps=null",
                              f"hydra.run.dir={run}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
@@ -321,6 +360,7 @@ def test_ctrl_c_exits_130_and_leaves_no_worker_or_segment(tmp_path: Path) -> Non
     assert "Traceback" not in err and "leaked" not in err
     assert not wait_gone(children, timeout=10), "worker processes outlived train.py"
     assert our_segments(proc.pid) == set()
+    assert {p.name for p in SHM.glob("sem.mp-*")} - semaphores == set(), "semaphores outlived train.py"
 
 
 def test_a_script_without_a_main_guard_gets_told_what_to_do(tmp_path: Path) -> None:

@@ -1,0 +1,393 @@
+"""The worker side of an action server: a shared-memory slot per worker and the agent proxy.
+
+Under ``sampler=action_server`` (and ``alternating``) a worker process steps its environments with
+an :class:`ActionProxy` as its agent. The proxy implements the :class:`~corral.framework.policy.Policy`
+calls a worker makes (``get_actions``, ``reset``, ``seed``, ``deterministic``,
+``get_sampling_state`` / ``set_sampling_state``, ``get_param_values``) by writing the request into
+the worker's shared-memory slot, releasing the slot's ``posted`` semaphore (and the server's
+doorbell), and waiting on the slot's ``answered`` semaphore: one semaphore pair per worker. The
+policy itself lives in the sampler's process (:mod:`corral.lib.action_server`).
+
+A slot is one POSIX shared-memory segment (``corral_<pid>_...``, so leaks are attributable) laid
+out as :class:`SlotLayout`: an int64 header, a blob area for pickled control messages, a meta area
+describing the response arrays, the observation area and the response area. Observations and
+actions travel as raw array bytes; nothing is pickled per step.
+
+A reset that precedes a ``get_actions`` call (what every worker does) rides along with that call,
+so it costs no round trip of its own.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import pickle
+import secrets
+import time
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any, Sequence
+
+import numpy as np
+
+from corral.framework.policy import Policy
+from corral.lib.shared_memory import segment_prefix
+
+try:  # POSIX: map segments without registering them with this process's resource tracker.
+    import _posixshmem
+except ImportError:  # pragma: no cover - Windows
+    _posixshmem = None
+
+# Request kinds (header[KIND]).
+IDLE, GET_ACTIONS, RESET, CALL = 0, 1, 2, 3
+# Header fields.
+KIND, SEQ, OBS_CHAR, OBS_NDIM = 0, 1, 2, 3
+OBS_SHAPE = 4  # 8 entries: 4..11
+MAX_NDIM = 8
+RESET_ROWS, BLOB_LEN, STATUS, META_VERSION, DETERMINISTIC, META_LEN = 12, 13, 14, 15, 16, 17
+HEADER_FIELDS = 32
+# Response status (header[STATUS]).
+OK, ERROR = 0, 1
+
+#: Methods the proxy forwards to the server; a worker whose agent needs more cannot run under an action server.
+PROXY_METHODS = frozenset({
+    "get_actions", "get_action", "reset", "seed", "deterministic", "recurrent", "get_sampling_state",
+    "set_sampling_state", "get_param_values", "set_param_values",
+})
+
+
+def _align(n: int, to: int = 64) -> int:
+    return -(-n // to) * to
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """Where each area of a slot lies (byte offsets) and how large it is."""
+
+    name: str
+    max_rows: int
+    blob_bytes: int
+    meta_bytes: int
+    obs_bytes: int
+    resp_bytes: int
+
+    @property
+    def mask_offset(self) -> int:
+        """Piggy-backed reset mask (``max_rows`` bools)."""
+        return _align(8 * HEADER_FIELDS)
+
+    @property
+    def blob_offset(self) -> int:
+        """Pickled control request / reply."""
+        return _align(self.mask_offset + self.max_rows)
+
+    @property
+    def meta_offset(self) -> int:
+        """Pickled description of the response arrays."""
+        return _align(self.blob_offset + self.blob_bytes)
+
+    @property
+    def obs_offset(self) -> int:
+        """Observation bytes."""
+        return _align(self.meta_offset + self.meta_bytes)
+
+    @property
+    def resp_offset(self) -> int:
+        """Actions and agent-info bytes."""
+        return _align(self.obs_offset + self.obs_bytes)
+
+    @property
+    def size(self) -> int:
+        """Bytes of the whole segment (sparse: only touched pages use memory)."""
+        return _align(self.resp_offset + self.resp_bytes)
+
+    @classmethod
+    def create(cls, obs_bytes: int, resp_bytes: int, blob_bytes: int = 1 << 20, meta_bytes: int = 1 << 16,
+               max_rows: int = 1 << 14) -> tuple["SlotLayout", shared_memory.SharedMemory]:
+        """A new segment with this layout (named after this process), and its layout."""
+        name = f"{segment_prefix()}slot_{secrets.token_hex(6)}"
+        layout = cls(name, max_rows, blob_bytes, meta_bytes, obs_bytes, resp_bytes)
+        shm = shared_memory.SharedMemory(name=name, create=True, size=layout.size)
+        return layout, shm
+
+
+class SlotView:
+    """numpy views of one slot's areas over a mapped buffer (either side)."""
+
+    def __init__(self, layout: SlotLayout, buffer: Any) -> None:
+        self.layout = layout
+        self.buffer = buffer
+        self.header = np.ndarray((HEADER_FIELDS,), dtype=np.int64, buffer=buffer, offset=0)
+        self.mask = np.ndarray((layout.max_rows,), dtype=np.bool_, buffer=buffer, offset=layout.mask_offset)
+        self.blob = np.ndarray((layout.blob_bytes,), dtype=np.uint8, buffer=buffer, offset=layout.blob_offset)
+        self.meta = np.ndarray((layout.meta_bytes,), dtype=np.uint8, buffer=buffer, offset=layout.meta_offset)
+
+    # ------------------------------------------------------------------ observations
+    def write_obs(self, obs: np.ndarray) -> None:
+        """Store an observation batch (dtype, shape and bytes)."""
+        obs = np.ascontiguousarray(obs)
+        if obs.ndim > MAX_NDIM or obs.dtype.hasobject:
+            raise TypeError(f"the action server takes numeric observations of at most {MAX_NDIM} dimensions, "
+                            f"got {obs.dtype} with shape {obs.shape}")
+        if obs.nbytes > self.layout.obs_bytes:
+            raise ValueError(f"an observation batch of {obs.nbytes} bytes does not fit the action server's slot "
+                             f"({self.layout.obs_bytes} bytes); raise sampler.slot_mib")
+        h = self.header
+        h[OBS_CHAR] = ord(obs.dtype.char)
+        h[OBS_NDIM] = obs.ndim
+        h[OBS_SHAPE : OBS_SHAPE + obs.ndim] = obs.shape
+        np.ndarray(obs.shape, dtype=obs.dtype, buffer=self.buffer, offset=self.layout.obs_offset)[...] = obs
+
+    def read_obs(self) -> np.ndarray:
+        """The observation batch last written (a view)."""
+        h = self.header
+        ndim = int(h[OBS_NDIM])
+        shape = tuple(int(x) for x in h[OBS_SHAPE : OBS_SHAPE + ndim])
+        return np.ndarray(shape, dtype=np.dtype(chr(int(h[OBS_CHAR]))), buffer=self.buffer,
+                          offset=self.layout.obs_offset)
+
+    # ------------------------------------------------------------------ blobs
+    def write_blob(self, obj: Any) -> None:
+        """Pickle ``obj`` into the blob area."""
+        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        if len(data) > self.layout.blob_bytes:
+            raise ValueError(f"a control message of {len(data)} bytes does not fit the action server's slot "
+                             f"({self.layout.blob_bytes} bytes)")
+        self.blob[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+        self.header[BLOB_LEN] = len(data)
+
+    def read_blob(self) -> Any:
+        """Unpickle the blob area."""
+        return pickle.loads(self.blob[: int(self.header[BLOB_LEN])].tobytes())
+
+    # ------------------------------------------------------------------ responses
+    def response_views(self, meta: Sequence[tuple[Any, str, tuple[int, ...], int]]) -> list[np.ndarray]:
+        """Views of the response arrays described by ``meta`` ((key, dtype, shape, offset) each)."""
+        base = self.layout.resp_offset
+        return [np.ndarray(shape, dtype=np.dtype(dt), buffer=self.buffer, offset=base + off)
+                for _, dt, shape, off in meta]
+
+    def release(self) -> None:
+        """Drop the views (before the buffer is closed)."""
+        self.header = self.mask = self.blob = self.meta = None  # type: ignore[assignment]
+        self.buffer = None
+
+
+def response_meta(actions: np.ndarray, infos: dict[str, np.ndarray], capacity: int
+                  ) -> tuple[tuple[Any, str, tuple[int, ...], int], ...]:
+    """Describe where ``actions`` and each info array go in a response area of ``capacity`` bytes."""
+    meta = []
+    offset = 0
+    for key, value in (("\0actions", actions), *infos.items()):
+        value = np.asarray(value)
+        meta.append((key, value.dtype.str, tuple(value.shape), offset))
+        offset = _align(offset + value.nbytes)
+    if offset > capacity:
+        raise ValueError(f"actions and agent infos of {offset} bytes do not fit the action server's slot "
+                         f"({capacity} bytes); raise sampler.slot_mib")
+    return tuple(meta)
+
+
+# ---------------------------------------------------------------------- worker side
+@dataclass
+class ProxyEndpoint:
+    """What a worker process needs to reach the server: its slot and semaphores (inherited at start)."""
+
+    worker_number: int
+    layout: SlotLayout
+    posted: Any
+    answered: Any
+    doorbell: Any
+    timeout: float
+
+
+_ENDPOINT: ProxyEndpoint | None = None
+_SLOT: SlotView | None = None
+
+
+def _map_slot(layout: SlotLayout) -> SlotView:
+    """Map a slot read-write without handing it to this process's resource tracker."""
+    if _posixshmem is None:  # pragma: no cover - Windows
+        shm = shared_memory.SharedMemory(name=layout.name)
+        return SlotView(layout, shm.buf)
+    fd = _posixshmem.shm_open("/" + layout.name, os.O_RDWR, mode=0o600)
+    try:
+        mm = mmap.mmap(fd, layout.size)
+    finally:
+        os.close(fd)
+    return SlotView(layout, mm)
+
+
+def install_endpoint(endpoint: ProxyEndpoint) -> None:
+    """Make ``endpoint`` the one :class:`ActionProxy` objects of this process connect to."""
+    global _ENDPOINT, _SLOT
+    _ENDPOINT = endpoint
+    _SLOT = _map_slot(endpoint.layout)
+
+
+@dataclass
+class ServedWorkerFactory:
+    """A :class:`~corral.framework.worker.WorkerFactory` plus worker ``i``'s endpoint: started as a
+    worker process's factory, it installs the endpoint there before building the worker."""
+
+    factory: Any
+    endpoint: ProxyEndpoint
+
+    def __call__(self, worker_number: int, restart: int = 0) -> Any:
+        """Install the endpoint, then build the worker."""
+        install_endpoint(self.endpoint)
+        return self.factory(worker_number, restart=restart)
+
+
+class ActionServerError(RuntimeError):
+    """The action server failed to answer a request (its message carries the server's traceback)."""
+
+
+def _connected_proxy(worker_number: int, recurrent: bool) -> "ActionProxy":
+    return ActionProxy(worker_number, recurrent)
+
+
+class ActionProxy(Policy):
+    """The agent of a worker under an action server: every call goes to the server's policy.
+
+    Built in the sampler's process and sent to the worker like a Policy; unpickled in the worker
+    process it connects to that process's endpoint (or to ``endpoint`` when given, for a worker
+    served in the server's own process). Anything a worker asks of its agent beyond
+    :data:`PROXY_METHODS` is an AttributeError naming the sampler to use instead.
+    """
+
+    def __init__(self, worker_number: int, recurrent: bool = False, endpoint: ProxyEndpoint | None = None) -> None:
+        self.worker_number = worker_number
+        self._endpoint = endpoint  # None: this process's installed endpoint
+        self._own_slot: SlotView | None = None
+        self.recurrent = recurrent
+        self._deterministic = False
+        self._pending_reset: np.ndarray | None = None
+        self._seq = 0
+        self._meta_version = -1
+        self._views: list[np.ndarray] = []
+        self._keys: list[str] = []
+
+    def __reduce__(self) -> Any:
+        return (_connected_proxy, (self.worker_number, self.recurrent))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"the worker's agent is an action-server proxy, which has no {name!r}: under sampler=action_server "
+            f"or alternating a worker's agent supports only {sorted(PROXY_METHODS)}; use sampler=multiprocessing "
+            "for this worker"
+        )
+
+    # ------------------------------------------------------------------ transport
+    def _slot(self) -> tuple[SlotView, ProxyEndpoint]:
+        if self._endpoint is not None:
+            if self._own_slot is None:
+                self._own_slot = _map_slot(self._endpoint.layout)
+            return self._own_slot, self._endpoint
+        if _SLOT is None or _ENDPOINT is None:
+            raise RuntimeError("an ActionProxy works only in a worker process started by an action-server sampler")
+        return _SLOT, _ENDPOINT
+
+    def _roundtrip(self, slot: SlotView, ep: ProxyEndpoint, kind: int) -> None:
+        self._seq += 1
+        slot.header[SEQ] = self._seq
+        slot.header[KIND] = kind
+        ep.posted.release()
+        ep.doorbell.release()
+        deadline = time.monotonic() + ep.timeout
+        parent = os.getppid()
+        while not ep.answered.acquire(timeout=1.0):
+            if os.getppid() != parent:
+                os._exit(1)  # the sampler's process is gone
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the action server did not answer worker {ep.worker_number} within "
+                                   f"{ep.timeout:g} s")
+        if slot.header[STATUS] != OK:
+            raise ActionServerError(f"the action server failed to serve worker {ep.worker_number}:\n"
+                                    f"{slot.read_blob()}")
+
+    def _call(self, method: str, *args: Any) -> Any:
+        slot, ep = self._slot()
+        self._flush_reset(slot, ep)
+        slot.write_blob((method, args))
+        self._roundtrip(slot, ep, CALL)
+        return slot.read_blob()
+
+    def _flush_reset(self, slot: SlotView, ep: ProxyEndpoint) -> None:
+        if self._pending_reset is None:
+            return
+        self._write_reset(slot)
+        self._roundtrip(slot, ep, RESET)
+
+    def _write_reset(self, slot: SlotView) -> None:
+        mask, self._pending_reset = self._pending_reset, None
+        if mask is None:
+            slot.header[RESET_ROWS] = 0
+        elif mask.ndim == 0:  # reset(None): every slot
+            slot.header[RESET_ROWS] = -1
+        else:
+            slot.mask[: len(mask)] = mask
+            slot.header[RESET_ROWS] = len(mask)
+
+    # ------------------------------------------------------------------ the Policy calls
+    def get_actions(self, observations: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Post the batch, wait for the server's actions (copies, safe to keep)."""
+        slot, ep = self._slot()
+        slot.write_obs(np.asarray(observations))
+        self._write_reset(slot)
+        slot.header[DETERMINISTIC] = int(self._deterministic)
+        self._roundtrip(slot, ep, GET_ACTIONS)
+        version = int(slot.header[META_VERSION])
+        if version != self._meta_version:
+            meta = pickle.loads(slot.meta[: int(slot.header[META_LEN])].tobytes())
+            self._views = slot.response_views(meta)
+            self._keys = [m[0] for m in meta]
+            self._meta_version = version
+        views = self._views
+        return views[0].copy(), {k: v.copy() for k, v in zip(self._keys[1:], views[1:])}
+
+    def reset(self, dones: np.ndarray | None = None) -> None:
+        """Start new episodes in the masked slots (sent with the next request)."""
+        slot, ep = self._slot()
+        if self._pending_reset is not None:
+            self._flush_reset(slot, ep)
+        self._pending_reset = np.array(True) if dones is None else np.asarray(dones, dtype=bool).copy()
+
+    def seed(self, seeds: Sequence[np.random.SeedSequence]) -> None:
+        """The server gives this worker's slots these noise streams."""
+        self._pending_reset = None  # seeding starts every slot afresh
+        self._call("seed", list(seeds))
+
+    @property
+    def deterministic(self) -> bool:  # type: ignore[override]
+        """Evaluation mode for this worker's slots (sent with every request)."""
+        return self._deterministic
+
+    @deterministic.setter
+    def deterministic(self, value: bool) -> None:
+        self._deterministic = bool(value)
+
+    def get_sampling_state(self) -> dict[str, Any]:
+        """This worker's rows of the server policy's sampling state."""
+        return self._call("get_sampling_state")
+
+    def set_sampling_state(self, state: dict[str, Any]) -> None:
+        """Restore this worker's rows."""
+        self._pending_reset = None
+        self._call("set_sampling_state", state)
+
+    def get_param_values(self) -> dict[str, np.ndarray]:
+        """The parameters of the server's policy for this worker."""
+        return self._call("get_param_values")
+
+    def set_param_values(self, params: dict[str, np.ndarray]) -> None:
+        """Serve this worker with these parameters (samplers send parameters to the server directly)."""
+        self._call("set_param_values", params)
+
+
+__all__ = [
+    "ActionProxy", "ActionServerError", "PROXY_METHODS", "ProxyEndpoint", "ServedWorkerFactory", "SlotLayout",
+    "SlotView", "install_endpoint", "response_meta",
+]

@@ -1,0 +1,220 @@
+"""``sampler=action_server``: worker processes step environments; one batched policy in this process.
+
+rlpyt's GPU sampler, for every corral worker whose agent needs only the calls an
+:class:`~corral.lib.action_proxy.ActionProxy` forwards. Worker processes are the multiprocessing
+sampler's (same start-up, commands, episode transport, bounded waits, failure reports, restarts,
+shutdown); what differs is the agent each worker holds: a proxy that posts observations to a
+shared-memory slot and waits for actions. A thread of this process
+(:class:`~corral.lib.action_server.ActionServer`) keeps the real policy on ``device`` and answers
+every posting worker with one batched forward pass per step. Agent updates go straight to that
+policy (parameters are never shipped to the workers).
+
+Same seed, same episodes: each environment slot keeps its own noise stream and recurrent state on
+the server (:class:`~corral.lib.slot_state.AgentPool`), and corral's MLP forward is batch
+invariant, so on cpu the episodes equal the local sampler's, array for array.
+
+``sampler=alternating`` (:mod:`corral.plugins.samplers.alternating`) is this sampler with two
+groups of workers.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral import hookimpl
+from corral.framework.errors import ConfigError
+from corral.framework.policy import Policy
+from corral.framework.worker import WorkerFactory
+from corral.lib.action_proxy import PROXY_METHODS, ActionProxy, ServedWorkerFactory
+from corral.lib.action_server import ActionServer
+from corral.plugins.samplers.multiprocessing import (
+    MultiprocessingSampler,
+    MultiprocessingSamplerConfig,
+)
+
+DEVICES_HELP = "where the server's policy runs: auto (cuda when available, else cpu), cpu, cuda or cuda:N"
+
+
+@dataclass
+class ActionServerSamplerConfig(MultiprocessingSamplerConfig):
+    """Settings of the action-server sampler (the multiprocessing sampler's, plus the server's)."""
+
+    device: str = field(default="auto", metadata={"help": DEVICES_HELP})
+    slot_mib: int = field(
+        default=16,
+        metadata={"help": "MiB reserved per worker for its observations and for its actions and agent infos "
+                          "(shared memory; only what is used takes memory)"},
+    )
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``; anything else is checked."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"sampler.device={device} but torch sees no GPU; use sampler.device=cpu (or auto)")
+        return device
+    raise ConfigError(f"sampler.device must be auto, cpu, cuda or cuda:N, got {device!r}")
+
+
+def check_worker_class(worker_class: Any, sampler: str) -> None:
+    """Refuse a worker whose agent needs more than the proxy forwards (its ``agent_methods``)."""
+    needs = set(getattr(worker_class, "agent_methods", ()) or ())
+    extra = sorted(needs - PROXY_METHODS)
+    if extra:
+        name = getattr(worker_class, "__name__", str(worker_class))
+        raise ConfigError(
+            f"sampler={sampler} cannot run {name}: its agent needs {extra}, but under an action server a worker's "
+            f"agent is a proxy offering only {sorted(PROXY_METHODS)}; use sampler=multiprocessing (or local) "
+            "with this worker"
+        )
+
+
+def server_policy(policy: Policy, device: str) -> Policy:
+    """The server's own copy of ``policy``, on ``device``."""
+    copied = copy.deepcopy(policy)
+    if device != "cpu" and hasattr(copied, "to"):
+        copied = copied.to(device)
+    return copied
+
+
+class ActionServerSampler(MultiprocessingSampler):
+    """Worker processes with proxy agents, served by one batched policy in this process.
+
+    Built like the other samplers::
+
+        ActionServerSampler(agents=policy, envs=env, max_episode_length=500, n_workers=2,
+                            worker_class=VecWorker, worker_args=dict(n_envs=8))
+        ActionServerSampler.from_worker_factory(factory, agents=policy, envs=env, device="cpu")
+
+    Options are the multiprocessing sampler's (``start_method``, ``timeout``,
+    ``on_worker_failure``, ``max_restarts``, ``cpu_affinity``) plus ``device`` and ``slot_mib``.
+
+    Attributes:
+        device: where the server's policy runs.
+        server: the :class:`~corral.lib.action_server.ActionServer` (``server.n_served_steps``
+            counts batched forward passes).
+    """
+
+    #: Groups of workers served in turn (2: the alternating sampler).
+    n_groups: int = 1
+    option_name: str = "action_server"
+
+    def __init__(self, agents: Any, envs: Any, *, device: str = "auto", slot_mib: int = 16, n_workers: int = 2,
+                 worker_factory: WorkerFactory | None = None, **kwargs: Any) -> None:
+        self.server: ActionServer | None = None
+        self.device = resolve_device(device)
+        if slot_mib < 1:
+            raise ConfigError(f"sampler.slot_mib must be >= 1, got {slot_mib}")
+        self._slot_bytes = int(slot_mib) << 20
+        worker_class = worker_factory.worker_class if worker_factory is not None else kwargs.get("worker_class")
+        if worker_class is not None:
+            check_worker_class(worker_class, self.option_name)
+        count = worker_factory.n_workers if worker_factory is not None else n_workers
+        if count < self.n_groups:
+            raise ConfigError(f"sampler={self.option_name} serves {self.n_groups} groups of workers and needs "
+                              f"sampler.n_workers >= {self.n_groups}, got {count}")
+        self._recurrent = False
+        super().__init__(agents, envs, n_workers=n_workers, worker_factory=worker_factory, **kwargs)
+
+    # ------------------------------------------------------------------ hooks into the process sampler
+    def groups(self) -> list[list[int]]:
+        """Worker numbers of each group (contiguous blocks, the first groups one larger)."""
+        n, g = self.n_workers, self.n_groups
+        sizes = [n // g + (1 if k < n % g else 0) for k in range(g)]
+        out, start = [], 0
+        for size in sizes:
+            out.append(list(range(start, start + size)))
+            start += size
+        return out
+
+    def _make_server(self) -> ActionServer:
+        handles = self._handles  # not the sampler: the server must not keep it alive
+
+        def busy(i: int) -> bool:
+            h = handles[i]
+            return h is not None and bool(h.outstanding)
+
+        device = self.device
+        server = ActionServer(self._ctx, self.n_workers, self.groups(), lambda p: server_policy(p, device), busy,
+                              obs_bytes=self._slot_bytes, resp_bytes=self._slot_bytes, timeout=self.timeout)
+        server.start()
+        return server
+
+    def _launch(self, i: int) -> None:
+        if self.server is None:
+            self.server = self._make_server()
+        elif self._handles[i] is not None:  # a restart: the old process's slot state goes
+            old = self._handles[i]
+            assert old is not None
+            old.kill()
+            self.server.restart_slot(i)
+        super()._launch(i)
+        self.server.ring()
+
+    def _process_factory(self, i: int) -> Any:
+        assert self.server is not None
+        return ServedWorkerFactory(self.worker_factory, self.server.endpoint(i))
+
+    def _release(self, i: int, seqs: Any) -> None:
+        super()._release(i, seqs)
+        if self.server is not None:
+            self.server.ring()  # a reply came: the worker is no longer busy
+
+    def _call(self, commands: dict[int, tuple[str, Any]], agent_update: Any, env_update: Any,
+              activity: str) -> dict[int, Any]:
+        """Apply the agent update to the server's policy; workers get a proxy when the agent is new."""
+        if self._closed:
+            raise RuntimeError("this sampler was shut down; build a new one")
+        n = self.n_workers
+        if isinstance(agent_update, list) and len(agent_update) != n:
+            raise ConfigError(f"a list of {len(agent_update)} agent_updates was given for {n} workers; a list must "
+                              "have exactly one item per worker (or pass a single object to broadcast it)")
+        assert self.server is not None
+        fresh = self.server.apply_agent_update(agent_update, n)
+        worker_update: Any = None
+        if fresh:
+            items = agent_update if isinstance(agent_update, list) else [agent_update] * n
+            self._recurrent = any(bool(getattr(u, "recurrent", False)) for u in items if isinstance(u, Policy))
+            worker_update = [ActionProxy(i, self._recurrent) if isinstance(u, Policy) else None
+                             for i, u in enumerate(items)]
+        elif agent_update is not None:
+            self.agent_version += 1  # applied here: replies to older requests are still told apart
+        return super()._call(commands, worker_update, env_update, activity)
+
+    # ------------------------------------------------------------------ shutdown
+    def _shutdown(self) -> None:
+        try:
+            super()._shutdown()
+        finally:
+            if self.server is not None:
+                self.server.close()
+            # The processes' handles hold the semaphores they were started with: drop them so the
+            # semaphores are freed now.
+            self._handles[:] = [None] * len(self._handles)
+
+
+@hookimpl
+def corral_validate_config(cfg: Any) -> None:
+    """Refuse, before any worker starts, a worker whose agent needs more than an action-server proxy."""
+    sampler = cfg.sampler.name
+    if sampler not in ("action_server", "alternating"):
+        return
+    from corral.framework.plugins import get_registry
+
+    check_worker_class(get_registry().get("worker", cfg.worker.name).factory, sampler)
+
+
+@hookimpl
+def corral_register(register: Any) -> None:
+    """Register ``sampler=action_server``."""
+    register("sampler", "action_server", ActionServerSampler, config=ActionServerSamplerConfig,
+             help="worker processes step environments; one batched policy forward per step in this process "
+                  "(rlpyt's GPU sampler)")
