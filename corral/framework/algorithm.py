@@ -18,6 +18,10 @@ class Algorithm(ABC):
     The trainer asks the algorithm for episodes (``sample``, by default ``obtain_samples`` on its
     sampler with ``get_agent_update()``), hands them to ``train_once``, and snapshots
     ``state_dict()``. Subclasses set ``self.policy`` and ``self.sampler``.
+
+    Optional: ``meta_evaluate(env, *, seed) -> dict[str, float]``. When an algorithm has it (meta-RL),
+    the trainer's evaluation adds its statistics (e.g. ``meta_eval/return_ep{i}`` adaptation curves
+    on held-out tasks) to the epoch's logged statistics.
     """
 
     policy: Policy

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -115,6 +115,52 @@ def as_seed_sequence(seed: int | np.random.SeedSequence | None) -> np.random.See
     return np.random.SeedSequence(seed)
 
 
+# ---------------------------------------------------------------------- tasks (meta-RL)
+@runtime_checkable
+class TaskEnv(Protocol):
+    """The task protocol of meta-RL environments (checked on ``env.unwrapped``).
+
+    - ``sample_tasks(n, rng=None) -> list``: ``n`` task descriptions (small picklable values, e.g.
+      ``{"goal": array}``) drawn with ``rng`` (a ``numpy.random.Generator``; None: the env's own).
+    - ``set_task(task)``: later episodes run on ``task``.
+    """
+
+    def sample_tasks(self, n: int, rng: np.random.Generator | None = None) -> list[Any]:
+        """``n`` tasks drawn from the environment's task distribution."""
+
+    def set_task(self, task: Any) -> None:
+        """Run later episodes on ``task``."""
+
+
+def task_env(env: gym.Env) -> TaskEnv:
+    """The object under ``env``'s wrappers that implements the task protocol (a ConfigError if none)."""
+    base = env.unwrapped
+    if not isinstance(base, TaskEnv):
+        raise ConfigError(
+            f"environment {type(base).__name__} has no tasks (it lacks sample_tasks(n) / set_task(task)); "
+            "meta-RL needs a task environment such as env=bandits, env=point_nav or env=half_cheetah_vel"
+        )
+    return base
+
+
+def supports_tasks(env: gym.Env) -> bool:
+    """True when ``env`` (under its wrappers) implements the task protocol."""
+    return isinstance(env.unwrapped, TaskEnv)
+
+
+def set_env_task(env: gym.Env, task: Any, task_id: int = -1) -> None:
+    """``set_task(task)`` on the task environment under ``env``'s wrappers, remembering ``task_id``
+    (read back with :func:`current_task_id`; -1: unknown)."""
+    base = task_env(env)
+    base.set_task(task)
+    base.__dict__["_corral_task_id"] = int(task_id)
+
+
+def current_task_id(env: gym.Env) -> int:
+    """The id given with the last :func:`set_env_task` on ``env`` (-1 when none was given)."""
+    return int(env.unwrapped.__dict__.get("_corral_task_id", -1))
+
+
 __all__ = [
     "EnvSpec",
     "EnvFactory",
@@ -125,4 +171,9 @@ __all__ = [
     "seed_int",
     "child_seed",
     "as_seed_sequence",
+    "TaskEnv",
+    "task_env",
+    "supports_tasks",
+    "set_env_task",
+    "current_task_id",
 ]

@@ -1,0 +1,79 @@
+"""Meta-evaluation of trial-running (RL2) agents: adaptation curves on held-out tasks.
+
+An adaptation curve is the mean return of each episode index within a trial: on a held-out task,
+a meta-learned agent should do better in its second episode than in its first.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from corral.framework.batch import EpisodeBatch
+from corral.framework.env import child_seed, make_env
+from corral.framework.evaluation import EVAL_BRANCH
+from corral.framework.policy import Policy
+from corral.framework.worker import Worker, WorkerFactory
+from corral.lib.tasks import TaskSchedule, TaskSplit
+
+
+def trial_episode_returns(trials: EpisodeBatch) -> np.ndarray:
+    """``[n_trials, n_episodes_per_trial]`` returns of each episode of each trial (a batch from
+    ``worker=rl2``, whose ``env_infos["rl2_episode"]`` numbers the episodes of a trial)."""
+    index = trials.env_infos["rl2_episode"].astype(np.int64)
+    trial = np.repeat(np.arange(trials.n_episodes), trials.lengths)
+    out = np.zeros((trials.n_episodes, int(index.max()) + 1), dtype=np.float64)
+    np.add.at(out, (trial, index), trials.rewards.astype(np.float64))
+    return out
+
+
+def rl2_meta_test(
+    policy: Policy,
+    env: Any,
+    *,
+    split: TaskSplit,
+    worker_class: type[Worker],
+    worker_args: Mapping[str, Any],
+    max_episode_length: int | None,
+    seed: int,
+    trials_per_task: int = 1,
+    deterministic: bool = False,
+    which: str = "test",
+) -> EpisodeBatch:
+    """``trials_per_task`` trials on each task of ``split``'s ``which`` set, with a copy of
+    ``policy``, on seeds of their own (the same every call), in task order."""
+    probe = make_env(env)
+    try:
+        n_tasks = len(split.tasks(probe, which))
+    finally:
+        probe.close()
+    eval_seed = int(child_seed(np.random.SeedSequence(seed), EVAL_BRANCH, 1).generate_state(1, np.uint32)[0])
+    factory = WorkerFactory(seed=eval_seed, max_episode_length=max_episode_length, n_workers=1,
+                            worker_class=worker_class, worker_args=dict(worker_args))
+    worker = factory(0)
+    try:
+        worker.update_env(env)
+        agent = copy.deepcopy(policy)
+        agent.deterministic = deterministic
+        worker.update_agent(agent)
+        indices = tuple(i for i in range(n_tasks) for _ in range(trials_per_task))
+        worker.update_env(TaskSchedule(split, indices, which))
+        return worker.rollout(n_episodes=len(indices))
+    finally:
+        worker.shutdown()
+
+
+def adaptation_stats(trials: EpisodeBatch, prefix: str = "meta_eval") -> dict[str, float]:
+    """``{prefix}/return_ep{i}`` (mean return of episode i of a trial), ``{prefix}/trial_return``
+    and ``{prefix}/n_trials``."""
+    returns = trial_episode_returns(trials)
+    stats = {f"{prefix}/return_ep{i}": float(v) for i, v in enumerate(returns.mean(axis=0))}
+    stats[f"{prefix}/trial_return"] = float(returns.sum(axis=1).mean())
+    stats[f"{prefix}/n_trials"] = float(len(returns))
+    return stats
+
+
+__all__ = ["adaptation_stats", "rl2_meta_test", "trial_episode_returns"]

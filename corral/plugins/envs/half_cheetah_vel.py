@@ -1,0 +1,36 @@
+"""``env=half_cheetah_vel``: HalfCheetah run at a target velocity in [0, 3] per task (meta-RL; needs MuJoCo).
+
+The environment itself is :class:`corral.lib.half_cheetah_tasks.HalfCheetahVelEnv` (gymnasium's
+HalfCheetah-v5 with a task reward); 200 steps per episode, as in PEARL. Install MuJoCo with
+``pip install -e ".[mujoco]"``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from corral import hookimpl
+from corral.framework.env import EnvFactory
+from corral.lib.task_envs import TaskEnvConfig, require_mujoco, task_env_factory
+
+#: Steps per episode unless env.max_episode_length says otherwise.
+EPISODE_LENGTH = 200
+
+
+@dataclass
+class HalfCheetahVelEnvConfig(TaskEnvConfig):
+    """HalfCheetah run at a target velocity in [0, 3] per task."""
+
+
+def build_half_cheetah_vel(config: HalfCheetahVelEnvConfig) -> EnvFactory:
+    """A picklable factory (a ConfigError naming the extra to install when MuJoCo is missing)."""
+    require_mujoco("half_cheetah_vel")
+    return task_env_factory("corral.lib.half_cheetah_tasks:HalfCheetahVelEnv", config, EPISODE_LENGTH)
+
+
+@hookimpl
+def corral_register(register: Any) -> None:
+    """Register ``env=half_cheetah_vel``."""
+    register("env", "half_cheetah_vel", build_half_cheetah_vel, config=HalfCheetahVelEnvConfig,
+             help="HalfCheetah run at a target velocity in [0, 3] per task (meta-RL, MuJoCo)")

@@ -1,0 +1,96 @@
+"""``env=point_nav``: 2-D point-robot navigation to a goal (PEARL's point robot; Rakelly et al. 2019).
+
+The robot starts at the origin; an action moves it by at most ``max_step`` per axis; the
+observation is its position. A task is a goal on the half circle of radius ``goal_distance``
+(angle uniform in [0, pi]). Dense reward: minus the distance to the goal. Sparse reward (as in
+PEARL's sparse point robot): ``1 - distance`` inside ``goal_radius`` of the goal, else 0.
+Episodes last 20 steps by default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from corral import hookimpl
+from corral.framework.env import EnvFactory
+from corral.framework.errors import ConfigError
+from corral.lib.task_envs import TaskEnvConfig, task_env_factory
+
+#: Steps per episode unless env.max_episode_length says otherwise (PEARL's point robot: 20).
+EPISODE_LENGTH = 20
+
+
+class PointNavEnv(gym.Env):
+    """Point robot; tasks ``{"goal": array of 2}`` (the task protocol). ``info["success"]``: within
+    ``goal_radius`` of the goal."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(self, sparse: bool = False, goal_radius: float = 0.2, goal_distance: float = 1.0,
+                 max_step: float = 0.1) -> None:
+        self.sparse = bool(sparse)
+        self.goal_radius = float(goal_radius)
+        self.goal_distance = float(goal_distance)
+        self.action_space = gym.spaces.Box(-max_step, max_step, shape=(2,), dtype=np.float32)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float32)
+        self.goal: np.ndarray | None = None
+        self._pos = np.zeros(2, dtype=np.float64)
+
+    def sample_tasks(self, n: int, rng: np.random.Generator | None = None) -> list[dict[str, np.ndarray]]:
+        """``n`` goals on the upper half circle."""
+        rng = rng if rng is not None else self.np_random
+        angles = rng.uniform(0.0, np.pi, size=int(n))
+        return [{"goal": self.goal_distance * np.array([np.cos(a), np.sin(a)])} for a in angles]
+
+    def set_task(self, task: dict[str, Any]) -> None:
+        """Navigate to ``task["goal"]``."""
+        goal = np.asarray(task["goal"], dtype=np.float64)
+        if goal.shape != (2,):
+            raise ValueError(f"a point_nav task needs a 2-D goal, got {goal}")
+        self.goal = goal
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        """Back to the origin (a goal is drawn from the env's own RNG if none was set)."""
+        super().reset(seed=seed)
+        if self.goal is None:
+            self.set_task(self.sample_tasks(1)[0])
+        self._pos[:] = 0.0
+        return self._pos.astype(np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        """Move by ``action`` (clipped to the action bounds)."""
+        assert self.goal is not None, "call reset() first"
+        space = self.action_space
+        self._pos += np.clip(np.asarray(action, dtype=np.float64).reshape(2), space.low, space.high)
+        distance = float(np.linalg.norm(self._pos - self.goal))
+        success = distance <= self.goal_radius
+        reward = (1.0 - distance if success else 0.0) if self.sparse else -distance
+        return self._pos.astype(np.float32), reward, False, False, {"distance": distance, "success": success}
+
+
+@dataclass
+class PointNavEnvConfig(TaskEnvConfig):
+    """Point-robot navigation to a goal on a half circle."""
+
+    sparse: bool = field(default=False, metadata={"help": "sparse reward (only within goal_radius of the goal)"})
+    goal_radius: float = field(default=0.2, metadata={"help": "success radius around the goal (sparse reward)"})
+    goal_distance: float = field(default=1.0, metadata={"help": "radius of the half circle the goals lie on"})
+
+
+def build_point_nav(config: PointNavEnvConfig) -> EnvFactory:
+    """A picklable factory for the configured point robot."""
+    if config.goal_radius <= 0 or config.goal_distance <= 0:
+        raise ConfigError("env.goal_radius and env.goal_distance must be positive")
+    return task_env_factory(f"{__name__}:PointNavEnv", config, EPISODE_LENGTH, sparse=config.sparse,
+                            goal_radius=config.goal_radius, goal_distance=config.goal_distance)
+
+
+@hookimpl
+def corral_register(register: Any) -> None:
+    """Register ``env=point_nav``."""
+    register("env", "point_nav", build_point_nav, config=PointNavEnvConfig,
+             help="2-D point robot to a goal on a half circle, dense or sparse reward (meta-RL)")

@@ -1,0 +1,197 @@
+"""``worker=rl2``: trials, hidden state carried within a trial, tasks per trial, same episodes under
+every sampler, snapshots, and the composition checks."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import hydra
+import numpy as np
+import pytest
+import torch
+from omegaconf import DictConfig
+
+from corral.framework.batch import StepType
+from corral.framework.compose import validate
+from corral.framework.entry import prepare
+from corral.framework.env import EnvFactory, EnvSpec
+from corral.framework.errors import ConfigError
+from corral.framework.worker import WorkerFactory
+from corral.lib.meta_eval import trial_episode_returns
+from corral.lib.task_envs import make_task_env
+from corral.lib.tasks import TaskSampler, TaskSchedule, TaskSplit
+from corral.plugins.policies.gru import GRUPolicy
+from corral.plugins.samplers.local import LocalSampler
+from corral.plugins.samplers.multiprocessing import MultiprocessingSampler
+from corral.plugins.workers.rl2 import RL2Worker
+
+BANDITS = EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.bandits:BernoulliBanditEnv",
+                                     "max_episode_steps": 2, "rl2_inputs": True, "n_arms": 3})
+POINT = EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.point_nav:PointNavEnv",
+                                   "max_episode_steps": 5, "rl2_inputs": True})
+SPLIT = TaskSplit(n_train=20, n_test=5, seed=0)
+
+
+def make_policy(env: EnvFactory, seed: int = 0) -> GRUPolicy:
+    torch.manual_seed(seed)
+    p = GRUPolicy(EnvSpec.from_env(env()), hidden_size=16)
+    with torch.no_grad():
+        p.head.weight.normal_(0, 0.5)
+    return p
+
+
+def make_worker(env: EnvFactory = BANDITS, seed: int = 1, **args: int) -> RL2Worker:
+    args.setdefault("n_episodes_per_trial", 3)
+    worker = WorkerFactory(seed=seed, n_workers=1, worker_class=RL2Worker, worker_args=args)(0)
+    worker.update_env(env)
+    worker.update_agent(make_policy(env))
+    return worker
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_a_trial_is_one_episode_of_concatenated_episodes(n_envs: int) -> None:
+    worker = make_worker(n_envs=n_envs)
+    worker.update_env(TaskSchedule(SPLIT, (3, 1, 4, 1, 5), "train"))
+    batch = worker.rollout(n_episodes=5)
+    assert batch.n_episodes == 5 and (batch.lengths == 6).all()  # 3 episodes of 2 pulls
+    assert batch.complete.all() and (batch.step_types[batch.lengths.cumsum() - 1] == StepType.TERMINAL).all()
+    assert batch.env_infos["rl2_episode"].tolist() == [0, 0, 1, 1, 2, 2] * 5
+    assert batch.env_infos["rl2_step_type"].tolist() == [StepType.FIRST, StepType.TIMEOUT] * 15
+    assert sorted(batch.episode_infos["task_id"].tolist()) == [1, 1, 3, 4, 5]
+    if n_envs == 1:
+        assert batch.episode_infos["task_id"].tolist() == [3, 1, 4, 1, 5]
+    # the done flag (last observation entry) is 1 exactly at the first step of episodes 2 and 3
+    done = batch.observations[:, -1].reshape(5, 6)
+    assert (done == np.array([0, 0, 1, 0, 1, 0])).all()
+    assert trial_episode_returns(batch).shape == (5, 3)
+    worker.shutdown()
+
+
+def test_hidden_state_is_carried_within_a_trial_and_reset_at_its_start() -> None:
+    worker = make_worker(POINT, n_envs=2, n_episodes_per_trial=2)
+    batch = worker.rollout(n_episodes=4)
+    policy = worker.agent
+    obs = torch.from_numpy(batch.pad(batch.observations))
+    actions = torch.from_numpy(batch.pad(batch.actions))
+    with torch.no_grad():
+        whole = policy.log_prob_entropy_sequences(obs, actions)[0].numpy()  # from zero state per trial
+        # the same trials with the memory wiped between episodes (what a reset per episode would give)
+        wiped = torch.cat([policy.log_prob_entropy_sequences(obs[:, i * 5:(i + 1) * 5], actions[:, i * 5:(i + 1) * 5])[0]
+                           for i in range(2)], dim=1).numpy()
+    recorded = batch.pad(batch.agent_infos["log_prob"])
+    assert np.allclose(recorded, whole, atol=1e-4), "sampling did not carry the hidden state exactly like a trial"
+    assert not np.allclose(recorded[:, 5:], wiped[:, 5:], atol=1e-3), "episode 2 must see episode 1's memory"
+    worker.shutdown()
+
+
+def test_min_steps_and_default_rollout() -> None:
+    worker = make_worker(n_envs=2)
+    assert worker.rollout().n_episodes == 2
+    batch = worker.rollout(min_steps=40)
+    assert len(batch) >= 40 and (batch.lengths == 6).all()
+    worker.shutdown()
+
+
+def test_state_dict_round_trip() -> None:
+    worker = make_worker(n_envs=2)
+    worker.update_env(TaskSchedule(SPLIT, tuple(range(10)), "train"))
+    worker.rollout(n_episodes=3)
+    state = copy.deepcopy(worker.state_dict())
+    following = worker.rollout(n_episodes=4)
+    worker.load_state_dict(copy.deepcopy(state))
+    assert worker.rollout(n_episodes=4).differences(following) == []
+    fresh = make_worker(n_envs=2)
+    fresh.load_state_dict(copy.deepcopy(state))
+    assert fresh.rollout(n_episodes=4).differences(following) == []
+    worker.shutdown()
+    fresh.shutdown()
+
+
+def test_environment_without_rl2_inputs_is_rejected() -> None:
+    plain = EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.bandits:BernoulliBanditEnv",
+                                       "max_episode_steps": 2})
+    worker = WorkerFactory(seed=1, n_workers=1, worker_class=RL2Worker)(0)
+    with pytest.raises(ConfigError, match="env.rl2_inputs=true"):
+        worker.update_env(plain)
+
+
+def _sample_both(other_class: type, **options: object) -> None:
+    policy = make_policy(BANDITS)
+    params = policy.get_param_values()
+    kw = {"seed": 5, "n_workers": 2, "worker_class": RL2Worker, "worker_args": {"n_episodes_per_trial": 3, "n_envs": 2}}
+    tasks = TaskSampler(SPLIT, seed=5)
+    with LocalSampler(agents=policy, envs=BANDITS, **kw) as local, \
+            other_class(agents=policy, envs=BANDITS, **kw, **options) as other:
+        for itr in range(2):
+            updates = tasks.env_updates(itr, n_workers=2, tasks_per_worker=8)
+            a = local.obtain_samples(itr, 60, params, updates)
+            b = other.obtain_samples(itr, 60, params, updates)
+            assert a.differences(b) == []
+            assert len(set(a.episode_infos["task_id"].tolist())) > 2  # tasks differ per trial and worker
+        a, b = local.obtain_exact_episodes(2, params), other.obtain_exact_episodes(2, params)
+        assert a.differences(b) == [] and a.n_episodes == 4
+
+
+def test_same_seed_same_trials_local_and_multiprocessing() -> None:
+    _sample_both(MultiprocessingSampler, timeout=60.0)
+
+
+def test_same_seed_same_trials_local_and_ray() -> None:
+    ray = pytest.importorskip("ray")
+    from corral.plugins.samplers.ray import RaySampler
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        _sample_both(RaySampler)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# ---------------------------------------------------------------------- composition checks
+def compose(*overrides: str) -> DictConfig:
+    """What ``python train.py <overrides>`` composes."""
+    args = prepare(list(overrides))
+    with hydra.initialize_config_module(config_module="corral.conf", version_base="1.3"):
+        return hydra.compose(config_name="config", overrides=args)
+
+
+RL2 = ["algo=rl2_ppo", "policy=gru", "worker=rl2", "env=bandits", "env.rl2_inputs=true"]
+
+
+def replace(*overrides: str) -> list[str]:
+    """The RL2 choices with some of them replaced."""
+    groups = {o.split("=")[0] for o in overrides}
+    return [o for o in RL2 if o.split("=")[0] not in groups] + list(overrides)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (replace("worker=vec"), "choose worker=rl2"),
+    (replace("policy=mlp"), "choose policy=gru"),
+    (replace("algo=ppo"), "choose algo=rl2_ppo"),
+    (replace("env.rl2_inputs=false"), "set env.rl2_inputs=true"),
+    (["algo=rl2_ppo", "policy=gru", "worker=rl2", "env=cartpole"], "choose env=bandits"),
+])
+def test_incompatible_choices_are_rejected_with_what_to_choose(overrides: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        validate(compose(*overrides))
+
+
+def test_presets_compose_and_validate() -> None:
+    for name in ("rl2_bandits", "rl2_pointnav", "rl2_cheetah_vel"):
+        cfg = compose(f"experiment={name}")
+        validate(cfg)
+        assert cfg.worker.name == "rl2" and cfg.policy.name == "gru" and cfg.algo.name == "rl2_ppo"
+    cfg = compose("experiment=rl2_bandits")
+    assert (cfg.env.n_arms, cfg.worker.n_episodes_per_trial, cfg.env.n_pulls) == (5, 10, 1)
+
+
+def test_same_seed_same_trials_local_and_action_server() -> None:
+    """The GRU's hidden state lives on the server per slot; trials equal the local sampler's."""
+    from corral.plugins.samplers.action_server import ActionServerSampler
+
+    _sample_both(ActionServerSampler, timeout=60.0, device="cpu")
