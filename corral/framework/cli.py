@@ -1,4 +1,4 @@
-"""The ``corral`` console script: ``corral train ...`` and ``corral plugins``."""
+"""The ``corral`` console script: ``corral train``, ``corral plugins``, ``corral results``, ``corral plot``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ commands:
   train [overrides...]      train; the same as `python train.py [overrides...]`
   plugins [--json] [--check]
                             list every registered component and any plugin that failed to load
+  results <dir> [--json] [--ignore KEY ...]
+                            a table of a run or sweep directory: one row per group of the swept
+                            keys, mean ± std across seeds
+  plot <dir> [-o OUT.png] [--metric COLUMN]
+                            learning curves (mean and spread across seeds, one line per group)
 """
 
 
@@ -35,6 +40,12 @@ def main(argv: Sequence[str] | None = None) -> Any:
             return plugins_command(rest)
         except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
             print(f"corral: error: {exc}", file=sys.stderr)
+            return 2
+    if command in ("results", "plot"):
+        try:
+            return (results_command if command == "results" else plot_command)(rest)
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"corral {command}: error: {exc}", file=sys.stderr)
             return 2
     print(f"corral: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
     return 2
@@ -76,6 +87,45 @@ def plugins_command(argv: Sequence[str]) -> int:
     else:
         _print_table(components, failed)
     return 1 if (opts.check and failed) else 0
+
+
+def results_command(argv: Sequence[str]) -> int:
+    """``corral results <dir>``: the grouped table of every run under a run or multirun directory."""
+    parser = argparse.ArgumentParser(prog="corral results", description="Summarise the runs under a directory.")
+    parser.add_argument("dir", help="a run directory or a multirun (sweep) directory")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--ignore", nargs="*", default=["seed"],
+                        help="override keys merged within a group (default: seed)")
+    opts = parser.parse_args(list(argv))
+
+    from corral.results.table import results_for_dir
+
+    table = results_for_dir(opts.dir, ignore=opts.ignore)
+    if not table.rows:
+        raise FileNotFoundError(f"no completed run (a directory with summary.json) under {opts.dir}")
+    print(json.dumps(table.to_json(), indent=2) if opts.json else table.format())
+    return 0
+
+
+def plot_command(argv: Sequence[str]) -> int:
+    """``corral plot <dir>``: learning curves of the runs under a directory as a PNG."""
+    parser = argparse.ArgumentParser(prog="corral plot",
+                                     description="Plot learning curves of the runs under a directory.")
+    parser.add_argument("dir", help="a run directory or a multirun (sweep) directory")
+    parser.add_argument("-o", "--out", help="PNG to write (default: <dir>/learning_curves.png)")
+    parser.add_argument("--metric", help="progress.csv column (default: eval/return_mean if every run evaluated "
+                                         "at least twice, else train/return_mean)")
+    parser.add_argument("--ignore", nargs="*", default=["seed"],
+                        help="override keys merged within a line (default: seed)")
+    opts = parser.parse_args(list(argv))
+
+    from corral.results.plot import plot_dir
+
+    result = plot_dir(opts.dir, out=opts.out, metric=opts.metric, ignore=opts.ignore)
+    for c in result.curves:
+        print(f"{c.label}: {c.n_runs} run(s), final {result.metric} {c.mean[-1]:.1f} ± {c.std[-1]:.1f}")
+    print(f"wrote {result.path} ({len(result.curves)} line(s), {result.metric} vs environment steps)")
+    return 0
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,0 +1,155 @@
+"""``corral plot``: learning curves from runs' ``progress.csv``, one line per group of runs.
+
+Runs are grouped like ``corral results`` groups them (by the swept keys, seeds together). Each
+line is the mean across the group's runs, interpolated onto the environment steps where every
+run of the group has data, with a band of +- one standard deviation (the spread across seeds).
+matplotlib is imported only when a PNG is drawn.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from corral.results.summary import RunRecord, find_runs
+from corral.results.table import group_runs
+
+#: Default image name inside the directory that was plotted.
+DEFAULT_PNG = "learning_curves.png"
+X_KEY = "env_steps"
+
+
+def read_curve(path: str | Path, metric: str, x_key: str = X_KEY) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)`` of the rows of a ``progress.csv`` that have ``metric`` (empty arrays if none)."""
+    xs, ys = [], []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            x, y = row.get(x_key, ""), row.get(metric, "")
+            if x not in ("", None) and y not in ("", None):
+                xs.append(float(x))
+                ys.append(float(y))
+    return np.asarray(xs), np.asarray(ys)
+
+
+@dataclass
+class Curve:
+    """One line of the plot: a group's mean and spread across its runs."""
+
+    label: str
+    n_runs: int
+    x: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+    runs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PlotResult:
+    """What ``corral plot`` drew: the image path, the metric and the curves (one per line)."""
+
+    path: Path | None
+    metric: str
+    curves: list[Curve]
+    n_lines: int = 0
+
+
+def mean_curve(label: str, series: Sequence[tuple[np.ndarray, np.ndarray]], runs: Sequence[str] = ()) -> Curve | None:
+    """The mean +- std of several ``(x, y)`` series on the x values where all of them have data.
+
+    Each series is interpolated onto the union of the series' x values inside the range every
+    series covers (or, where the ranges do not overlap, the whole range). None for no data.
+    """
+    data = [(np.asarray(x, dtype=float), np.asarray(y, dtype=float)) for x, y in series]
+    data = [(x, y) for x, y in data if len(x)]
+    if not data:
+        return None
+    lo = max(float(x[0]) for x, _ in data)
+    hi = min(float(x[-1]) for x, _ in data)
+    if lo > hi:  # the series' step ranges do not overlap: use every series' own points
+        lo, hi = min(float(x[0]) for x, _ in data), max(float(x[-1]) for x, _ in data)
+    grid = np.unique(np.concatenate([x[(x >= lo) & (x <= hi)] for x, _ in data]))
+    if grid.size == 0:
+        grid = np.asarray([lo])
+    ys = np.stack([np.interp(grid, x, y) for x, y in data])
+    std = ys.std(axis=0, ddof=1) if len(data) > 1 else np.zeros(grid.shape)
+    return Curve(label=label, n_runs=len(data), x=grid, mean=ys.mean(axis=0), std=std, runs=list(runs))
+
+
+def group_curve(label: str, runs: Sequence[RunRecord], metric: str, x_key: str = X_KEY) -> Curve | None:
+    """The mean +- std curve of ``runs`` for ``metric`` (see :func:`mean_curve`); None when no run has it."""
+    data = [(r, *read_curve(r.progress_path, metric, x_key)) for r in runs if r.progress_path.is_file()]
+    data = [(r, x, y) for r, x, y in data if len(x)]
+    return mean_curve(label, [(x, y) for _, x, y in data], [str(r.path) for r, _, _ in data])
+
+
+def choose_metric(runs: Iterable[RunRecord]) -> str:
+    """``eval/return_mean`` when every run evaluated at least twice, else ``train/return_mean``."""
+    runs = list(runs)
+    for run in runs:
+        if not run.progress_path.is_file() or len(read_curve(run.progress_path, "eval/return_mean")[0]) < 2:
+            return "train/return_mean"
+    return "eval/return_mean" if runs else "train/return_mean"
+
+
+def learning_curves(runs: Sequence[RunRecord], metric: str, ignore: Iterable[str] = ("seed",)) -> list[Curve]:
+    """One :class:`Curve` per group of ``runs`` (grouped by the swept keys, ``ignore`` merged)."""
+    _, groups = group_runs(runs, ignore)
+    curves = [group_curve(g.label, g.runs, metric) for g in groups]
+    return [c for c in curves if c is not None]
+
+
+def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = "") -> int:
+    """Draw ``curves`` (mean line, +- std band) into the PNG ``path``; return the number of lines drawn."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    try:
+        for c in curves:
+            marker = "o" if c.x.size < 3 else None
+            (line,) = ax.plot(c.x, c.mean, marker=marker, label=f"{c.label} (n={c.n_runs})")
+            if c.n_runs > 1:
+                ax.fill_between(c.x, c.mean - c.std, c.mean + c.std, color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel(metric)
+        if title:
+            ax.set_title(title)
+        if curves:
+            ax.legend(fontsize="small")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        n_lines = len(ax.get_lines())
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
+    return n_lines
+
+
+def plot_dir(root: str | Path, out: str | Path | None = None, metric: str | None = None,
+             ignore: Iterable[str] = ("seed",), title: str | None = None) -> PlotResult:
+    """Learning curves of every completed run under ``root`` (a run or a multirun directory) as a PNG.
+
+    ``out`` defaults to ``<root>/learning_curves.png``; ``metric`` to :func:`choose_metric`.
+    """
+    root = Path(root)
+    runs = [r for r in find_runs(root) if r.status == "completed"]
+    if not runs:
+        raise FileNotFoundError(f"no completed run (a directory with summary.json) under {root}")
+    metric = metric or choose_metric(runs)
+    curves = learning_curves(runs, metric, ignore)
+    if not curves:
+        raise ValueError(f"no run under {root} has {metric!r} in its progress.csv (is the csv logger on?)")
+    path = Path(out) if out is not None else root / DEFAULT_PNG
+    n_lines = draw(curves, path, metric, title if title is not None else str(root))
+    return PlotResult(path=path, metric=metric, curves=curves, n_lines=n_lines)
+
+
+__all__ = ["Curve", "DEFAULT_PNG", "PlotResult", "choose_metric", "draw", "group_curve", "learning_curves",
+           "mean_curve", "plot_dir", "read_curve"]

@@ -1,0 +1,138 @@
+"""Each run's machine-readable ``summary.json``: writing it atomically and finding runs under a directory.
+
+A summary holds ``status`` (``completed``, ``interrupted`` or ``failed``), the final and best
+evaluation returns, the final training return, environment steps, epochs, wall and training
+time, UTC start and end times, the host, the job's Hydra overrides and number, and the resolved
+config. Everything else in a run directory (``progress.csv``, ``.hydra/``) stays where Hydra and
+the loggers put it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: File name of a run's summary inside its output directory.
+SUMMARY_FILE = "summary.json"
+#: File name of a run's per-epoch statistics (written by the csv logger).
+PROGRESS_FILE = "progress.csv"
+
+
+def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
+    """Write ``summary`` as ``<run_dir>/summary.json`` atomically (temporary file, fsync, rename).
+
+    A reader (or a sweep interrupted while this runs) sees either the old file or the new one,
+    never a half-written one.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / SUMMARY_FILE
+    fd, tmp = tempfile.mkstemp(prefix=".summary.", suffix=".tmp", dir=run_dir)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(summary, indent=2, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+@dataclass
+class RunRecord:
+    """One run found on disk: its directory, its summary and its Hydra overrides."""
+
+    path: Path
+    summary: dict[str, Any]
+    overrides: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        """``completed``, ``interrupted``, ``failed`` (or ``unknown`` for a summary without one)."""
+        return str(self.summary.get("status", "completed" if "env_steps" in self.summary else "unknown"))
+
+    @property
+    def progress_path(self) -> Path:
+        """The run's ``progress.csv``."""
+        return self.path / PROGRESS_FILE
+
+    def override_dict(self) -> dict[str, str]:
+        """The overrides as ``{key: value}`` (``+``/``++``/``~`` prefixes dropped)."""
+        return parse_overrides(self.overrides)
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, str]:
+    """``["algo=ppo", "+x=1"]`` -> ``{"algo": "ppo", "x": "1"}``; a deletion ``~key`` maps to ``"~"``."""
+    out: dict[str, str] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if key.startswith("~"):
+            out[key.lstrip("~")] = "~" if not sep else f"~{value}"
+            continue
+        out[key.lstrip("+")] = value
+    return out
+
+
+def _overrides_from_hydra_dir(run_dir: Path) -> list[str]:
+    path = run_dir / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return []
+    from omegaconf import OmegaConf
+
+    loaded = OmegaConf.load(path)
+    return [str(x) for x in loaded] if loaded is not None else []
+
+
+def read_run(run_dir: str | Path) -> RunRecord:
+    """The :class:`RunRecord` of one run directory (which must hold a ``summary.json``)."""
+    run_dir = Path(run_dir)
+    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    overrides = summary.get("overrides")
+    if overrides is None:  # a summary written before overrides were recorded
+        overrides = _overrides_from_hydra_dir(run_dir)
+    return RunRecord(path=run_dir, summary=summary, overrides=[str(o) for o in overrides])
+
+
+def _sort_key(run: RunRecord) -> tuple[Any, ...]:
+    num = (run.summary.get("job") or {}).get("num")
+    parts = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in run.path.parts)
+    return (num if isinstance(num, int) else 10**9, parts)
+
+
+def find_runs(root: str | Path) -> list[RunRecord]:
+    """Every run under ``root`` (``root`` itself when it is a run directory), in job order.
+
+    A run is a directory holding ``summary.json``. Raises ``FileNotFoundError`` when ``root``
+    does not exist.
+    """
+    root = Path(root)
+    if not root.exists():
+        raise FileNotFoundError(f"{root} does not exist")
+    if (root / SUMMARY_FILE).is_file():
+        return [read_run(root)]
+    runs = [read_run(p.parent) for p in root.rglob(SUMMARY_FILE)]
+    return sorted(runs, key=_sort_key)
+
+
+def unfinished_job_dirs(root: str | Path) -> list[Path]:
+    """Job directories under ``root`` that Hydra created (``.hydra/``) but that have no summary."""
+    root = Path(root)
+    return sorted(p.parent for p in root.rglob(".hydra") if not (p.parent / SUMMARY_FILE).is_file())
+
+
+__all__ = [
+    "PROGRESS_FILE",
+    "SUMMARY_FILE",
+    "RunRecord",
+    "find_runs",
+    "parse_overrides",
+    "read_run",
+    "unfinished_job_dirs",
+    "write_summary",
+]

@@ -1,0 +1,156 @@
+"""``corral results``: one row per group of runs (the swept keys' values), mean +- std across seeds.
+
+Runs are grouped by their Hydra overrides without the ignored keys (``seed`` by default); the
+table's key columns are the keys whose values differ between runs (the swept keys). The std is
+the sample standard deviation across the group's runs (0 for a single run).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from corral.results.summary import RunRecord, find_runs, unfinished_job_dirs
+
+#: Summary fields shown by default: (field, column title).
+DEFAULT_METRICS: tuple[tuple[str, str], ...] = (
+    ("final_eval_return", "final eval return"),
+    ("best_eval_return", "best eval return"),
+    ("final_train_return", "final train return"),
+    ("env_steps", "env steps"),
+    ("wall_time_s", "wall time s"),
+)
+
+
+@dataclass
+class Group:
+    """Runs that share every override except the ignored keys."""
+
+    key: tuple[tuple[str, str], ...]
+    runs: list[RunRecord] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """``algo=ppo sampler=ray``, or ``all runs`` when nothing was swept."""
+        return " ".join(f"{k}={v}" for k, v in self.key) or "all runs"
+
+    def values(self, metric: str) -> list[float]:
+        """The metric of every run of the group that has it."""
+        out = []
+        for run in self.runs:
+            v = run.summary.get(metric)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                out.append(float(v))
+        return out
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float] | None:
+    """Mean and sample standard deviation (0 for one value); None for no values."""
+    if not values:
+        return None
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return mean, 0.0
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return mean, math.sqrt(var)
+
+
+def swept_keys(runs: Iterable[RunRecord], ignore: Iterable[str] = ("seed",)) -> list[str]:
+    """Override keys whose values differ between ``runs`` (a key missing from a run counts as a value)."""
+    runs = list(runs)
+    ignore = set(ignore)
+    dicts = [r.override_dict() for r in runs]
+    keys: list[str] = []
+    for d in dicts:
+        for k in d:
+            if k not in keys and k not in ignore:
+                keys.append(k)
+    return [k for k in keys if len({d.get(k) for d in dicts}) > 1]
+
+
+def group_runs(runs: Iterable[RunRecord], ignore: Iterable[str] = ("seed",)) -> tuple[list[str], list[Group]]:
+    """``(swept keys, groups)``: runs grouped by the values of the swept keys, in first-seen order."""
+    runs = list(runs)
+    keys = swept_keys(runs, ignore)
+    groups: dict[tuple[tuple[str, str], ...], Group] = {}
+    for run in runs:
+        d = run.override_dict()
+        key = tuple((k, d.get(k, "-")) for k in keys)
+        groups.setdefault(key, Group(key)).runs.append(run)
+    return keys, list(groups.values())
+
+
+@dataclass
+class ResultsTable:
+    """The table ``corral results`` prints, also available as data (``rows``)."""
+
+    keys: list[str]
+    metrics: list[tuple[str, str]]
+    rows: list[dict[str, Any]]
+    skipped: list[str] = field(default_factory=list)
+
+    def format(self, precision: int = 1) -> str:
+        """A Markdown table: key columns, ``n`` (runs), then ``mean ± std`` per metric."""
+        headers = [*self.keys, "n"] + [title for _, title in self.metrics]
+        if not self.keys:
+            headers = ["group", *headers]
+        lines = []
+        for row in self.rows:
+            cells = [str(row["key"].get(k, "-")) for k in self.keys] if self.keys else [row["label"]]
+            cells.append(str(row["n"]))
+            for metric, _ in self.metrics:
+                ms = row[metric]
+                cells.append("n/a" if ms is None else f"{ms[0]:,.{precision}f} ± {ms[1]:,.{precision}f}")
+            lines.append(cells)
+        widths = [max(len(h), *(len(c[i]) for c in lines)) if lines else len(h) for i, h in enumerate(headers)]
+        out = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |",
+               "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+        out += ["| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |" for cells in lines]
+        out += [f"skipped: {s}" for s in self.skipped]
+        return "\n".join(out)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data: keys, metrics and rows with ``[mean, std]`` pairs."""
+        return {
+            "keys": self.keys,
+            "metrics": [m for m, _ in self.metrics],
+            "rows": [
+                {"key": r["key"], "n": r["n"], "runs": r["runs"],
+                 **{m: (list(r[m]) if r[m] is not None else None) for m, _ in self.metrics}}
+                for r in self.rows
+            ],
+            "skipped": self.skipped,
+        }
+
+
+def results_table(
+    runs: Sequence[RunRecord],
+    metrics: Sequence[tuple[str, str]] = DEFAULT_METRICS,
+    ignore: Iterable[str] = ("seed",),
+) -> ResultsTable:
+    """Group ``runs`` (completed ones only; the others are listed as skipped) and aggregate ``metrics``."""
+    done = [r for r in runs if r.status == "completed"]
+    skipped = [f"{r.path} ({r.status})" for r in runs if r.status != "completed"]
+    keys, groups = group_runs(done, ignore)
+    rows = []
+    for g in groups:
+        row: dict[str, Any] = {"key": dict(g.key), "label": g.label, "n": len(g.runs),
+                               "runs": [str(r.path) for r in g.runs]}
+        for metric, _ in metrics:
+            row[metric] = mean_std(g.values(metric))
+        rows.append(row)
+    return ResultsTable(keys=keys, metrics=list(metrics), rows=rows, skipped=skipped)
+
+
+def results_for_dir(root: str | Path, ignore: Iterable[str] = ("seed",)) -> ResultsTable:
+    """The results table of every run under ``root``, with unfinished job directories listed as skipped."""
+    runs = find_runs(root)
+    table = results_table(runs, ignore=ignore)
+    table.skipped += [f"{p} (no summary.json: unfinished)" for p in unfinished_job_dirs(root)]
+    return table
+
+
+__all__ = ["DEFAULT_METRICS", "Group", "ResultsTable", "group_runs", "mean_std", "results_for_dir",
+           "results_table", "swept_keys"]

@@ -1,0 +1,57 @@
+"""The Hydra ``Launcher`` behind ``hydra/launcher=ray`` (settings in corral/conf/hydra/launcher/ray.yaml).
+
+Kept import-light: Hydra imports every module under ``hydra_plugins`` when it scans for plugins,
+so Ray is imported only when a sweep is launched.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig
+
+
+class CorralRayLauncher(Launcher):
+    """Runs each job of a multirun as a Ray task in a placement group sized from the job's own config."""
+
+    def __init__(
+        self,
+        address: str = "",
+        num_cpus: Optional[float] = None,
+        object_store_memory: Optional[int] = None,
+        driver_cpus: float = 1.0,
+        driver_gpus: float = 0.0,
+        job_cpus: Optional[float] = None,
+        max_concurrent_jobs: Optional[int] = None,
+        cancel_grace_s: float = 30.0,
+        poll_s: float = 1.0,
+        **ignored: Any,
+    ) -> None:
+        from corral.launchers.ray import RayLauncherSettings
+
+        self.settings = RayLauncherSettings(
+            address=address, num_cpus=num_cpus, object_store_memory=object_store_memory, driver_cpus=driver_cpus,
+            driver_gpus=driver_gpus, job_cpus=job_cpus, max_concurrent_jobs=max_concurrent_jobs,
+            cancel_grace_s=cancel_grace_s, poll_s=poll_s,
+        )
+        self.settings.validate()
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        """Remember what the jobs need."""
+        self.config = config
+        self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Run every job on Ray; return their results in job order."""
+        from corral.launchers.ray import launch
+
+        assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        return launch(self.settings, self.hydra_context, self.task_function, self.config, job_overrides,
+                      initial_job_idx)

@@ -1,0 +1,61 @@
+"""corral.results.plot: mean and spread across seeds, one line per group, written as a PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from corral.results.plot import choose_metric, plot_dir
+from corral.results.summary import read_run, write_summary
+
+pytest.importorskip("matplotlib")
+
+
+def make_run(root: Path, num: int, overrides: list[str], rows: list[tuple[float, float, str]]) -> None:
+    d = root / str(num)
+    write_summary(d, {"status": "completed", "overrides": overrides, "job": {"num": num}})
+    lines = ["epoch,env_steps,train/return_mean,eval/return_mean"]
+    lines += [f"{i},{x},{y},{e}" for i, (x, y, e) in enumerate(rows)]
+    (d / "progress.csv").write_text("\n".join(lines) + "\n")
+
+
+def test_two_groups_of_three_seeds(tmp_path: Path) -> None:
+    num = 0
+    for algo, offset in (("vpg", 0.0), ("ppo", 100.0)):
+        for seed in (1, 2, 3):
+            # Slightly different step counts per seed (whole episodes), as in real runs.
+            rows = [(500.0 * k + seed, offset + 10.0 * k + seed, "") for k in range(1, 5)]
+            make_run(tmp_path, num, [f"seed={seed}", f"algo={algo}"], rows)
+            num += 1
+    result = plot_dir(tmp_path)
+    assert result.path == tmp_path / "learning_curves.png"
+    assert result.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert result.metric == "train/return_mean"  # no run evaluated twice
+    assert [c.label for c in result.curves] == ["algo=vpg", "algo=ppo"]
+    assert [c.n_runs for c in result.curves] == [3, 3]
+    assert result.n_lines == 2
+    vpg = result.curves[0]
+    # Interpolated onto the steps every run covers: seeds' values 10k+1, 10k+2, 10k+3 (+ interpolation).
+    assert vpg.x[0] >= 503.0 and vpg.x[-1] <= 2001.0
+    assert np.all(vpg.std > 0)
+    assert result.curves[1].mean[-1] > vpg.mean[-1] + 50
+
+
+def test_single_run_with_eval_metric_and_custom_output(tmp_path: Path) -> None:
+    make_run(tmp_path, 0, ["seed=1"], [(100.0, 1.0, "5"), (200.0, 2.0, ""), (300.0, 3.0, "9")])
+    assert choose_metric([read_run(tmp_path / "0")]) == "eval/return_mean"
+    out = tmp_path / "plots" / "x.png"
+    result = plot_dir(tmp_path / "0", out=out, metric="eval/return_mean")
+    assert out.is_file() and result.n_lines == 1
+    c = result.curves[0]
+    assert c.n_runs == 1 and list(c.x) == [100.0, 300.0] and list(c.mean) == [5.0, 9.0] and list(c.std) == [0.0, 0.0]
+
+
+def test_errors(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        plot_dir(tmp_path)
+    make_run(tmp_path, 0, ["seed=1"], [(100.0, 1.0, "")])
+    with pytest.raises(ValueError, match="no_such_column"):
+        plot_dir(tmp_path, metric="no_such_column")

@@ -1,0 +1,58 @@
+"""corral.results.table: grouping by swept keys, mean ± std across seeds."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from corral.results.summary import RunRecord
+from corral.results.table import group_runs, mean_std, results_table, swept_keys
+
+
+def record(overrides: list[str], status: str = "completed", **summary: float) -> RunRecord:
+    return RunRecord(path=Path("/runs") / "_".join(overrides), summary={"status": status, **summary},
+                     overrides=overrides)
+
+
+def test_mean_std() -> None:
+    assert mean_std([]) is None
+    assert mean_std([3.0]) == (3.0, 0.0)
+    m, s = mean_std([1.0, 2.0, 3.0])
+    assert m == 2.0 and s == pytest.approx(1.0)  # sample standard deviation
+
+
+def test_groups_by_swept_keys_without_seed() -> None:
+    runs = [record([f"seed={s}", f"algo={a}", "trainer.max_env_steps=1000"], final_eval_return=r)
+            for a, base in (("vpg", 10.0), ("ppo", 100.0)) for s, r in zip((1, 2, 3), (base, base + 2, base + 4))]
+    assert swept_keys(runs) == ["algo"]  # the constant override is not a swept key; seed is ignored
+    keys, groups = group_runs(runs)
+    assert keys == ["algo"] and [g.label for g in groups] == ["algo=vpg", "algo=ppo"]
+    table = results_table(runs)
+    rows = {r["key"]["algo"]: r for r in table.rows}
+    assert rows["vpg"]["n"] == 3 and rows["vpg"]["final_eval_return"] == (12.0, 2.0)
+    assert rows["ppo"]["final_eval_return"] == (102.0, 2.0)
+    text = table.format()
+    assert "| algo |" in text.splitlines()[0]
+    assert "12.0 ± 2.0" in text and "102.0 ± 2.0" in text
+
+
+def test_missing_values_and_unfinished_runs() -> None:
+    runs = [record(["seed=1", "x=a"], final_eval_return=1.0), record(["seed=2", "x=a"], final_eval_return=None),
+            record(["seed=3", "x=a"], status="interrupted", final_eval_return=50.0),
+            record(["seed=1", "x=b"], final_eval_return=float("nan"))]
+    table = results_table(runs)
+    rows = {r["key"]["x"]: r for r in table.rows}
+    assert rows["a"]["n"] == 2 and rows["a"]["final_eval_return"] == (1.0, 0.0)
+    assert rows["b"]["final_eval_return"] is None
+    assert "n/a" in table.format()
+    assert any("interrupted" in s for s in table.skipped)
+    assert not any(math.isnan(v) for r in table.to_json()["rows"] for v in (r["final_eval_return"] or []))
+
+
+def test_only_seeds_swept_gives_one_group() -> None:
+    runs = [record([f"seed={s}"], env_steps=100.0 * s) for s in (1, 2)]
+    table = results_table(runs)
+    assert table.keys == [] and len(table.rows) == 1 and table.rows[0]["n"] == 2
+    assert table.format().splitlines()[2].startswith("| all runs")
