@@ -55,49 +55,57 @@ class PPO(OnPolicyAlgorithm):
         c = self.config
         data = self.process(episodes)
         n = len(episodes)
-        optimizer = self.optimizers["adam"]
-        pg_losses, vf_losses, entropies, clip_fracs, kls = [], [], [], [], []
-        stop = False
+        stats: dict[str, list[float]] = {}
         for _ in range(c.n_epochs):
             order = torch.from_numpy(self.rng.permutation(n))
+            stop = False
             for start in range(0, n, c.minibatch_size):
                 idx = order[start : start + c.minibatch_size]
                 if len(idx) < 2:
                     continue
-                adv = data["advantages"][idx]
-                if c.normalize_advantages:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 log_prob, entropy = self.policy.log_prob_entropy(data["observations"][idx], data["actions"][idx])
-                log_ratio = log_prob - data["old_log_prob"][idx]
-                ratio = log_ratio.exp()
-                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - c.clip_range, 1 + c.clip_range)).mean()
-                vf_loss = 0.5 * (self.values(data["observations"][idx]) - data["returns"][idx]).pow(2).mean()
-                ent = entropy.mean()
-                loss = pg_loss + c.vf_coef * vf_loss - c.ent_coef * ent
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.parameters(), c.max_grad_norm)
-                optimizer.step()
-                with torch.no_grad():
-                    approx_kl = float(((ratio - 1) - log_ratio).mean())
-                pg_losses.append(pg_loss.item())
-                vf_losses.append(vf_loss.item())
-                entropies.append(ent.item())
-                clip_fracs.append(float(((ratio - 1).abs() > c.clip_range).float().mean()))
-                kls.append(approx_kl)
-                if c.target_kl is not None and approx_kl > 1.5 * c.target_kl:
-                    stop = True
+                stop = self.clipped_step(data["advantages"][idx], log_prob, data["old_log_prob"][idx],
+                                         self.values(data["observations"][idx]), data["returns"][idx], entropy, stats)
+                if stop:
                     break
             if stop:
                 break
-        return {
-            "loss/policy": float(np.mean(pg_losses)),
-            "loss/value": float(np.mean(vf_losses)),
-            "loss/entropy": float(np.mean(entropies)),
-            "ppo/approx_kl": float(np.mean(kls)),
-            "ppo/clip_fraction": float(np.mean(clip_fracs)),
-            "ppo/explained_variance": self.explained_variance(data["values"], data["returns"]),
-        }
+        return {**self.summarize(stats),
+                "ppo/explained_variance": self.explained_variance(data["values"], data["returns"])}
+
+    def clipped_step(self, advantages: torch.Tensor, log_prob: torch.Tensor, old_log_prob: torch.Tensor,
+                     values: torch.Tensor, returns: torch.Tensor, entropy: torch.Tensor,
+                     stats: dict[str, list[float]]) -> bool:
+        """One Adam step on the clipped surrogate + value loss - entropy bonus over one minibatch
+        (advantages standardised here when configured); appends its statistics to ``stats``; True
+        when the approximate KL passed 1.5 x ``target_kl`` and the epoch loop should stop."""
+        c = self.config
+        adv = advantages
+        if c.normalize_advantages and adv.numel() > 1:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        log_ratio = log_prob - old_log_prob
+        ratio = log_ratio.exp()
+        pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - c.clip_range, 1 + c.clip_range)).mean()
+        vf_loss = 0.5 * (values - returns).pow(2).mean()
+        ent = entropy.mean()
+        loss = pg_loss + c.vf_coef * vf_loss - c.ent_coef * ent
+        optimizer = self.optimizers["adam"]
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.parameters(), c.max_grad_norm)
+        optimizer.step()
+        with torch.no_grad():
+            approx_kl = float(((ratio - 1) - log_ratio).mean())
+        for key, value in (("loss/policy", pg_loss.item()), ("loss/value", vf_loss.item()),
+                           ("loss/entropy", ent.item()), ("ppo/approx_kl", approx_kl),
+                           ("ppo/clip_fraction", float(((ratio - 1).abs() > c.clip_range).float().mean()))):
+            stats.setdefault(key, []).append(value)
+        return c.target_kl is not None and approx_kl > 1.5 * c.target_kl
+
+    @staticmethod
+    def summarize(stats: dict[str, list[float]]) -> dict[str, float]:
+        """Means of the statistics :meth:`clipped_step` collected."""
+        return {key: float(np.mean(values)) for key, values in stats.items()}
 
 
 def build_ppo(config: PPOConfig, *, env_spec: EnvSpec, policy: Policy, sampler: Sampler, seed: int) -> PPO:

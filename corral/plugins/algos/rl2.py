@@ -186,49 +186,26 @@ class RL2PPO(PPO):
         data = self.process(episodes)
         n = episodes.n_episodes
         per_batch = max(1, round(c.minibatch_size / (len(episodes) / n)))
-        optimizer = self.optimizers["adam"]
-        pg_losses, vf_losses, entropies, clip_fracs, kls = [], [], [], [], []
-        stop = False
+        stats: dict[str, list[float]] = {}
         for _ in range(c.n_epochs):
             order = torch.from_numpy(self.rng.permutation(n))
+            stop = False
             for start in range(0, n, per_batch):
                 idx = order[start : start + per_batch]
                 mask = data["valid"][idx]
-                adv = data["advantages"][idx][mask]
-                if c.normalize_advantages and adv.numel() > 1:
-                    adv = (adv - adv.mean()) / (adv.std() + 1e-8)
                 log_prob, entropy = self.policy.log_prob_entropy_sequences(  # type: ignore[attr-defined]
                     data["observations"][idx], data["actions"][idx])
-                log_ratio = log_prob[mask] - data["old_log_prob"][idx][mask]
-                ratio = log_ratio.exp()
-                pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - c.clip_range, 1 + c.clip_range)).mean()
-                values = self.value_function(data["observations"][idx])[mask]
-                vf_loss = 0.5 * (values - data["returns"][idx][mask]).pow(2).mean()
-                ent = entropy[mask].mean()
-                loss = pg_loss + c.vf_coef * vf_loss - c.ent_coef * ent
-                optimizer.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.parameters(), c.max_grad_norm)
-                optimizer.step()
-                with torch.no_grad():
-                    approx_kl = float(((ratio - 1) - log_ratio).mean())
-                pg_losses.append(pg_loss.item())
-                vf_losses.append(vf_loss.item())
-                entropies.append(ent.item())
-                clip_fracs.append(float(((ratio - 1).abs() > c.clip_range).float().mean()))
-                kls.append(approx_kl)
-                if c.target_kl is not None and approx_kl > 1.5 * c.target_kl:
-                    stop = True
+                values = self.value_function(data["observations"][idx])
+                stop = self.clipped_step(data["advantages"][idx][mask], log_prob[mask],
+                                         data["old_log_prob"][idx][mask], values[mask],
+                                         data["returns"][idx][mask], entropy[mask], stats)
+                if stop:
                     break
             if stop:
                 break
         returns = episodes.episode_returns
         return {
-            "loss/policy": float(np.mean(pg_losses)),
-            "loss/value": float(np.mean(vf_losses)),
-            "loss/entropy": float(np.mean(entropies)),
-            "ppo/approx_kl": float(np.mean(kls)),
-            "ppo/clip_fraction": float(np.mean(clip_fracs)),
+            **self.summarize(stats),
             "ppo/explained_variance": self.explained_variance(data["values"], data["returns_flat"]),
             "rl2/trial_return": float(returns.mean()),
             "rl2/n_trials": float(n),

@@ -31,6 +31,7 @@ from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.lib.networks import flat_dim, numpy_to_params, params_to_numpy
 from corral.lib.noise import NoiseStreams
+from corral.lib.slot_noise import SlotNoiseMixin
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -47,7 +48,7 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-class GRUPolicy(Policy, nn.Module):
+class GRUPolicy(SlotNoiseMixin, Policy, nn.Module):
     """Categorical (Discrete) or diagonal-Gaussian (Box) head on a one-layer GRU."""
 
     recurrent = True
@@ -100,13 +101,12 @@ class GRUPolicy(Policy, nn.Module):
     # ------------------------------------------------------------------ numpy side (for workers)
     def seed(self, seeds: Sequence[np.random.SeedSequence]) -> None:
         """One noise stream and one hidden state per environment slot."""
-        self._streams = NoiseStreams(seeds)
+        super().seed(seeds)
         self._hidden = np.zeros((len(seeds), self.hidden_size), dtype=np.float32)
 
     def reset(self, dones: np.ndarray | None = None) -> None:
         """Zero the hidden state and restart the noise of the masked slots (all when None)."""
-        if self._streams is not None:
-            self._streams.reset(dones)
+        super().reset(dones)
         if self._hidden is not None:
             if dones is None:
                 self._hidden[:] = 0.0
@@ -121,11 +121,7 @@ class GRUPolicy(Policy, nn.Module):
                 f"the policy holds hidden states for {len(self._hidden)} environment slots but got {n} "
                 "observations; call policy.seed() with one seed per slot"
             )
-        if self.deterministic:
-            return self._hidden, None
-        if self._streams is None:
-            self._streams = NoiseStreams(np.random.SeedSequence().spawn(n))
-        return self._hidden, self._streams
+        return self._hidden, None if self.deterministic else self.streams_for(n)
 
     def _gru_step(self, x: np.ndarray, h: np.ndarray) -> np.ndarray:
         """One step of ``torch.nn.GRU``'s cell in numpy, row by row (batch-invariant)."""
@@ -178,17 +174,11 @@ class GRUPolicy(Policy, nn.Module):
 
     def get_sampling_state(self) -> dict[str, Any]:
         """Noise-stream counters and the hidden states."""
-        return {
-            "streams": self._streams.state_dict() if self._streams is not None else None,
-            "hidden": None if self._hidden is None else self._hidden.copy(),
-        }
+        return {**super().get_sampling_state(), "hidden": None if self._hidden is None else self._hidden.copy()}
 
     def set_sampling_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`get_sampling_state`'s output."""
-        if state.get("streams") is not None:
-            if self._streams is None:
-                self._streams = NoiseStreams([])
-            self._streams.load_state_dict(state["streams"])
+        super().set_sampling_state(state)
         if state.get("hidden") is not None:
             self._hidden = np.array(state["hidden"], dtype=np.float32)
 

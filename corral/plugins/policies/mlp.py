@@ -18,6 +18,7 @@ from corral.framework.policy import Policy
 from corral.lib import networks
 from corral.lib.networks import batch_invariant_forward, flat_dim, mlp, numpy_to_params, params_to_numpy
 from corral.lib.noise import NoiseStreams
+from corral.lib.slot_noise import SlotNoiseMixin
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -91,7 +92,7 @@ class _NumpyForward:
         return h
 
 
-class MLPPolicy(Policy, nn.Module):
+class MLPPolicy(SlotNoiseMixin, Policy, nn.Module):
     """Categorical (Discrete) or diagonal-Gaussian (Box) policy on an MLP.
 
     Exploration noise comes from per-slot :class:`~corral.lib.noise.NoiseStreams`, so an
@@ -137,25 +138,6 @@ class MLPPolicy(Policy, nn.Module):
         return dist.log_prob(actions), dist.entropy()
 
     # ------------------------------------------------------------------ numpy side (for workers)
-    def seed(self, seeds: Sequence[np.random.SeedSequence]) -> None:
-        """One noise stream per environment slot."""
-        self._streams = NoiseStreams(seeds)
-
-    def reset(self, dones: np.ndarray | None = None) -> None:
-        """New episodes in the masked slots."""
-        if self._streams is not None:
-            self._streams.reset(dones)
-
-    def _streams_for(self, n: int) -> NoiseStreams:
-        if self._streams is None:
-            self._streams = NoiseStreams(np.random.SeedSequence().spawn(n))
-        if len(self._streams) != n:
-            raise ValueError(
-                f"the policy was seeded for {len(self._streams)} environment slots but got {n} observations; "
-                "call policy.seed() with one seed per slot"
-            )
-        return self._streams
-
     def _forward_numpy(self, x: np.ndarray) -> np.ndarray:
         """``batch_invariant_forward(self.net, x)``, from cached views of the weights when possible
         (on a GPU: torch's forward, through pinned host buffers)."""
@@ -201,7 +183,7 @@ class MLPPolicy(Policy, nn.Module):
         n = obs.shape[0]
         # Batch-invariant forward: a slot's actions must not depend on the batch it is in.
         out = self._forward_numpy(obs.reshape(n, -1)).astype(np.float64)
-        streams = None if self.deterministic else self._streams_for(n)
+        streams = None if self.deterministic else self.streams_for(n)
         if self.discrete:
             # The ufuncs' own reduce/accumulate are what max/sum/cumsum run, minus a python layer.
             log_p = out - np.maximum.reduce(out, axis=1, keepdims=True)
@@ -237,17 +219,6 @@ class MLPPolicy(Policy, nn.Module):
     def set_param_values(self, params: dict[str, np.ndarray]) -> None:
         """Load parameters."""
         numpy_to_params(self, params)
-
-    def get_sampling_state(self) -> dict[str, Any]:
-        """Noise-stream counters."""
-        return {"streams": self._streams.state_dict() if self._streams is not None else None}
-
-    def set_sampling_state(self, state: dict[str, Any]) -> None:
-        """Restore the noise-stream counters."""
-        if state.get("streams") is not None:
-            if self._streams is None:
-                self._streams = NoiseStreams([])
-            self._streams.load_state_dict(state["streams"])
 
 
 def build_mlp_policy(config: MLPPolicyConfig, *, env_spec: EnvSpec) -> MLPPolicy:
