@@ -1,7 +1,8 @@
-"""Meta-test trained RL2 runs on held-out tasks and record adaptation results.
+"""Meta-test trained RL2 and PEARL runs on held-out tasks and record adaptation results.
 
     python experiments/meta_eval.py --name rl2_bandits --runs experiments/runs/rl2_bandits/seed1 --trials-per-task 20
     python experiments/meta_eval.py --name rl2_pointnav --runs experiments/runs/rl2_pointnav/seed1 --trials-per-task 10
+    python experiments/meta_eval.py --name pearl_pointnav --runs experiments/runs/pearl_pointnav/seed1 --trials-per-task 10
 
 Each run directory is one finished ``python train.py experiment=rl2_... hydra.run.dir=<dir>`` (add
 ``--train "experiment=rl2_bandits"`` to train the ones that have no snapshot yet). The script
@@ -9,7 +10,11 @@ rebuilds the run from its recorded config, loads its last snapshot and runs tria
 trained policy on every held-out meta-test task of the run's task split (the policy samples, as
 in training; the seeds are the evaluation's own). For bandits it runs, on the same tasks and the
 same number of trials, a uniformly random policy and UCB1 (Auer et al. 2002) and reports the
-oracle (always the best arm, in expectation). Results go to ``experiments/results/<name>.md``
+oracle (always the best arm, in expectation). For PEARL (``algo=pearl``) a trial is the run's
+``algo.meta_eval_episodes`` episodes, the first on the prior and each later one on the posterior
+over the trial so far, evaluated as the run's meta-evaluation does (``algo.meta_eval_*``); the
+sparse return the encoder sees and the success rate (any step within the goal radius) are
+reported per episode as well. Results go to ``experiments/results/<name>.md``
 with the exact commands, and adaptation plots to ``experiments/results/<name>*.png``.
 """
 
@@ -93,7 +98,7 @@ def bandit_baseline(kind: str, probs: np.ndarray, n_pulls: int, rng: np.random.G
 # ---------------------------------------------------------------------- evaluation
 def evaluate_run(run_dir: Path, trials_per_task: int, seed: int) -> dict[str, Any]:
     """Per-trial, per-episode returns of the trained policy on the run's meta-test tasks."""
-    from corral.lib.meta_eval import trial_episode_returns
+    from corral.lib.meta_eval import pearl_episode_returns, trial_episode_returns
 
     run = load_run(run_dir)
     try:
@@ -102,9 +107,19 @@ def evaluate_run(run_dir: Path, trials_per_task: int, seed: int) -> dict[str, An
         tasks = run.algo.split.tasks(probe, "test")
         train_tasks = run.algo.split.tasks(probe, "train")
         probe.close()
+        extra: dict[str, Any] = {}
+        if "pearl_episode" in trials.episode_infos:  # PEARL: one batch episode per episode of a trial
+            returns = pearl_episode_returns(trials)
+            task_ids = trials.episode_infos["task_id"][:: returns.shape[1]]
+            context_reward = trials.env_infos["context_reward"]
+            extra["context_returns"] = pearl_episode_returns(trials, context_reward)
+            extra["successes"] = pearl_episode_returns(trials, (context_reward > 0).astype(np.float64)) > 0
+        else:
+            returns, task_ids = trial_episode_returns(trials), trials.episode_infos["task_id"]
         return {
-            "returns": trial_episode_returns(trials),  # [n_trials, n_episodes_per_trial]
-            "task_ids": trials.episode_infos["task_id"],
+            **extra,
+            "returns": returns,  # [n_trials, n_episodes_per_trial]
+            "task_ids": task_ids,
             "tasks": {t.id: t.params for t in tasks},
             "train_tasks": [t.params for t in train_tasks],
             "cfg": run.cfg,
@@ -262,6 +277,23 @@ def adaptation_section(name: str, runs: list[dict[str, Any]], out: Path, plot: b
     return ["## Return per episode of a trial on held-out tasks", "", *lines, "", *[f"- {v}" for v in verdicts]]
 
 
+def context_section(name: str, runs: list[dict[str, Any]], out: Path) -> list[str]:
+    """PEARL: the reward the encoder sees (sparse) and the success rate, per episode of a trial."""
+    n_eps = runs[0]["context_returns"].shape[1]
+    head = " | ".join(f"episode {i + 1}" + (" (prior)" if i == 0 else " (posterior)") for i in range(n_eps))
+    lines = [f"| run | measure | {head} |", "|" + "---|" * (n_eps + 2)]
+    for r in runs:
+        lines.append(f"| {r['label']} | sparse return | "
+                     + " | ".join(mean_se(r["context_returns"][:, i]) for i in range(n_eps)) + " |")
+        lines.append(f"| {r['label']} | success rate | "
+                     + " | ".join(f"{100 * r['successes'][:, i].mean():.0f}%" for i in range(n_eps)) + " |")
+    path = out / f"{name}_success.png"
+    if plot_lines(path, {r["label"]: r["successes"].astype(np.float64) for r in runs}, "episode within the trial",
+                  "success rate", f"{name}: success per episode on held-out tasks"):
+        lines += ["", f"![success]({path.name})"]
+    return ["## What the encoder sees: sparse return and success per episode (held-out tasks)", "", *lines]
+
+
 def main() -> None:
     """Parse arguments, (train,) evaluate every run, write the results."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -309,6 +341,8 @@ def main() -> None:
     if runs[0]["cfg"].env.name == "bandits":
         lines += bandit_section(args.name, runs, args.eval_seed, out)
     lines += [""] + adaptation_section(args.name, runs, out, plot=runs[0]["cfg"].env.name != "bandits")
+    if "context_returns" in runs[0]:
+        lines += [""] + context_section(args.name, runs, out)
     logged = sorted({k for row in runs[0]["progress"] for k in row if k.startswith("meta_eval/return_ep")})
     keys = logged[:2] or ["meta_eval/trial_return"]
     if runs[0]["cfg"].env.name == "bandits":

@@ -1,7 +1,10 @@
-"""Meta-evaluation of trial-running (RL2) agents: adaptation curves on held-out tasks.
+"""Meta-evaluation of trial-running agents (RL2, PEARL): adaptation curves on held-out tasks.
 
 An adaptation curve is the mean return of each episode index within a trial: on a held-out task,
-a meta-learned agent should do better in its second episode than in its first.
+a meta-learned agent should do better in its second episode than in its first. RL2's worker
+returns a trial as one concatenated episode (``env_infos["rl2_episode"]`` numbers its episodes);
+PEARL's returns each episode of a trial on its own (``episode_infos["pearl_episode"]``), the
+second and later ones acting on the posterior over the trial's earlier episodes.
 """
 
 from __future__ import annotations
@@ -30,7 +33,20 @@ def trial_episode_returns(trials: EpisodeBatch) -> np.ndarray:
     return out
 
 
-def rl2_meta_test(
+def pearl_episode_returns(episodes: EpisodeBatch, rewards: np.ndarray | None = None) -> np.ndarray:
+    """``[n_trials, n_episodes_per_trial]`` returns of a batch from ``worker=pearl`` (trials in order,
+    each episode its own row of the batch); ``rewards`` (one per step) replaces the batch's rewards,
+    e.g. ``env_infos["context_reward"]`` for the sparse return."""
+    index = episodes.episode_infos["pearl_episode"].astype(np.int64)
+    per_trial = int(index.max()) + 1
+    if len(index) % per_trial or (index.reshape(-1, per_trial) != np.arange(per_trial)).any():
+        raise ValueError("the batch does not hold whole PEARL trials in order")
+    r = episodes.rewards if rewards is None else np.asarray(rewards)
+    returns = np.add.reduceat(r.astype(np.float64), episodes.starts) if len(r) else np.zeros(0)
+    return returns.reshape(-1, per_trial)
+
+
+def run_meta_test(
     policy: Policy,
     env: Any,
     *,
@@ -42,9 +58,11 @@ def rl2_meta_test(
     trials_per_task: int = 1,
     deterministic: bool = False,
     which: str = "test",
+    episodes_per_trial: int = 1,
 ) -> EpisodeBatch:
     """``trials_per_task`` trials on each task of ``split``'s ``which`` set, with a copy of
-    ``policy``, on seeds of their own (the same every call), in task order."""
+    ``policy``, on seeds of their own (the same every call), in task order. ``episodes_per_trial``:
+    batch episodes a trial makes (1 for RL2's concatenated trials)."""
     probe = make_env(env)
     try:
         n_tasks = len(split.tasks(probe, which))
@@ -61,19 +79,26 @@ def rl2_meta_test(
         worker.update_agent(agent)
         indices = tuple(i for i in range(n_tasks) for _ in range(trials_per_task))
         worker.update_env(TaskSchedule(split, indices, which))
-        return worker.rollout(n_episodes=len(indices))
+        return worker.rollout(n_episodes=len(indices) * episodes_per_trial)
     finally:
         worker.shutdown()
+
+
+def curve_stats(returns: np.ndarray, prefix: str = "meta_eval", name: str = "return") -> dict[str, float]:
+    """``{prefix}/{name}_ep{i}`` (mean over trials of episode i's return) for ``[n_trials, n_episodes]`` returns."""
+    return {f"{prefix}/{name}_ep{i}": float(v) for i, v in enumerate(returns.mean(axis=0))}
 
 
 def adaptation_stats(trials: EpisodeBatch, prefix: str = "meta_eval") -> dict[str, float]:
     """``{prefix}/return_ep{i}`` (mean return of episode i of a trial), ``{prefix}/trial_return``
     and ``{prefix}/n_trials``."""
     returns = trial_episode_returns(trials)
-    stats = {f"{prefix}/return_ep{i}": float(v) for i, v in enumerate(returns.mean(axis=0))}
+    stats = curve_stats(returns, prefix)
     stats[f"{prefix}/trial_return"] = float(returns.sum(axis=1).mean())
     stats[f"{prefix}/n_trials"] = float(len(returns))
     return stats
 
 
-__all__ = ["adaptation_stats", "rl2_meta_test", "trial_episode_returns"]
+__all__ = [
+    "adaptation_stats", "curve_stats", "pearl_episode_returns", "run_meta_test", "trial_episode_returns",
+]

@@ -18,6 +18,7 @@ and runs one with ``set_task(task)``. Here:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -186,6 +187,13 @@ class TaskSampler:
         return self.schedules(itr, n_workers, tasks_per_worker)
 
 
+def schedule_length(batch_size: int, n_workers: int, trial_steps: int, n_envs: int = 1) -> int:
+    """Tasks each worker's schedule needs for an epoch of ``batch_size`` steps when every trial runs
+    ``trial_steps`` steps (trials cut short by early ends take the schedule round again), plus one
+    per environment slot for the trials the slots start together."""
+    return math.ceil(batch_size / max(1, n_workers) / max(1, trial_steps)) + max(1, n_envs)
+
+
 def spread(updates: Sequence[Any], n_workers: int) -> list[Any]:
     """``updates`` as a list of exactly ``n_workers`` items (cycled), the form samplers spread."""
     if not updates:
@@ -193,4 +201,6 @@ def spread(updates: Sequence[Any], n_workers: int) -> list[Any]:
     return [updates[i % len(updates)] for i in range(n_workers)]
 
 
-__all__ = ["SPLITS", "SetTask", "Task", "TaskSampler", "TaskSchedule", "TaskSplit", "spread"]
+__all__ = [
+    "SPLITS", "SetTask", "Task", "TaskSampler", "TaskSchedule", "TaskSplit", "schedule_length", "spread",
+]

@@ -36,3 +36,29 @@ def test_random_policy_earns_the_mean_probability() -> None:
     rng = np.random.default_rng(1)
     mean = np.mean([m.bandit_baseline("random", probs, 10, rng).mean() for _ in range(400)])
     assert abs(mean - 0.5) < 0.03
+
+
+def test_pearl_runs_get_per_episode_returns_sparse_returns_and_success(tmp_path: Path) -> None:
+    """A (barely trained) PEARL run, evaluated as the script does: trials of the run's
+    meta_eval_episodes episodes on every held-out task, with the sparse return and success."""
+    import subprocess
+
+    run_dir = tmp_path / "pearl"
+    cmd = [sys.executable, str(ROOT / "train.py"), "experiment=pearl_pointnav", "worker.n_envs=2",
+           "policy.hidden_sizes=[16]", "policy.encoder_hidden_sizes=[16]", "algo.qf_hidden_sizes=[16]",
+           "algo.meta_batch=2", "algo.batch_size=8", "algo.context_size=4", "algo.min_buffer_size=60",
+           "algo.gradient_steps=2", "algo.n_train_tasks=6", "algo.n_test_tasks=3", "trainer.batch_size=120",
+           "trainer.n_epochs=2", "trainer.max_env_steps=null", "trainer.eval_every=1", "trainer.eval_episodes=1",
+           "trainer.snapshot_every=1", "trainer.progress=false", "logger=[csv]", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = load()
+    r = m.evaluate_run(run_dir, trials_per_task=2, seed=7)
+    assert r["returns"].shape == (6, 3) and r["context_returns"].shape == (6, 3) and r["successes"].dtype == bool
+    assert (r["returns"] < 0).all() and (r["context_returns"] >= 0).all()
+    assert r["task_ids"].tolist() == [6, 6, 7, 7, 8, 8]  # held-out tasks, in order
+    r["label"] = "seed 1"
+    lines = m.context_section("pearl_test", [r], tmp_path)
+    assert any("success rate" in line for line in lines) and (tmp_path / "pearl_test_success.png").exists()
+    lines = m.adaptation_section("pearl_test", [r], tmp_path)
+    assert any("episode 2 - episode 1" in line for line in lines)

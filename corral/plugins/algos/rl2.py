@@ -20,7 +20,6 @@ meta-test tasks and reports the adaptation curve ``meta_eval/return_ep{i}``.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +33,10 @@ from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
-from corral.lib.meta_eval import adaptation_stats, rl2_meta_test
+from corral.lib.meta_eval import adaptation_stats, run_meta_test
 from corral.lib.networks import flat_dim, mlp
 from corral.lib.returns import gae
-from corral.lib.tasks import TaskSampler, TaskSplit
+from corral.lib.tasks import TaskSampler, TaskSplit, schedule_length
 from corral.plugins.algos.ppo import PPO, PPOConfig
 
 
@@ -143,8 +142,8 @@ class RL2PPO(PPO):
         assert self.sampler is not None
         factory = self.sampler.worker_factory
         args = factory.worker_args
-        trial = max(1, int(args.get("n_episodes_per_trial", 1)) * int(self.env_spec.max_episode_length or 1))
-        return math.ceil(batch_size / factory.n_workers / trial) + int(args.get("n_envs", 1))
+        trial = int(args.get("n_episodes_per_trial", 1)) * int(self.env_spec.max_episode_length or 1)
+        return schedule_length(batch_size, factory.n_workers, trial, int(args.get("n_envs", 1)))
 
     # ------------------------------------------------------------------ training
     def process(self, episodes: EpisodeBatch) -> dict[str, torch.Tensor]:  # type: ignore[override]
@@ -226,7 +225,7 @@ class RL2PPO(PPO):
         factory = self.sampler.worker_factory if self.sampler is not None else None
         worker_class = factory.worker_class if factory is not None else RL2Worker
         worker_args = dict(factory.worker_args) if factory is not None else {}
-        return rl2_meta_test(
+        return run_meta_test(
             self.policy, env, split=self.split, worker_class=worker_class,  # type: ignore[arg-type]
             worker_args=worker_args,
             max_episode_length=factory.max_episode_length if factory is not None else self.env_spec.max_episode_length,

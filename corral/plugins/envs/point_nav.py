@@ -3,7 +3,9 @@
 The robot starts at the origin; an action moves it by at most ``max_step`` per axis; the
 observation is its position. A task is a goal on the half circle of radius ``goal_distance``
 (angle uniform in [0, pi]). Dense reward: minus the distance to the goal. Sparse reward (as in
-PEARL's sparse point robot): ``1 - distance`` inside ``goal_radius`` of the goal, else 0.
+PEARL's sparse point robot): ``1 - distance`` inside ``goal_radius`` of the goal, else 0. The step
+info always holds ``sparse_reward`` (PEARL infers the goal from it while learning from the dense
+reward: ``worker.context_reward=sparse_reward``), ``distance`` and ``success``.
 Episodes last 20 steps by default.
 """
 
@@ -68,8 +70,10 @@ class PointNavEnv(gym.Env):
         self._pos += np.clip(np.asarray(action, dtype=np.float64).reshape(2), space.low, space.high)
         distance = float(np.linalg.norm(self._pos - self.goal))
         success = distance <= self.goal_radius
-        reward = (1.0 - distance if success else 0.0) if self.sparse else -distance
-        return self._pos.astype(np.float32), reward, False, False, {"distance": distance, "success": success}
+        sparse_reward = 1.0 - distance if success else 0.0
+        reward = sparse_reward if self.sparse else -distance
+        info = {"distance": distance, "success": success, "sparse_reward": sparse_reward}
+        return self._pos.astype(np.float32), reward, False, False, info
 
 
 @dataclass

@@ -23,7 +23,6 @@ Like ``worker=vec``, ``n_envs`` slots step in lock-step with one batched ``get_a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +36,7 @@ from corral.framework.plugins import get_registry
 from corral.framework.worker import Worker
 from corral.lib.episode_buffer import StepLog, action_clipper
 from corral.lib.rl2_env import CONTINUE_TRIAL, is_rl2_env
-from corral.lib.tasks import TaskSchedule
+from corral.lib.trial_tasks import TrialTasksMixin
 
 
 @dataclass
@@ -48,7 +47,7 @@ class RL2WorkerConfig:
     n_envs: int = field(default=1, metadata={"help": "environments stepped together by one worker"})
 
 
-class RL2Worker(Worker):
+class RL2Worker(TrialTasksMixin, Worker):
     """Runs RL2 trials (see the module docstring)."""
 
     #: Read by composition checks: this worker runs trials for a recurrent agent.
@@ -61,22 +60,11 @@ class RL2Worker(Worker):
         super().__init__(seed=seed, max_episode_length=max_episode_length, worker_number=worker_number,
                          n_envs=n_envs, **kwargs)
         self.n_episodes_per_trial = int(n_episodes_per_trial)
-        self.schedule: TaskSchedule | None = None
-        self.trials_started = 0  # trials started under the current schedule
         self._log: StepLog | None = None
         self._obs: np.ndarray | None = None
         self._clip = None
 
     # ------------------------------------------------------------------ updates
-    def update_env(self, env_update: Any) -> None:
-        """As :meth:`Worker.update_env`; a :class:`TaskSchedule` also becomes the trials' task schedule."""
-        super().update_env(env_update)
-        if isinstance(env_update, TaskSchedule):
-            self.schedule = env_update
-            self.trials_started = 0
-        elif env_update is not None:
-            self.schedule = None
-
     def _on_new_envs(self) -> None:
         super()._on_new_envs()
         env = self.envs[0]
@@ -103,9 +91,7 @@ class RL2Worker(Worker):
 
     def _start_trial(self, j: int) -> int:
         """Set slot ``j``'s task for a new trial and reset it; return the task id."""
-        if self.schedule is not None:
-            self.schedule.apply(self.envs[j], self.trials_started)
-        self.trials_started += 1
+        self.next_trial_task(self.envs[j])
         assert self._obs is not None
         self._obs[j] = self._reset_slot(j, continue_trial=False)
         return current_task_id(self.envs[j])
@@ -218,19 +204,6 @@ class RL2Worker(Worker):
             episode_infos={"task_id": np.asarray([done_tasks[i] for i in order], dtype=np.int64)},
         )
 
-    # ------------------------------------------------------------------ snapshots
-    def state_dict(self) -> dict[str, Any]:
-        """The base state plus the task schedule and how many of its trials have started."""
-        state = super().state_dict()
-        state["schedule"] = self.schedule
-        state["trials_started"] = self.trials_started
-        return state
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output."""
-        super().load_state_dict(state)
-        self.schedule = state.get("schedule")
-        self.trials_started = int(state.get("trials_started", 0))
 
 
 def _inner_step_types(lengths: list[int], ends: list[int]) -> np.ndarray:

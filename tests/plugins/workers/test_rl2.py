@@ -6,15 +6,13 @@ from __future__ import annotations
 import copy
 import os
 
-import hydra
 import numpy as np
 import pytest
 import torch
-from omegaconf import DictConfig
+from composition_helpers import compose, with_choices
 
 from corral.framework.batch import StepType
 from corral.framework.compose import validate
-from corral.framework.entry import prepare
 from corral.framework.env import EnvFactory, EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.worker import WorkerFactory
@@ -153,27 +151,14 @@ def test_same_seed_same_trials_local_and_ray() -> None:
 
 
 # ---------------------------------------------------------------------- composition checks
-def compose(*overrides: str) -> DictConfig:
-    """What ``python train.py <overrides>`` composes."""
-    args = prepare(list(overrides))
-    with hydra.initialize_config_module(config_module="corral.conf", version_base="1.3"):
-        return hydra.compose(config_name="config", overrides=args)
-
-
 RL2 = ["algo=rl2_ppo", "policy=gru", "worker=rl2", "env=bandits", "env.rl2_inputs=true"]
 
 
-def replace(*overrides: str) -> list[str]:
-    """The RL2 choices with some of them replaced."""
-    groups = {o.split("=")[0] for o in overrides}
-    return [o for o in RL2 if o.split("=")[0] not in groups] + list(overrides)
-
-
 @pytest.mark.parametrize("overrides, message", [
-    (replace("worker=vec"), "choose worker=rl2"),
-    (replace("policy=mlp"), "choose policy=gru"),
-    (replace("algo=ppo"), "choose algo=rl2_ppo"),
-    (replace("env.rl2_inputs=false"), "set env.rl2_inputs=true"),
+    (with_choices(RL2, "worker=vec"), "choose worker=rl2"),
+    (with_choices(RL2, "policy=mlp"), "choose policy=gru"),
+    (with_choices(RL2, "algo=ppo"), "choose algo=rl2_ppo"),
+    (with_choices(RL2, "env.rl2_inputs=false"), "set env.rl2_inputs=true"),
     (["algo=rl2_ppo", "policy=gru", "worker=rl2", "env=cartpole"], "choose env=bandits"),
 ])
 def test_incompatible_choices_are_rejected_with_what_to_choose(overrides: list[str], message: str) -> None:
