@@ -196,7 +196,7 @@ def test_incompatible_choices_are_rejected_with_what_to_choose(overrides: list[s
 
 
 def test_presets_compose_and_validate() -> None:
-    for name in ("pearl_pointnav",):
+    for name in ("pearl_pointnav", "pearl_cheetah_vel"):
         cfg = compose(f"experiment={name}")
         validate(cfg)
         assert (cfg.algo.name, cfg.policy.name, cfg.worker.name) == ("pearl", "pearl", "pearl")
