@@ -14,7 +14,8 @@ oracle (always the best arm, in expectation). For PEARL (``algo=pearl``) a trial
 ``algo.meta_eval_episodes`` episodes, the first on the prior and each later one on the posterior
 over the trial so far, evaluated as the run's meta-evaluation does (``algo.meta_eval_*``); the
 sparse return the encoder sees and the success rate (any step within the goal radius) are
-reported per episode as well. Results go to ``experiments/results/<name>.md``
+reported per episode as well when the encoder sees the sparse reward (``worker.context_reward``).
+Results go to ``experiments/results/<name>.md``
 with the exact commands, and adaptation plots to ``experiments/results/<name>*.png``.
 """
 
@@ -112,8 +113,9 @@ def evaluate_run(run_dir: Path, trials_per_task: int, seed: int) -> dict[str, An
             returns = pearl_episode_returns(trials)
             task_ids = trials.episode_infos["task_id"][:: returns.shape[1]]
             context_reward = trials.env_infos["context_reward"]
-            extra["context_returns"] = pearl_episode_returns(trials, context_reward)
-            extra["successes"] = pearl_episode_returns(trials, (context_reward > 0).astype(np.float64)) > 0
+            if not np.array_equal(context_reward, trials.rewards):  # the encoder sees the sparse reward
+                extra["context_returns"] = pearl_episode_returns(trials, context_reward)
+                extra["successes"] = pearl_episode_returns(trials, (context_reward > 0).astype(np.float64)) > 0
         else:
             returns, task_ids = trial_episode_returns(trials), trials.episode_infos["task_id"]
         return {

@@ -45,6 +45,34 @@ def polyak_update(source: Iterable[torch.Tensor], target: Iterable[torch.Tensor]
             t.mul_(1.0 - tau).add_(s, alpha=tau)
 
 
+def gradient_steps_due(credit: float, n_new: int, utd_ratio: float, fixed: int | None) -> tuple[int, float]:
+    """Gradient steps for ``n_new`` fresh environment steps and the fractional credit carried on:
+    ``fixed`` per call when set, else ``utd_ratio`` per new step (fractions add up across calls)."""
+    if fixed is not None:
+        return int(fixed), credit
+    credit += utd_ratio * n_new
+    steps = math.floor(credit + 1e-9)
+    return steps, credit - steps
+
+
+def networks_state(modules: Mapping[str, nn.Module], optimizers: Mapping[str, torch.optim.Optimizer]
+                   ) -> dict[str, Any]:
+    """Copies of the modules' and optimisers' states, for snapshots."""
+    return {
+        "modules": {k: {n: t.clone() for n, t in m.state_dict().items()} for k, m in modules.items()},
+        "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
+    }
+
+
+def load_networks_state(modules: Mapping[str, nn.Module], optimizers: Mapping[str, torch.optim.Optimizer],
+                        state: Mapping[str, Any]) -> None:
+    """Restore :func:`networks_state`'s output."""
+    for k, m in modules.items():
+        m.load_state_dict(state["modules"][k])
+    for k, o in optimizers.items():
+        o.load_state_dict(state["optimizers"][k])
+
+
 class OffPolicyAlgorithm(Algorithm):
     """Base of the replay-buffer algorithms.
 
@@ -112,11 +140,8 @@ class OffPolicyAlgorithm(Algorithm):
         """Gradient steps for ``n_new`` fresh environment steps (0 before learning starts)."""
         if not self.learning_started:
             return 0
-        if self.gradient_steps is not None:
-            return int(self.gradient_steps)
-        self._update_credit += self.utd_ratio * n_new
-        steps = math.floor(self._update_credit + 1e-9)
-        self._update_credit -= steps
+        steps, self._update_credit = gradient_steps_due(self._update_credit, n_new, self.utd_ratio,
+                                                        self.gradient_steps)
         return steps
 
     def train_once(self, itr: int, episodes: EpisodeBatch) -> dict[str, float]:
@@ -156,8 +181,7 @@ class OffPolicyAlgorithm(Algorithm):
     def state_dict(self) -> dict[str, Any]:
         """Networks, optimisers, the replay buffer (contents and RNG), the torch RNG, counters."""
         return {
-            "modules": {k: {n: t.clone() for n, t in m.state_dict().items()} for k, m in self.modules.items()},
-            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            **networks_state(self.modules, self.optimizers),
             "replay_buffer": self.replay_buffer.state_dict(),
             "torch_rng": self.torch_rng.get_state(),
             "env_steps": self.env_steps,
@@ -168,10 +192,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
-        for k, m in self.modules.items():
-            m.load_state_dict(state["modules"][k])
-        for k, o in self.optimizers.items():
-            o.load_state_dict(state["optimizers"][k])
+        load_networks_state(self.modules, self.optimizers, state)
         self.replay_buffer.load_state_dict(state["replay_buffer"])
         self.torch_rng.set_state(state["torch_rng"])
         self.env_steps = int(state["env_steps"])
@@ -187,4 +208,7 @@ class OffPolicyAlgorithm(Algorithm):
         """Restore :meth:`extra_state`'s output."""
 
 
-__all__ = ["BUFFER_BRANCH", "TORCH_BRANCH", "OffPolicyAlgorithm", "polyak_update"]
+__all__ = [
+    "BUFFER_BRANCH", "TORCH_BRANCH", "OffPolicyAlgorithm", "gradient_steps_due", "load_networks_state",
+    "networks_state", "polyak_update",
+]

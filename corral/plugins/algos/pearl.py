@@ -49,7 +49,13 @@ from corral.framework.sampler import Sampler
 from corral.lib.context_encoder import kl_to_standard_normal
 from corral.lib.meta_eval import curve_stats, pearl_episode_returns, run_meta_test
 from corral.lib.networks import flat_dim, mlp
-from corral.lib.off_policy import TORCH_BRANCH, polyak_update
+from corral.lib.off_policy import (
+    TORCH_BRANCH,
+    gradient_steps_due,
+    load_networks_state,
+    networks_state,
+    polyak_update,
+)
 from corral.lib.task_replay import TaskReplayBuffers
 from corral.lib.tasks import TaskSampler, TaskSplit, schedule_length
 
@@ -179,11 +185,8 @@ class PEARL(Algorithm):
         """Gradient steps for ``n_new`` fresh environment steps (0 before learning starts)."""
         if not self.learning_started:
             return 0
-        if self.config.gradient_steps is not None:
-            return int(self.config.gradient_steps)
-        self._update_credit += self.config.utd_ratio * n_new
-        steps = math.floor(self._update_credit + 1e-9)
-        self._update_credit -= steps
+        steps, self._update_credit = gradient_steps_due(self._update_credit, n_new, self.config.utd_ratio,
+                                                        self.config.gradient_steps)
         return steps
 
     def store(self, episodes: EpisodeBatch) -> None:
@@ -343,8 +346,7 @@ class PEARL(Algorithm):
     def state_dict(self) -> dict[str, Any]:
         """Networks, optimisers, both sets of per-task buffers, RNG states, counters, the temperature."""
         return {
-            "modules": {k: {n: t.clone() for n, t in m.state_dict().items()} for k, m in self.modules.items()},
-            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            **networks_state(self.modules, self.optimizers),
             "rl_buffers": self.rl_buffers.state_dict(),
             "context_buffers": self.context_buffers.state_dict(),
             "task_rng": self.task_rng.bit_generator.state,
@@ -357,10 +359,7 @@ class PEARL(Algorithm):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
-        for k, m in self.modules.items():
-            m.load_state_dict(state["modules"][k])
-        for k, o in self.optimizers.items():
-            o.load_state_dict(state["optimizers"][k])
+        load_networks_state(self.modules, self.optimizers, state)
         self.rl_buffers.load_state_dict(state["rl_buffers"])
         self.context_buffers.load_state_dict(state["context_buffers"])
         self.task_rng.bit_generator.state = state["task_rng"]
