@@ -323,6 +323,9 @@ def main() -> None:
         r["label"] = f"seed {r['cfg'].seed}"
         r["run_dir"] = run_dir
         runs.append(r)
+    if len({r["label"] for r in runs}) < len(runs):  # one seed at several budgets (a resumed run)
+        for r in runs:
+            r["label"] += f", {r['steps']:,} steps"
 
     import torch
 

@@ -59,8 +59,8 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         # A clear one-paragraph message instead of a traceback from deep inside a library.
         print(f"corral: error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    except TrainingInterrupted:
-        raise SystemExit(130) from None
+    except TrainingInterrupted as exc:
+        raise SystemExit(exc.exit_code) from None
 
 
 def resolve_resume(cfg: DictConfig) -> DictConfig:

@@ -47,12 +47,18 @@ class TrainerConfig:
     )
 
 
-class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped training after a snapshot was written."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a cluster scheduler's preemption) arrived while training."""
 
-    def __init__(self, snapshot: Path | None) -> None:
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped training after a snapshot was written; ``exit_code`` is the shell's
+    convention for the signal (130 for SIGINT, 143 for SIGTERM)."""
+
+    def __init__(self, snapshot: Path | None, exit_code: int = 130) -> None:
         super().__init__(str(snapshot))
         self.snapshot = snapshot
+        self.exit_code = exit_code
 
 
 class Trainer:
@@ -150,18 +156,21 @@ class Trainer:
         error: BaseException | None = None
         self.hooks.corral_run_start(trainer=self, cfg=self.run_config)
         try:
-            limit = self.config.max_env_steps
-            while self.epoch < n_epochs and (not limit or self.total_env_steps < limit):
-                self._run_epoch(batch_size)
-            if self.snapshot_dir is not None and self.last_stats:
-                self.save_snapshot()
+            with sigterm_as_interrupt():
+                limit = self.config.max_env_steps
+                while self.epoch < n_epochs and (not limit or self.total_env_steps < limit):
+                    self._run_epoch(batch_size)
+                if self.snapshot_dir is not None and self.last_stats:
+                    self.save_snapshot()
         except KeyboardInterrupt as exc:
             error = exc
+            terminated = isinstance(exc, Terminated)
             path = self.save_snapshot() if self.snapshot_dir is not None else None
             where = f"snapshot saved to {path}; resume with trainer.resume={self.log_dir}" if path else "no snapshot dir"
-            print(f"\ncorral: interrupted at epoch {self.epoch} ({self.total_env_steps} env steps); {where}",
+            by = " by SIGTERM" if terminated else ""
+            print(f"\ncorral: interrupted{by} at epoch {self.epoch} ({self.total_env_steps} env steps); {where}",
                   file=sys.stderr, flush=True)
-            raise TrainingInterrupted(path) from None
+            raise TrainingInterrupted(path, 143 if terminated else 130) from None
         except BaseException as exc:
             error = exc
             raise
@@ -181,7 +190,7 @@ class Trainer:
         t0 = time.perf_counter()
         episodes = self.algo.sample(epoch, batch_size)
         t_sampled = time.perf_counter()
-        with defer_sigint():
+        with defer_interrupts():
             train_stats = self.algo.train_once(epoch, episodes)
             self.epoch = epoch + 1
             self.total_env_steps += len(episodes)
@@ -383,26 +392,53 @@ def _try_state(sampler: Any) -> Any:
 
 
 @contextlib.contextmanager
-def defer_sigint() -> Iterator[None]:
-    """Hold Ctrl-C until the block ends, so state updates are never half done."""
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` (a KeyboardInterrupt), so ``kill`` or a
+    scheduler's preemption takes Ctrl-C's path: snapshot, sampler shut down, a clear line."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def defer_interrupts() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends, so state updates are never half done; the
+    first signal that arrived is then handled as it would have been."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[Any] = []
-    previous = signal.getsignal(signal.SIGINT)
 
     def handler(signum: int, frame: Any) -> None:
         received.append((signum, frame))
 
-    signal.signal(signal.SIGINT, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if received and callable(previous):
-            previous(*received[0])
-        elif received:
-            raise KeyboardInterrupt
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        if received:
+            signum, frame = received[0]
+            old = previous[signum]
+            if callable(old):
+                old(signum, frame)
+            elif old == signal.SIG_DFL and signum == signal.SIGTERM:
+                raise Terminated()
+            elif old != signal.SIG_IGN:
+                raise KeyboardInterrupt
 
 
-__all__ = ["Trainer", "TrainerConfig", "TrainingInterrupted", "episode_stats", "find_snapshot", "defer_sigint"]
+__all__ = [
+    "Terminated", "Trainer", "TrainerConfig", "TrainingInterrupted", "defer_interrupts", "episode_stats",
+    "find_snapshot", "sigterm_as_interrupt",
+]

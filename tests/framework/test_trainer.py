@@ -115,6 +115,43 @@ def test_ctrl_c_writes_snapshot_and_exits_with_a_clear_line(tmp_path: Path) -> N
     assert resumed.returncode == 0, resumed.stderr
 
 
+def test_sigterm_takes_the_ctrl_c_path_and_leaves_no_worker_behind(tmp_path: Path) -> None:
+    """``kill`` (or a scheduler's preemption) during training: snapshot, summary, workers gone,
+    exit code 143, and the run resumes."""
+    import json
+
+    from corral.testing import descendants, wait_gone
+
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run}", *SMALL, "trainer.n_epochs=1000",
+           "sampler=multiprocessing", "sampler.n_workers=2"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (run / "snapshots" / "latest").exists():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        workers = descendants(proc.pid)
+        assert workers, "the multiprocessing sampler's workers should be running"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 143, err[-2000:]
+    assert "corral: interrupted by SIGTERM at epoch" in err and "trainer.resume=" in err
+    assert "Traceback" not in err
+    assert not wait_gone(workers, timeout=15), "worker processes outlived the run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    latest = (run / "snapshots" / "latest").read_text().strip()
+    assert (run / "snapshots" / latest).is_file()
+    resumed = train(tmp_path / "resumed", f"trainer.resume={run}", "trainer.n_epochs=3")
+    assert resumed.returncode == 0, resumed.stderr
+
+
 def test_resume_from_a_directory_without_snapshots_is_a_clear_error(tmp_path: Path) -> None:
     out = train(tmp_path / "run", f"trainer.resume={tmp_path / 'nothing'}")
     assert out.returncode != 0
