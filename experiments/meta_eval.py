@@ -52,13 +52,18 @@ def train(run_dir: Path, overrides: list[str], seed: int) -> tuple[str, float]:
 
 def load_run(run_dir: Path) -> Any:
     """The run rebuilt from its recorded config, with its last snapshot loaded (no loggers)."""
+    import torch
     from omegaconf import OmegaConf
 
     from corral.framework.compose import build
     from corral.framework.config import register_configs
+    from corral.framework.trainer import find_snapshot
 
     register_configs()
-    cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    # The snapshot holds the run's resolved config: for a resumed run (trainer.resume=...) that is
+    # the original run's, while .hydra/config.yaml holds only what the resuming command composed.
+    state = torch.load(find_snapshot(run_dir), map_location="cpu", weights_only=False)
+    cfg = OmegaConf.create(state["config"]) if state.get("config") else OmegaConf.load(run_dir / ".hydra" / "config.yaml")
     cfg.logger = {}
     run = build(cfg)
     run.trainer.restore(run_dir)
