@@ -4,12 +4,16 @@ every sampler, snapshots, and the composition checks."""
 from __future__ import annotations
 
 import copy
-import os
 
 import numpy as np
 import pytest
 import torch
-from composition_helpers import compose, with_choices
+from trial_worker_helpers import (
+    assert_same_trials_as_local,
+    compose,
+    local_ray,
+    with_choices,
+)
 
 from corral.framework.batch import StepType
 from corral.framework.compose import validate
@@ -20,7 +24,6 @@ from corral.lib.meta_eval import trial_episode_returns
 from corral.lib.task_envs import make_task_env
 from corral.lib.tasks import TaskSampler, TaskSchedule, TaskSplit
 from corral.plugins.policies.gru import GRUPolicy
-from corral.plugins.samplers.local import LocalSampler
 from corral.plugins.samplers.multiprocessing import MultiprocessingSampler
 from corral.plugins.workers.rl2 import RL2Worker
 
@@ -115,20 +118,9 @@ def test_environment_without_rl2_inputs_is_rejected() -> None:
 
 
 def _sample_both(other_class: type, **options: object) -> None:
-    policy = make_policy(BANDITS)
-    params = policy.get_param_values()
     kw = {"seed": 5, "n_workers": 2, "worker_class": RL2Worker, "worker_args": {"n_episodes_per_trial": 3, "n_envs": 2}}
-    tasks = TaskSampler(SPLIT, seed=5)
-    with LocalSampler(agents=policy, envs=BANDITS, **kw) as local, \
-            other_class(agents=policy, envs=BANDITS, **kw, **options) as other:
-        for itr in range(2):
-            updates = tasks.env_updates(itr, n_workers=2, tasks_per_worker=8)
-            a = local.obtain_samples(itr, 60, params, updates)
-            b = other.obtain_samples(itr, 60, params, updates)
-            assert a.differences(b) == []
-            assert len(set(a.episode_infos["task_id"].tolist())) > 2  # tasks differ per trial and worker
-        a, b = local.obtain_exact_episodes(2, params), other.obtain_exact_episodes(2, params)
-        assert a.differences(b) == [] and a.n_episodes == 4
+    assert_same_trials_as_local(other_class, make_policy(BANDITS), BANDITS, kw, TaskSampler(SPLIT, seed=5),
+                                batch_size=60, tasks_per_worker=8, exact=2, **options)
 
 
 def test_same_seed_same_trials_local_and_multiprocessing() -> None:
@@ -136,18 +128,11 @@ def test_same_seed_same_trials_local_and_multiprocessing() -> None:
 
 
 def test_same_seed_same_trials_local_and_ray() -> None:
-    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray")
     from corral.plugins.samplers.ray import RaySampler
 
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    try:
+    with local_ray():
         _sample_both(RaySampler)
-    finally:
-        if started:
-            ray.shutdown()
 
 
 # ---------------------------------------------------------------------- composition checks

@@ -1,0 +1,65 @@
+"""What the tests of the task-running workers (``rl2``, ``pearl``) share: composing ``train.py``
+configs for the composition checks, and comparing a sampler's trials with the local sampler's."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Iterator
+
+import hydra
+from omegaconf import DictConfig
+
+from corral.framework.entry import prepare
+from corral.framework.env import EnvFactory
+from corral.framework.policy import Policy
+from corral.lib.tasks import TaskSampler
+from corral.plugins.samplers.local import LocalSampler
+
+
+def compose(*overrides: str) -> DictConfig:
+    """What ``python train.py <overrides>`` composes."""
+    args = prepare(list(overrides))
+    with hydra.initialize_config_module(config_module="corral.conf", version_base="1.3"):
+        return hydra.compose(config_name="config", overrides=args)
+
+
+def with_choices(base: list[str], *overrides: str) -> list[str]:
+    """``base`` overrides with those of the same keys replaced by ``overrides`` (and the rest added)."""
+    keys = {o.split("=")[0] for o in overrides}
+    return [o for o in base if o.split("=")[0] not in keys] + list(overrides)
+
+
+def assert_same_trials_as_local(other_class: type, policy: Policy, env: EnvFactory, sampler_args: dict[str, Any],
+                                tasks: TaskSampler, *, batch_size: int, tasks_per_worker: int, exact: int,
+                                **options: Any) -> None:
+    """Two epochs of ``obtain_samples`` on scheduled tasks, then ``obtain_exact_episodes(exact)``:
+    ``other_class`` returns exactly the local sampler's episodes, on several tasks."""
+    params = policy.get_param_values()
+    n_workers = sampler_args["n_workers"]
+    with LocalSampler(agents=policy, envs=env, **sampler_args) as local, \
+            other_class(agents=policy, envs=env, **sampler_args, **options) as other:
+        for itr in range(2):
+            updates = tasks.env_updates(itr, n_workers=n_workers, tasks_per_worker=tasks_per_worker)
+            a = local.obtain_samples(itr, batch_size, params, updates)
+            b = other.obtain_samples(itr, batch_size, params, updates)
+            assert a.differences(b) == []
+            assert len(set(a.episode_infos["task_id"].tolist())) > 2  # tasks differ per trial and worker
+        a, b = local.obtain_exact_episodes(exact, params), other.obtain_exact_episodes(exact, params)
+        assert a.differences(b) == [] and a.n_episodes == exact * n_workers
+
+
+@contextlib.contextmanager
+def local_ray() -> Iterator[Any]:
+    """A local Ray runtime for the block (one already running is reused and left running)."""
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
