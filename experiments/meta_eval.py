@@ -52,18 +52,15 @@ def train(run_dir: Path, overrides: list[str], seed: int) -> tuple[str, float]:
 
 def load_run(run_dir: Path) -> Any:
     """The run rebuilt from its recorded config, with its last snapshot loaded (no loggers)."""
-    import torch
     from omegaconf import OmegaConf
 
     from corral.framework.compose import build
     from corral.framework.config import register_configs
-    from corral.framework.trainer import find_snapshot
+    from corral.framework.entry import snapshot_config
 
     register_configs()
-    # The snapshot holds the run's resolved config: for a resumed run (trainer.resume=...) that is
-    # the original run's, while .hydra/config.yaml holds only what the resuming command composed.
-    state = torch.load(find_snapshot(run_dir), map_location="cpu", weights_only=False)
-    cfg = OmegaConf.create(state["config"]) if state.get("config") else OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    # A resumed run's .hydra/config.yaml holds only what the resuming command composed.
+    cfg = snapshot_config(run_dir) or OmegaConf.load(run_dir / ".hydra" / "config.yaml")
     cfg.logger = {}
     run = build(cfg)
     run.trainer.restore(run_dir)

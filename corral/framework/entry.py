@@ -63,23 +63,30 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         raise SystemExit(exc.exit_code) from None
 
 
+def snapshot_config(source: str | Path) -> DictConfig | None:
+    """The resolved config stored in the snapshot of a run directory or snapshot file (None for a
+    snapshot without one). For a resumed run it is the original run's config, not what the
+    resuming command composed (which is what the run's ``.hydra/config.yaml`` holds)."""
+    import torch
+
+    from corral.framework.trainer import find_snapshot
+
+    state = torch.load(find_snapshot(source), map_location="cpu", weights_only=False)
+    return OmegaConf.create(state["config"]) if state.get("config") else None
+
+
 def resolve_resume(cfg: DictConfig) -> DictConfig:
     """With ``trainer.resume=<dir>``, continue with the config the run was started with.
 
     Only ``trainer.*`` settings given explicitly on the new command line (``trainer.n_epochs=200``,
     ``trainer.max_env_steps=...``) replace the original ones.
     """
-    from corral.framework.trainer import find_snapshot
-
     resume = cfg.trainer.get("resume")
     if not resume:
         return cfg
-    import torch
-
-    state = torch.load(find_snapshot(resume), map_location="cpu", weights_only=False)
-    if not state.get("config"):
+    old = snapshot_config(resume)
+    if old is None:
         return cfg
-    old = OmegaConf.create(state["config"])
     with open_dict(old):
         old.trainer.resume = str(resume)
         for key in _explicit_trainer_overrides():

@@ -90,22 +90,32 @@ def test_resume_after_sigkill_continues_bit_for_bit(tmp_path: Path) -> None:
     assert rows == expected[first:], "resumed epochs differ from the uninterrupted run"
 
 
-def test_ctrl_c_writes_snapshot_and_exits_with_a_clear_line(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run}", *SMALL, "trainer.n_epochs=1000"]
+def signal_after_first_snapshot(run: Path, sig: int, *overrides: str) -> tuple[subprocess.Popen, str, set[int]]:
+    """Start ``train.py`` into ``run``, wait (at most 180 s) for its first snapshot, send ``sig``;
+    return the finished process, its stderr and the pids of its child processes at that moment."""
+    from corral.testing import descendants
+
+    cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run}", *SMALL, "trainer.n_epochs=1000", *overrides]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
         while not (run / "snapshots" / "latest").exists():
             assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline
+            assert time.monotonic() < deadline, "no snapshot within 180 s"
             time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
+        children = descendants(proc.pid)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=30)
+    return proc, err, children
+
+
+def test_ctrl_c_writes_snapshot_and_exits_with_a_clear_line(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc, err, _ = signal_after_first_snapshot(run, signal.SIGINT)
     assert proc.returncode == 130
     assert "corral: interrupted at epoch" in err and "trainer.resume=" in err
     assert "Traceback" not in err
@@ -120,26 +130,12 @@ def test_sigterm_takes_the_ctrl_c_path_and_leaves_no_worker_behind(tmp_path: Pat
     exit code 143, and the run resumes."""
     import json
 
-    from corral.testing import descendants, wait_gone
+    from corral.testing import wait_gone
 
     run = tmp_path / "run"
-    cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run}", *SMALL, "trainer.n_epochs=1000",
-           "sampler=multiprocessing", "sampler.n_workers=2"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not (run / "snapshots" / "latest").exists():
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        workers = descendants(proc.pid)
-        assert workers, "the multiprocessing sampler's workers should be running"
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+    proc, err, workers = signal_after_first_snapshot(run, signal.SIGTERM, "sampler=multiprocessing",
+                                                     "sampler.n_workers=2")
+    assert workers, "the multiprocessing sampler's workers should have been running"
     assert proc.returncode == 143, err[-2000:]
     assert "corral: interrupted by SIGTERM at epoch" in err and "trainer.resume=" in err
     assert "Traceback" not in err
