@@ -1,6 +1,7 @@
 """Sampling throughput: corral's samplers and workers against raw gymnasium loops and vector envs.
 
-    python experiments/bench_sampling.py                      # CartPole-v1 and the CPU-heavy CartPole
+    python experiments/bench_sampling.py                      # CartPole-v1, the CPU-heavy CartPole (and
+                                                              # HalfCheetah-v5 where MuJoCo is installed)
     python experiments/bench_sampling.py --envs CartPole-v1 --budget 3 --repeats 5
     python experiments/bench_sampling.py --quick              # small budget (CI smoke test)
     python experiments/bench_sampling.py --quick --no-ray     # ... without Ray (no Ray runtime started)
@@ -14,6 +15,9 @@ Every row steps the same environment with the same stochastic MLP policy (corral
 - ``gym SyncVectorEnv``: gymnasium's vector env with N copies and one batched
   ``policy.get_actions`` call per step; autoreset as gymnasium 1.x does it (``NEXT_STEP``: the
   step after an episode ends only resets that slot, so it is not counted as a step);
+- ``floor``: a hand-written loop over 32 environments that only calls the policy once per step and
+  each environment's ``step`` (and ``reset``), recording nothing: the ceiling of any in-process
+  vectorised loop with this policy, SyncVectorEnv's and corral's ``vec`` worker's alike;
 - ``gym AsyncVectorEnv``: the same loop over gymnasium's process-parallel vector env. ``P procs x
   M envs`` is an ``AsyncVectorEnv`` over ``P`` sub-environments that are each a ``SyncVectorEnv`` of
   ``M`` (the outer env's autoreset is disabled; each inner ``SyncVectorEnv`` autoresets its own
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import functools
 import os
 import platform
@@ -56,7 +61,10 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing (an inst
     sys.path.append(str(ROOT))
 
 CPU_HEAVY_ID = "corral/CPUHeavyCartPole-v1"
-DEFAULT_ENVS = ("CartPole-v1", CPU_HEAVY_ID)
+#: MuJoCo's HalfCheetah (issue 4's second CPU-bound workload), measured by default where MuJoCo is installed.
+HALF_CHEETAH_ID = "HalfCheetah-v5"
+MUJOCO_INSTALLED = importlib.util.find_spec("mujoco") is not None
+DEFAULT_ENVS = ("CartPole-v1", CPU_HEAVY_ID) + ((HALF_CHEETAH_ID,) if MUJOCO_INSTALLED else ())
 DEFAULT_OUT = ROOT / "experiments" / "results" / "bench_sampling.md"
 #: CPUs of the Ray runtime the benchmark starts (the parallel rows use 2 workers).
 RAY_NUM_CPUS = 2
@@ -172,10 +180,24 @@ def _make_gym_env(env_id: str) -> Any:
 
 
 def _make_sync_vector(env_id: str, n_envs: int) -> Any:
-    """A ``SyncVectorEnv`` of ``n_envs`` copies: one sub-environment of the nested AsyncVectorEnv."""
-    from gymnasium.vector import SyncVectorEnv
+    """A ``SyncVectorEnv`` of ``n_envs`` copies: one sub-environment of the nested AsyncVectorEnv.
 
-    return SyncVectorEnv([functools.partial(_make_gym_env, env_id) for _ in range(n_envs)])
+    Its infos (already batched into arrays of ``n_envs``) are not passed up: gymnasium's outer
+    vector env can only merge scalar infos and fails on arrays (HalfCheetah reports positions).
+    The inner env still builds them, so only the outer merge is skipped (a saving for gymnasium's row).
+    """
+    from gymnasium.vector import SyncVectorEnv, VectorWrapper
+
+    class _NoInfosUpward(VectorWrapper):
+        def reset(self, **kwargs: Any) -> Any:
+            obs, _ = self.env.reset(**kwargs)
+            return obs, {}
+
+        def step(self, actions: Any) -> Any:
+            obs, rewards, terminated, truncated, _ = self.env.step(actions)
+            return obs, rewards, terminated, truncated, {}
+
+    return _NoInfosUpward(SyncVectorEnv([functools.partial(_make_gym_env, env_id) for _ in range(n_envs)]))
 
 
 @dataclass
@@ -285,6 +307,44 @@ class RawPolicyRunner(_InProcess):
         self.env.close()
 
 
+class MinimalLoopRunner(_InProcess):
+    """The least work any in-process vectorised loop can do: per step one batched
+    ``policy.get_actions`` and one ``env.step`` per environment (reset when it ends), nothing
+    recorded, no agent reset, no infos merged. Its steps/s is a ceiling for SyncVectorEnv and for
+    corral's ``vec`` worker alike, so its ratio to SyncVectorEnv bounds what any such loop can reach."""
+
+    def __init__(self, ctx: BenchContext, n_envs: int) -> None:
+        self.envs = [ctx.make_env() for _ in range(n_envs)]
+        self.policy = ctx.make_policy(n_envs)
+        seeds = np.random.SeedSequence(ctx.seed).generate_state(n_envs)
+        self.obs = np.stack([env.reset(seed=int(s))[0] for env, s in zip(self.envs, seeds)]).astype(np.float32)
+        self.obs = self.obs.reshape(n_envs, -1)
+        self.policy.reset()
+        self.vec_steps = max(1, 512 // n_envs)
+
+    def _unit(self) -> int:
+        obs, policy = self.obs, self.policy
+        steps = [env.step for env in self.envs]
+        resets = [env.reset for env in self.envs]
+        n = len(steps)
+        for _ in range(self.vec_steps):
+            actions, _ = policy.get_actions(obs)
+            rows = list(actions)
+            for j in range(n):
+                o, _, terminated, truncated, _ = steps[j](rows[j])
+                if terminated or truncated:
+                    o, _ = resets[j]()
+                obs[j] = o
+        return self.vec_steps * n
+
+    def run(self, budget_s: float) -> tuple[int, float, float]:
+        return _timed_loop(budget_s, self._unit)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
 class _VectorLoop:
     """One batched policy call per vector step over ``n`` slots; gymnasium 1.x NEXT_STEP autoreset
     (a slot that ended is only reset on its next step, which is therefore not counted)."""
@@ -292,9 +352,11 @@ class _VectorLoop:
     in_process = True
     uses_ray = False
 
-    def __init__(self, venv: Any, policy: Any, n: int, seed: int, action_shape: tuple[int, ...]) -> None:
+    def __init__(self, venv: Any, policy: Any, n: int, seed: int, n_sub_envs: int) -> None:
         self.venv, self.policy, self.n = venv, policy, n
-        self.action_shape = action_shape
+        # The actions' shape for venv.step: one row per sub-environment, each of the sub-environment's
+        # own action shape (() for Discrete, (6,) for HalfCheetah, (16,) for a nested SyncVectorEnv(16)).
+        self.action_shape = (n_sub_envs, *venv.single_action_space.shape)
         obs, _ = venv.reset(seed=seed)
         self.obs = self._flat(obs)
         self.policy.reset()
@@ -337,7 +399,7 @@ class GymSyncVectorRunner(_VectorLoop):
         from gymnasium.vector import SyncVectorEnv
 
         venv = SyncVectorEnv([ctx.make_env for _ in range(n_envs)])
-        super().__init__(venv, ctx.make_policy(n_envs), n_envs, ctx.seed, (n_envs,))
+        super().__init__(venv, ctx.make_policy(n_envs), n_envs, ctx.seed, n_envs)
 
 
 class GymAsyncVectorRunner(_VectorLoop):
@@ -361,14 +423,12 @@ class GymAsyncVectorRunner(_VectorLoop):
         if envs_per_proc == 1:
             fns = [functools.partial(_make_gym_env, ctx.env_id) for _ in range(n_procs)]
             venv = AsyncVectorEnv(fns, context=ASYNC_CONTEXT)
-            shape: tuple[int, ...] = (n_procs,)
         else:
             fns = [functools.partial(_make_sync_vector, ctx.env_id, envs_per_proc) for _ in range(n_procs)]
             venv = AsyncVectorEnv(fns, context=ASYNC_CONTEXT, autoreset_mode="Disabled")
-            shape = (n_procs, envs_per_proc)
         n = n_procs * envs_per_proc
         try:
-            super().__init__(venv, ctx.make_policy(n), n, ctx.seed, shape)
+            super().__init__(venv, ctx.make_policy(n), n, ctx.seed, n_procs)
         except BaseException:
             venv.close(terminate=True)
             raise
@@ -516,6 +576,8 @@ def default_rows() -> list[RowSpec]:
     for n in (8, 32):
         rows.append(RowSpec("gym SyncVectorEnv + policy", n, lambda ctx, n=n: GymSyncVectorRunner(ctx, n),
                             compare_n=n, kind="gym_sync"))
+    rows.append(RowSpec("floor: minimal loop, env steps + policy only", 32, lambda ctx: MinimalLoopRunner(ctx, 32),
+                        compare_n=32, kind="floor"))
     rows += [
         gym_async_row(2, 16),
         gym_async_row(32),
@@ -576,11 +638,18 @@ def default_targets() -> list[Target]:
     ray_def, ray_vec = corral_key("ray", "default", 1, 2), corral_key("ray", "vec", 16, 2)
     local_def, local_vec = corral_key("local", "default", 1, 1), corral_key("local", "vec", 32, 1)
     as_vec, alt_vec = corral_key("action_server", "vec", 16, 2), corral_key("alternating", "vec", 16, 2)
+    cpu_bound = [
+        Target(env_id, row, base, minimum, label)
+        for env_id in (CPU_HEAVY_ID, HALF_CHEETAH_ID)
+        for row, base, minimum, label in (
+            (mp_def, local_def, 1.8, "multiprocessing 2 workers (default) vs local"),
+            (mp_vec, local_vec, 1.8, "multiprocessing 2 workers x vec(16) vs local vec(32)"),
+            (ray_def, local_def, 1.6, "ray 2 workers (default) vs local"),
+            (ray_vec, local_vec, 1.6, "ray 2 workers x vec(16) vs local vec(32)"),
+        )
+    ]
     return [
-        Target(CPU_HEAVY_ID, mp_def, local_def, 1.8, "multiprocessing 2 workers (default) vs local"),
-        Target(CPU_HEAVY_ID, mp_vec, local_vec, 1.8, "multiprocessing 2 workers x vec(16) vs local vec(32)"),
-        Target(CPU_HEAVY_ID, ray_def, local_def, 1.6, "ray 2 workers (default) vs local"),
-        Target(CPU_HEAVY_ID, ray_vec, local_vec, 1.6, "ray 2 workers x vec(16) vs local vec(32)"),
+        *cpu_bound,
         Target("CartPole-v1", mp_vec, local_vec, 1.5, "multiprocessing 2 workers x vec(16) vs local vec(32)"),
         Target("CartPole-v1", mp_vec, "gym_async/2x16", 2.5,
                "multiprocessing 2 workers x vec(16) vs gym AsyncVectorEnv 2 procs x 16 envs"),
@@ -972,7 +1041,9 @@ which steps one environment at a time, the baseline is the one-worker local row 
 - gym AsyncVectorEnv "2 procs x SyncVectorEnv(16)": gymnasium's AsyncVectorEnv runs one sub-environment \
 per process, so 2 processes x 16 environments is an AsyncVectorEnv over 2 sub-environments that are \
 each a SyncVectorEnv of 16 (outer autoreset disabled, inner NEXT_STEP); the main process makes one \
-batched policy call for all 32 per step. "32 procs" is the plain form (32 processes, 1 environment \
+batched policy call for all 32 per step; the inner envs' infos are not passed up (gymnasium's outer \
+vector env cannot merge array infos such as HalfCheetah's), which saves gymnasium's row the outer merge. \
+"32 procs" is the plain form (32 processes, 1 environment \
 each). Processes start with the forkserver method.
 - steps/CPU-s: for rows marked † the CPU time is this process's plus the row's worker processes' \
 (and for Ray rows every Ray runtime process: raylet, GCS, idle workers), read from /proc; it is the \

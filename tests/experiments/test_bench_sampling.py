@@ -158,3 +158,30 @@ def test_rows_have_unique_keys_and_parallel_rows_a_local_baseline() -> None:
         assert target.row in keys and target.base in keys, target
     assert bench.select(rows, None, no_ray=True) == [row for row in rows if row.sampler != "ray"]
     assert [row.key for row in bench.select(rows, ["gym_async"], no_ray=False)] == ["gym_async/2x16", "gym_async/32x1"]
+
+
+def test_box_action_environments_run_every_vector_row(tmp_path: Path) -> None:
+    """Continuous actions (Pendulum here, HalfCheetah where MuJoCo is installed) pass through the
+    gymnasium vector rows, the nested AsyncVectorEnv included, and through the floor row."""
+    bench = load_bench()
+    keys = ["raw", "gym", "floor", bench.corral_key("local", "vec", 32)]
+    _, written, _ = run_bench(tmp_path, "--no-ray", "--envs", "Pendulum-v1", "--heavy-envs", "--calls", "0",
+                              "--rows", *keys)
+    rows = bench.select(bench.default_rows(), keys, no_ray=True)
+    assert {row.kind for row in rows} >= {"raw_random", "gym_sync", "gym_async", "floor"}
+    check_rows(section_of(written, "Pendulum-v1"), rows)
+
+
+def test_floor_row_is_compared_with_sync_vector_env_of_the_same_size() -> None:
+    bench = load_bench()
+    floor = [row for row in bench.default_rows() if row.kind == "floor"]
+    assert len(floor) == 1 and floor[0].compare_n == 32
+    assert any(row.kind == "gym_sync" and row.n == 32 for row in bench.default_rows())
+
+
+def test_halfcheetah_is_measured_by_default_exactly_when_mujoco_is_installed() -> None:
+    bench = load_bench()
+    assert (bench.HALF_CHEETAH_ID in bench.DEFAULT_ENVS) == bench.MUJOCO_INSTALLED
+    cheetah = [t for t in bench.default_targets() if t.env_id == bench.HALF_CHEETAH_ID]
+    heavy = [t for t in bench.default_targets() if t.env_id == bench.CPU_HEAVY_ID]
+    assert [(t.row, t.base, t.minimum) for t in cheetah] == [(t.row, t.base, t.minimum) for t in heavy]
