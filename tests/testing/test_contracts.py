@@ -91,6 +91,9 @@ class TestRaySamplerContract(SamplerContract):
 
 
 # ============================================================================================== workers
+# The trial workers run the suite next to their own tests, with the task environments and agents
+# they need: TestRL2WorkerContract in tests/plugins/workers/test_rl2.py, TestPearlWorkerContract in
+# tests/plugins/workers/test_pearl_worker.py.
 class TestDefaultWorkerContract(WorkerContract):
     """``worker=default``."""
 

@@ -12,6 +12,7 @@ from trial_worker_helpers import (
     assert_same_trials_as_local,
     compose,
     local_ray,
+    point_nav_arena,
     with_choices,
 )
 
@@ -26,6 +27,7 @@ from corral.lib.tasks import TaskSampler, TaskSchedule, TaskSplit
 from corral.plugins.policies.pearl import PEARLPolicy
 from corral.plugins.samplers.multiprocessing import MultiprocessingSampler
 from corral.plugins.workers.pearl import PEARLWorker
+from corral.testing import WorkerContract
 
 #: Sparse point robot with a wide success radius, so a random walk sometimes scores.
 POINT = EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.point_nav:PointNavEnv",
@@ -185,3 +187,34 @@ def test_presets_compose_and_validate() -> None:
         cfg = compose(f"experiment={name}")
         validate(cfg)
         assert (cfg.algo.name, cfg.policy.name, cfg.worker.name) == ("pearl", "pearl", "pearl")
+
+
+# ---------------------------------------------------------------------- the worker contract
+class TestPearlWorkerContract(WorkerContract):
+    """corral's worker contract for ``worker=pearl``: two slots of two-episode trials (the first
+    with ``z`` from the prior, the second from the posterior) on the point robot, tasks scheduled as
+    ``algo=pearl`` schedules them, with the PEARL policy. Each episode is its own episode of the batch.
+    The point robot never ends an episode itself, so the TERMINAL check runs the trials on the point
+    robot whose arena ends its episodes."""
+
+    worker_class = "pearl"
+    worker_args = {"n_episodes_per_trial": 2, "n_prior_episodes": 1, "n_envs": 2}
+
+    def make_env(self, max_episode_steps: int | None = None) -> EnvFactory:
+        """The dense-reward point robot, ten steps per episode (or ``max_episode_steps``)."""
+        return EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.point_nav:PointNavEnv",
+                                          "max_episode_steps": max_episode_steps or 10})
+
+    def make_terminating_env(self) -> EnvFactory:
+        """The point robot whose small arena ends an episode when the robot leaves it."""
+        return EnvFactory(point_nav_arena)
+
+    def make_env_update(self) -> TaskSchedule:
+        """A task per trial from a fixed schedule (the tasks and their order go into ``state_dict()``)."""
+        return TaskSchedule(SPLIT, tuple(range(10)), "train")
+
+    def make_policy(self, env_spec: EnvSpec, seed: int = 0) -> PEARLPolicy:
+        """The PEARL policy (small networks), its weights depending only on ``seed``."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return PEARLPolicy(env_spec, hidden_sizes=[16], encoder_hidden_sizes=[16], latent_size=2)

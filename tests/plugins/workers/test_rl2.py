@@ -12,10 +12,11 @@ from trial_worker_helpers import (
     assert_same_trials_as_local,
     compose,
     local_ray,
+    point_nav_arena,
     with_choices,
 )
 
-from corral.framework.batch import StepType
+from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.compose import validate
 from corral.framework.env import EnvFactory, EnvSpec
 from corral.framework.errors import ConfigError
@@ -26,6 +27,7 @@ from corral.lib.tasks import TaskSampler, TaskSchedule, TaskSplit
 from corral.plugins.policies.gru import GRUPolicy
 from corral.plugins.samplers.multiprocessing import MultiprocessingSampler
 from corral.plugins.workers.rl2 import RL2Worker
+from corral.testing import WorkerContract
 
 BANDITS = EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.bandits:BernoulliBanditEnv",
                                      "max_episode_steps": 2, "rl2_inputs": True, "n_arms": 3})
@@ -165,3 +167,46 @@ def test_same_seed_same_trials_local_and_action_server() -> None:
     from corral.plugins.samplers.action_server import ActionServerSampler
 
     _sample_both(ActionServerSampler, timeout=60.0, device="cpu")
+
+
+# ---------------------------------------------------------------------- the worker contract
+def _bandits(max_episode_steps: int = 10) -> EnvFactory:
+    """RL2-wrapped three-armed bandits with ``max_episode_steps`` pulls per episode."""
+    return EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.bandits:BernoulliBanditEnv",
+                                      "max_episode_steps": max_episode_steps, "rl2_inputs": True, "n_arms": 3})
+
+
+class TestRL2WorkerContract(WorkerContract):
+    """corral's worker contract for ``worker=rl2``: two slots of three-episode trials on RL2-wrapped
+    bandits, tasks scheduled as ``algo=rl2_ppo`` schedules them, with the GRU policy. A trial is one
+    episode of the batch; the step-type and episode-length checks look at the environment episodes
+    inside it (``env_infos["rl2_step_type"]``). Bandits never end an episode themselves, so the
+    TERMINAL check runs the trials on the RL2-wrapped point robot whose arena ends its episodes."""
+
+    worker_class = "rl2"
+    worker_args = {"n_episodes_per_trial": 3, "n_envs": 2}
+
+    def make_env(self, max_episode_steps: int | None = None) -> EnvFactory:
+        """Bandits of ten pulls per episode (or ``max_episode_steps``)."""
+        return _bandits(max_episode_steps or 10)
+
+    def make_terminating_env(self) -> EnvFactory:
+        """The RL2-wrapped point robot; leaving its small arena ends an episode."""
+        return EnvFactory(point_nav_arena, {"rl2_inputs": True})
+
+    def make_env_update(self) -> TaskSchedule:
+        """A task per trial from a fixed schedule (the tasks and their order go into ``state_dict()``)."""
+        return TaskSchedule(SPLIT, tuple(range(10)), "train")
+
+    def make_policy(self, env_spec: EnvSpec, seed: int = 0) -> GRUPolicy:
+        """The GRU policy RL2 trains (small), its weights depending only on ``seed``."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return GRUPolicy(env_spec, hidden_size=16)
+
+    def episode_ends(self, batch: EpisodeBatch) -> tuple[np.ndarray, np.ndarray]:
+        """The environment episodes inside the batch's trials: their own last step types and lengths."""
+        inner = np.asarray(batch.env_infos["rl2_step_type"])
+        ends = np.flatnonzero((inner == StepType.TERMINAL) | (inner == StepType.TIMEOUT))
+        assert len(ends) and ends[-1] == len(batch) - 1, "the batch's trials do not end with whole episodes"
+        return inner[ends], np.diff(ends, prepend=-1)

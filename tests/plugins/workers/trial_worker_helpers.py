@@ -1,5 +1,6 @@
 """What the tests of the task-running workers (``rl2``, ``pearl``) share: composing ``train.py``
-configs for the composition checks, and comparing a sampler's trials with the local sampler's."""
+configs for the composition checks, comparing a sampler's trials with the local sampler's, and a
+point robot whose episodes the environment ends (for the worker contract's TERMINAL check)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import contextlib
 import os
 from typing import Any, Iterator
 
+import gymnasium as gym
 import hydra
+import numpy as np
 from omegaconf import DictConfig
 
 from corral.framework.entry import prepare
 from corral.framework.env import EnvFactory
 from corral.framework.policy import Policy
+from corral.lib.rl2_env import RL2Env
+from corral.lib.task_envs import make_task_env
 from corral.lib.tasks import TaskSampler
 from corral.plugins.samplers.local import LocalSampler
 
@@ -63,3 +68,25 @@ def local_ray() -> Iterator[Any]:
     finally:
         if started:
             ray.shutdown()
+
+
+class _LeavesArena(gym.Wrapper):
+    """Ends an episode (``terminated``) once the point robot is more than ``radius`` from its start,
+    the origin: any walk, drifting or not, leaves a small arena within a few dozen steps."""
+
+    def __init__(self, env: gym.Env, radius: float) -> None:
+        super().__init__(env)
+        self.radius = float(radius)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        """Step; terminated also when the robot has left the arena."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        outside = float(np.linalg.norm(np.asarray(obs, dtype=np.float64))) > self.radius
+        return obs, reward, bool(terminated or outside), truncated, info
+
+
+def point_nav_arena(radius: float = 0.3, max_episode_steps: int = 200, rl2_inputs: bool = False) -> gym.Env:
+    """``env=point_nav`` (its tasks and rewards, ``max_episode_steps`` steps at most) whose episodes
+    end TERMINAL when the robot leaves the arena of ``radius``; in the RL2 wrapper when ``rl2_inputs``."""
+    env: gym.Env = _LeavesArena(make_task_env("corral.plugins.envs.point_nav:PointNavEnv", max_episode_steps), radius)
+    return RL2Env(env) if rl2_inputs else env
