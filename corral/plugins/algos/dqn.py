@@ -41,7 +41,9 @@ class DQNConfig:
     ``exploration_final_eps`` = the same names (1.0 / 0.05), ``exploration_steps`` =
     ``exploration_fraction * total_timesteps`` (0.1 * 100,000), ``max_grad_norm`` = ``max_grad_norm``
     (10), Huber loss as SB3's ``smooth_l1_loss``; the network widths are ``policy.hidden_sizes``
-    (SB3's ``net_arch``, 64, 64). SB3's DQN is not double DQN: ``double=false`` matches it.
+    (SB3's ``net_arch``, 64, 64). SB3's DQN is not double DQN: ``double=false`` gives its targets.
+    One difference stays: ``policy=qnet`` initialises its layers orthogonally (``corral.lib.networks.mlp``),
+    SB3 keeps PyTorch's default ``nn.Linear`` initialisation.
     """
 
     discount: float = field(default=0.99, metadata={"help": "discount factor gamma"})
