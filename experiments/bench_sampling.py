@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import functools
+import importlib.util
 import os
 import platform
 import shlex
