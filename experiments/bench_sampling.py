@@ -33,9 +33,11 @@ same time budget (a row that works in whole calls finishes the call it is in) an
 reports the median over repeats. Ratios are taken between medians of the same run. A second
 table reports the fixed cost of one ``obtain_samples`` call per sampler (see
 :func:`measure_call_cost`), and a third checks the parallel samplers' speed targets
-(:func:`default_targets`). One Ray runtime (``ray.init(address="local", num_cpus=2)``) serves every
-Ray row of the run and is shut down at the end; the script then checks that no process and no
-shared-memory segment of its own is left.
+(:func:`default_targets`). The Ray rows are measured last: every other row (and per-call cost) is
+measured with no Ray runtime running, whose own processes take CPU that a user of the other
+samplers never pays; then one Ray runtime (``ray.init(address="local", num_cpus=2)``) is started
+for every Ray row of the run (round-robin among themselves) and shut down at the end. The script
+then checks that no process and no shared-memory segment of its own is left.
 """
 
 from __future__ import annotations
@@ -1048,8 +1050,10 @@ each). Processes start with the forkserver method.
 - steps/CPU-s: for rows marked † the CPU time is this process's plus the row's worker processes' \
 (and for Ray rows every Ray runtime process: raylet, GCS, idle workers), read from /proc; it is the \
 machine's total CPU cost per step, not a speed.
-- Ray: one runtime for the whole run, `ray.init(address="local", num_cpus=2, include_dashboard=False)`, \
-shared by every Ray row and shut down at the end; actors reserve num_cpus=0.5 each (a scheduling \
+- Ray: the Ray rows are measured after all the others, which run with no Ray runtime alive (its \
+raylet, GCS and idle workers take CPU that a user of the other samplers never pays); then one runtime, \
+`ray.init(address="local", num_cpus=2, include_dashboard=False)`, serves every Ray row (round-robin \
+among themselves) and is shut down at the end; its background CPU counts against the Ray rows. Actors reserve num_cpus=0.5 each (a scheduling \
 number only, so that both Ray rows of a table exist at once on 2 CPUs; actors use 1 torch thread)."""
 
 
@@ -1094,18 +1098,46 @@ def main(argv: list[str] | None = None) -> int:
     targets = default_targets()
     ray = None
     try:
-        if any(r.sampler == "ray" for r in rows) or any(s.sampler == "ray" for s in specs):
-            ray = start_ray()
         heavy_rows = [r for r in rows if r.key in HEAVY_ROW_KEYS]
         tables = [(env_id, env_id, (64, 64), rows) for env_id in args.envs]
         tables += [(heavy_label(env_id, HEAVY_HIDDEN), env_id, HEAVY_HIDDEN, heavy_rows)
                    for env_id in args.heavy_envs if heavy_rows]
-        for label, env_id, hidden, table_rows in tables:
-            print(f"\nmeasuring {label} ...", flush=True)
-            ctx = BenchContext(env_id=env_id, seed=args.seed, batch_size=args.batch_size, hidden_sizes=hidden)
-            t0 = time.perf_counter()
-            results = measure(ctx, table_rows, args.budget, args.warmup, args.repeats)
-            text = f"## {label}\n\n{table(results)}\n\n({time.perf_counter() - t0:.0f} s for this table)"
+        # Two phases: every row but Ray's with no Ray runtime running (its raylet, GCS and idle
+        # workers take CPU a user of the other samplers never pays), then the Ray runtime is started
+        # once for the Ray rows of every table and the Ray per-call costs.
+        measured: dict[str, list[Result]] = {}
+        seconds: dict[str, float] = {}
+        costs: list[CallCost] = []
+        for phase in ("without Ray", "Ray"):
+            phase_rows = [(label, env_id, hidden, [r for r in t_rows if (r.sampler == "ray") == (phase == "Ray")])
+                          for label, env_id, hidden, t_rows in tables]
+            phase_specs = [spec for spec in specs if (spec.sampler == "ray") == (phase == "Ray")]
+            if not any(r for *_, r in phase_rows) and not phase_specs:
+                continue
+            if phase == "Ray":
+                ray = start_ray()
+            for label, env_id, hidden, table_rows in phase_rows:
+                if not table_rows:
+                    continue
+                print(f"\nmeasuring {label} ({phase}) ...", flush=True)
+                ctx = BenchContext(env_id=env_id, seed=args.seed, batch_size=args.batch_size, hidden_sizes=hidden)
+                t0 = time.perf_counter()
+                measured.setdefault(label, []).extend(measure(ctx, table_rows, args.budget, args.warmup, args.repeats))
+                seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - t0
+            if phase_specs:
+                print(f"\nmeasuring the fixed cost of one obtain_samples call ({args.calls} calls each, {phase}) ...",
+                      flush=True)
+            for spec in phase_specs:
+                try:
+                    costs.append(measure_call_cost(spec, args.seed, args.calls))
+                except Exception as exc:  # noqa: BLE001 - reported in the table
+                    costs.append(CallCost(spec, error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300]))
+        for label, _env_id, _hidden, table_rows in tables:
+            if label not in measured:
+                continue
+            order = {id(spec): k for k, spec in enumerate(table_rows)}
+            results = sorted(measured[label], key=lambda res: order[id(res.spec)])
+            text = f"## {label}\n\n{table(results)}\n\n({seconds[label]:.0f} s for this table)"
             st = server_step_table(results)
             if st:
                 text += f"\n\nAction servers' synchronised step ({label}):\n\n{st}"
@@ -1115,13 +1147,8 @@ def main(argv: list[str] | None = None) -> int:
             print("\n" + text, flush=True)
             sections.append(text)
         if specs:
-            print(f"\nmeasuring the fixed cost of one obtain_samples call ({args.calls} calls each) ...", flush=True)
-            costs = []
-            for spec in specs:
-                try:
-                    costs.append(measure_call_cost(spec, args.seed, args.calls))
-                except Exception as exc:  # noqa: BLE001 - reported in the table
-                    costs.append(CallCost(spec, error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300]))
+            order = {id(spec): k for k, spec in enumerate(specs)}
+            costs.sort(key=lambda cost: order[id(cost.spec)])
             update_kb = max((c.update_bytes for c in costs), default=0) / 1024
             text = (
                 "## Fixed cost of one obtain_samples call\n\n"

@@ -136,6 +136,10 @@ def test_ray_rows_share_one_runtime_and_leave_nothing_running(tmp_path: Path) ->
     baselines = [bench.corral_key("local", "default"), bench.corral_key("local", "vec", 32)]
     proc, written, _ = run_bench(tmp_path, "--envs", "CartPole-v1", "--rows", "ray", *baselines)
     assert proc.stdout.count("Ray runtime started") == 1  # one runtime for every Ray row and the cost table
+    # ... started only once every other row has been measured: none of them runs beside Ray's processes
+    out = proc.stdout
+    assert "(without Ray) ..." in out and out.rindex("(without Ray) ...") < out.index("Ray runtime started")
+    assert out.index("Ray runtime started") < out.index("CartPole-v1 (Ray) ...")
     rows = bench.select(bench.default_rows(), ["ray", *baselines], no_ray=False)
     assert [row.sampler for row in rows].count("ray") == 2
     check_rows(section_of(written, "CartPole-v1"), rows)
