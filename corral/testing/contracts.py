@@ -116,7 +116,7 @@ class _CloseTracker(gym.Wrapper):
 
 def tracked_env(env_id: str = DEFAULT_ENV_ID, **kwargs: Any) -> gym.Env:
     """``gymnasium.make(env_id, **kwargs)`` wrapped so a test can see that it was closed."""
-    return _CloseTracker(gym.make(env_id, **kwargs))
+    return tracked(EnvFactory(env_id, kwargs))
 
 
 def tracked(source: Any) -> gym.Env:

@@ -29,8 +29,14 @@ from corral.plugins.samplers.multiprocessing import MultiprocessingSampler
 from corral.plugins.workers.rl2 import RL2Worker
 from corral.testing import WorkerContract
 
-BANDITS = EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.bandits:BernoulliBanditEnv",
-                                     "max_episode_steps": 2, "rl2_inputs": True, "n_arms": 3})
+
+def _bandits(max_episode_steps: int = 10) -> EnvFactory:
+    """RL2-wrapped three-armed bandits with ``max_episode_steps`` pulls per episode."""
+    return EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.bandits:BernoulliBanditEnv",
+                                      "max_episode_steps": max_episode_steps, "rl2_inputs": True, "n_arms": 3})
+
+
+BANDITS = _bandits(2)
 POINT = EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.point_nav:PointNavEnv",
                                    "max_episode_steps": 5, "rl2_inputs": True})
 SPLIT = TaskSplit(n_train=20, n_test=5, seed=0)
@@ -170,12 +176,6 @@ def test_same_seed_same_trials_local_and_action_server() -> None:
 
 
 # ---------------------------------------------------------------------- the worker contract
-def _bandits(max_episode_steps: int = 10) -> EnvFactory:
-    """RL2-wrapped three-armed bandits with ``max_episode_steps`` pulls per episode."""
-    return EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.bandits:BernoulliBanditEnv",
-                                      "max_episode_steps": max_episode_steps, "rl2_inputs": True, "n_arms": 3})
-
-
 class TestRL2WorkerContract(WorkerContract):
     """corral's worker contract for ``worker=rl2``: two slots of three-episode trials on RL2-wrapped
     bandits, tasks scheduled as ``algo=rl2_ppo`` schedules them, with the GRU policy. A trial is one
