@@ -4,8 +4,9 @@ Sampling side (numpy in, numpy out, the Policy contract): ``get_actions`` advanc
 hidden state by one step; ``reset(mask)`` zeroes the hidden state (and restarts the noise
 stream) of the masked slots only. The ``rl2`` worker calls ``reset`` at a trial's start and
 never between the episodes of a trial, so the policy remembers what it learnt about the task.
-The forward pass is a numpy GRU cell whose every row is a fixed-order sum over its own row
-(``einsum``, no BLAS), so a slot's actions do not depend on the batch it is stepped in; noise
+The forward pass is a numpy GRU cell whose products are computed row by row
+(:func:`~corral.lib.networks.rowwise_linear`), so a slot's actions do not depend on the batch it
+is stepped in; noise
 comes from per-slot :class:`~corral.lib.noise.NoiseStreams` exactly as in ``policy=mlp``.
 
 Training side (torch): ``log_prob_entropy_sequences(obs[B, T, D], actions[B, T, ...])`` runs
@@ -29,7 +30,7 @@ from corral import hookimpl
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
-from corral.lib.networks import flat_dim, numpy_to_params, params_to_numpy
+from corral.lib.networks import flat_dim, numpy_to_params, params_to_numpy, rowwise_linear
 from corral.lib.noise import NoiseStreams
 from corral.lib.slot_noise import SlotNoiseMixin
 
@@ -127,8 +128,8 @@ class GRUPolicy(SlotNoiseMixin, Policy, nn.Module):
         """One step of ``torch.nn.GRU``'s cell in numpy, row by row (batch-invariant)."""
         w_ih = self.gru.weight_ih_l0.detach().numpy()
         w_hh = self.gru.weight_hh_l0.detach().numpy()
-        gi = np.einsum("nk,ok->no", x, w_ih) + self.gru.bias_ih_l0.detach().numpy()
-        gh = np.einsum("nk,ok->no", h, w_hh) + self.gru.bias_hh_l0.detach().numpy()
+        gi = rowwise_linear(x, w_ih) + self.gru.bias_ih_l0.detach().numpy()
+        gh = rowwise_linear(h, w_hh) + self.gru.bias_hh_l0.detach().numpy()
         hs = self.hidden_size
         r = _sigmoid(gi[:, :hs] + gh[:, :hs])
         z = _sigmoid(gi[:, hs : 2 * hs] + gh[:, hs : 2 * hs])
@@ -142,7 +143,7 @@ class GRUPolicy(SlotNoiseMixin, Policy, nn.Module):
         hidden, streams = self._state_for(n)
         hidden = self._gru_step(obs.reshape(n, -1), hidden)
         self._hidden = hidden
-        out = (np.einsum("nk,ok->no", hidden, self.head.weight.detach().numpy())
+        out = (rowwise_linear(hidden, self.head.weight.detach().numpy())
                + self.head.bias.detach().numpy()).astype(np.float64)
         if self.discrete:
             log_p = out - out.max(axis=1, keepdims=True)

@@ -16,7 +16,14 @@ from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.lib import networks
-from corral.lib.networks import batch_invariant_forward, flat_dim, mlp, numpy_to_params, params_to_numpy
+from corral.lib.networks import (
+    batch_invariant_forward,
+    flat_dim,
+    mlp,
+    numpy_to_params,
+    params_to_numpy,
+    rowwise_linear,
+)
 from corral.lib.noise import NoiseStreams
 from corral.lib.slot_noise import SlotNoiseMixin
 
@@ -84,7 +91,7 @@ class _NumpyForward:
         h = np.ascontiguousarray(x, dtype=np.float32)
         for a, b in self.steps:
             if isinstance(a, np.ndarray):
-                h = np.einsum("nk,ok->no", h, a)
+                h = rowwise_linear(h, a)
                 if b is not None:
                     h += b
             else:
