@@ -15,6 +15,12 @@ actions travel as raw array bytes; nothing is pickled per step.
 
 A reset that precedes a ``get_actions`` call (what every worker does) rides along with that call,
 so it costs no round trip of its own.
+
+Waiting: a worker first polls its ``answered`` semaphore for up to ``spin_s`` seconds, giving the
+CPU away between polls (:func:`poll_acquire`), and only then sleeps on it. A sleeping worker has
+to be woken by the server, and a woken process often takes the CPU from the server before it has
+woken the next worker; a worker that polls is answered without either. The server polls its
+doorbell the same way.
 """
 
 from __future__ import annotations
@@ -54,6 +60,23 @@ PROXY_METHODS = frozenset({
     "get_actions", "get_action", "reset", "seed", "deterministic", "recurrent", "get_sampling_state",
     "set_sampling_state", "get_param_values", "set_param_values",
 })
+
+
+_yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))
+
+
+def poll_acquire(semaphore: Any, spin_s: float) -> bool:
+    """Take ``semaphore`` if it is released within ``spin_s`` seconds, polling without sleeping on
+    it and yielding the CPU between polls (so a process that has work to do runs first). False if
+    it was not: the caller then sleeps on it as usual."""
+    if semaphore.acquire(False):
+        return True
+    end = time.perf_counter() + spin_s
+    while time.perf_counter() < end:
+        _yield_cpu()
+        if semaphore.acquire(False):
+            return True
+    return False
 
 
 def _align(n: int, to: int = 64) -> int:
@@ -199,6 +222,7 @@ class ProxyEndpoint:
     answered: Any
     doorbell: Any
     timeout: float
+    spin_s: float = 0.0
 
 
 _ENDPOINT: ProxyEndpoint | None = None
@@ -298,7 +322,8 @@ class ActionProxy(Policy):
         ep.doorbell.release()
         deadline = time.monotonic() + ep.timeout
         parent = os.getppid()
-        while not ep.answered.acquire(timeout=1.0):
+        answered = poll_acquire(ep.answered, ep.spin_s)
+        while not answered and not ep.answered.acquire(timeout=1.0):
             if os.getppid() != parent:
                 os._exit(1)  # the sampler's process is gone
             if time.monotonic() > deadline:
@@ -389,5 +414,5 @@ class ActionProxy(Policy):
 
 __all__ = [
     "ActionProxy", "ActionServerError", "PROXY_METHODS", "ProxyEndpoint", "ServedWorkerFactory", "SlotLayout",
-    "SlotView", "install_endpoint", "response_meta",
+    "SlotView", "install_endpoint", "poll_acquire", "response_meta",
 ]

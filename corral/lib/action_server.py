@@ -1,6 +1,7 @@
 """The server side of an action server: one thread that answers every worker's agent calls.
 
-The thread sleeps on a doorbell semaphore that every post rings. Awake, it collects the posts
+The thread waits on a doorbell semaphore that every post rings (polling it for ``spin_s`` first,
+then sleeping on it). Awake, it collects the posts
 (each worker's ``posted`` semaphore, taken without blocking: that also makes the worker's writes
 visible), answers control calls (seed, state, parameters) at once, and serves a group of workers
 as soon as every *busy* worker of the group (one with a command outstanding) has posted: one
@@ -43,6 +44,7 @@ from corral.lib.action_proxy import (
     ProxyEndpoint,
     SlotLayout,
     SlotView,
+    poll_acquire,
     response_meta,
 )
 from corral.lib.slot_state import AgentPool
@@ -114,12 +116,15 @@ class ActionServer:
         busy: ``busy(i)`` is true while worker ``i`` has a command outstanding.
         obs_bytes, resp_bytes: capacity of each slot's observation and response areas.
         timeout: seconds a worker waits for an answer before giving up.
+        spin_s: seconds a worker (and the serving thread) polls for what it waits for before
+            sleeping on its semaphore (see :func:`~corral.lib.action_proxy.poll_acquire`).
     """
 
     def __init__(self, ctx: Any, n_workers: int, groups: Sequence[Sequence[int]],
                  prepare: Callable[[Policy], Policy], busy: Callable[[int], bool], *, obs_bytes: int,
-                 resp_bytes: int, timeout: float) -> None:
+                 resp_bytes: int, timeout: float, spin_s: float = 0.0) -> None:
         self.ctx = ctx
+        self.spin_s = spin_s
         self.groups = [list(g) for g in groups]
         self.busy = busy
         self.timeout = timeout
@@ -147,7 +152,7 @@ class ActionServer:
     def endpoint(self, i: int) -> ProxyEndpoint:
         """What worker ``i``'s process needs (passed at its start)."""
         s = self.slots[i]
-        return ProxyEndpoint(i, s.layout, s.posted, s.answered, self.doorbell, self.timeout)
+        return ProxyEndpoint(i, s.layout, s.posted, s.answered, self.doorbell, self.timeout, self.spin_s)
 
     def restart_slot(self, i: int) -> None:
         """Worker ``i`` is being restarted: new semaphores, its pending post and state dropped."""
@@ -203,7 +208,8 @@ class ActionServer:
             doorbell = self.doorbell
             if doorbell is None:
                 return
-            doorbell.acquire(timeout=_IDLE_S)
+            if not poll_acquire(doorbell, self.spin_s):
+                doorbell.acquire(timeout=_IDLE_S)
             with self.lock:
                 if self._stop:
                     return

@@ -156,6 +156,15 @@ def test_same_episodes_as_local_and_exact_state_round_trip(policy: MLPPolicy, se
         assert srv.server is not None and srv.server.n_served_steps > 0
 
 
+def test_workers_that_sleep_at_once_give_the_same_episodes(policy: MLPPolicy) -> None:
+    """``spin_us=0``: workers and server sleep on their semaphores without polling first."""
+    params = policy.get_param_values()
+    with ActionServerSampler(policy, CARTPOLE, **options(3, VecWorker), **sampler_options(spin_us=0)) as srv, \
+            LocalSampler(policy, CARTPOLE, **options(3, VecWorker)) as local:
+        assert srv.server is not None and srv.server.spin_s == 0.0
+        check_same_as_local(srv, local, params)
+
+
 def test_one_forward_pass_serves_every_worker(policy: MLPPolicy) -> None:
     """Vec workers in lock-step: one batched forward per vector step, not one per worker."""
     opts = options(3, VecWorker)
@@ -287,6 +296,8 @@ def test_invalid_options_fail_clearly(policy: MLPPolicy) -> None:
             ActionServerSampler(policy, CARTPOLE, **options(), device="cuda")
     with pytest.raises(ConfigError, match="slot_mib"):
         ActionServerSampler(policy, CARTPOLE, **options(), slot_mib=0)
+    with pytest.raises(ConfigError, match="spin_us"):
+        ActionServerSampler(policy, CARTPOLE, **options(), spin_us=-1)
     with pytest.raises(ConfigError, match="on_worker_failure"):
         ActionServerSampler(policy, CARTPOLE, **options(), **sampler_options(on_worker_failure="ignore"))
 
