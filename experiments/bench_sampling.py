@@ -1054,7 +1054,10 @@ machine's total CPU cost per step, not a speed.
 raylet, GCS and idle workers take CPU that a user of the other samplers never pays); then one runtime, \
 `ray.init(address="local", num_cpus=2, include_dashboard=False)`, serves every Ray row (round-robin \
 among themselves) and is shut down at the end; its background CPU counts against the Ray rows. Actors reserve num_cpus=0.5 each (a scheduling \
-number only, so that both Ray rows of a table exist at once on 2 CPUs; actors use 1 torch thread)."""
+number only, so that both Ray rows of a table exist at once on 2 CPUs; actors use 1 torch thread).
+- Action servers run with their default `spin_us=200`: a waiting worker (and the server) polls for its \
+answer for up to 200 µs, yielding the CPU between polls, before sleeping on its semaphore. The polling \
+CPU counts in their steps/CPU-s."""
 
 
 def main(argv: list[str] | None = None) -> int:
