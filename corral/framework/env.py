@@ -123,6 +123,9 @@ class TaskEnv(Protocol):
     - ``sample_tasks(n, rng=None) -> list``: ``n`` task descriptions (small picklable values, e.g.
       ``{"goal": array}``) drawn with ``rng`` (a ``numpy.random.Generator``; None: the env's own).
     - ``set_task(task)``: later episodes run on ``task``.
+    - optional, ``get_task()``: the current task (None before one is set). A worker's snapshot
+      holds it, so that a worker restored from it runs on the same task even when no task
+      schedule sets one (an environment that draws its task at its first reset, for example).
     """
 
     def sample_tasks(self, n: int, rng: np.random.Generator | None = None) -> list[Any]:
@@ -161,6 +164,24 @@ def current_task_id(env: gym.Env) -> int:
     return int(env.unwrapped.__dict__.get("_corral_task_id", -1))
 
 
+def env_task_state(env: gym.Env) -> tuple[Any, int] | None:
+    """``(task, task id)`` of a task environment that has ``get_task()`` and a current task; None
+    otherwise (no task protocol, no ``get_task``, or no task yet)."""
+    base = env.unwrapped
+    get_task = getattr(base, "get_task", None)
+    if not isinstance(base, TaskEnv) or get_task is None:
+        return None
+    task = get_task()
+    return None if task is None else (task, current_task_id(env))
+
+
+def restore_env_task(env: gym.Env, state: tuple[Any, int] | None) -> None:
+    """Set the task :func:`env_task_state` returned back on ``env`` (nothing for None)."""
+    if state is not None:
+        task, task_id = state
+        set_env_task(env, task, task_id)
+
+
 __all__ = [
     "EnvSpec",
     "EnvFactory",
@@ -176,4 +197,6 @@ __all__ = [
     "supports_tasks",
     "set_env_task",
     "current_task_id",
+    "env_task_state",
+    "restore_env_task",
 ]

@@ -15,8 +15,10 @@ from corral.framework.env import (
     as_seed_sequence,
     child_seed,
     env_rng_state,
+    env_task_state,
     is_new_env,
     make_env,
+    restore_env_task,
     seed_int,
     set_env_rng_state,
 )
@@ -149,10 +151,12 @@ class Worker(ABC):
 
     # ------------------------------------------------------------------ snapshots
     def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to continue sampling exactly: RNG states and noise counters."""
+        """What a resumed run needs to continue sampling exactly: RNG states, noise counters and
+        each task environment's current task (see :func:`~corral.framework.env.env_task_state`)."""
         return {
             "seeded": list(self._seeded),
             "env_rng": [env_rng_state(e) for e in self.envs],
+            "env_task": [copy.deepcopy(env_task_state(e)) for e in self.envs],
             "agent": self.agent.get_sampling_state() if self.agent is not None else {},
         }
 
@@ -161,6 +165,8 @@ class Worker(ABC):
         self._seeded = list(state["seeded"])
         for env, rng in zip(self.envs, state["env_rng"]):
             set_env_rng_state(env, rng)
+        for env, task in zip(self.envs, state.get("env_task", [])):
+            restore_env_task(env, copy.deepcopy(task))
         if self.agent is not None:
             self.agent.set_sampling_state(state["agent"])
 

@@ -52,6 +52,10 @@ class HalfCheetahVelEnv(_TaskCheetah):
         self.goal_velocity = float(task["velocity"])
         self._has_task = True
 
+    def get_task(self) -> dict[str, float] | None:
+        """The current target velocity (None before a task is set or the first step)."""
+        return {"velocity": self.goal_velocity} if getattr(self, "_has_task", False) else None
+
     def _default_task(self) -> dict[str, float]:
         return {"velocity": 1.5}
 
@@ -73,6 +77,10 @@ class HalfCheetahDirEnv(_TaskCheetah):
             raise ValueError(f"a direction task is +1 or -1, got {direction}")
         self.direction = direction
         self._has_task = True
+
+    def get_task(self) -> dict[str, float] | None:
+        """The current direction (None before a task is set or the first step)."""
+        return {"direction": self.direction} if getattr(self, "_has_task", False) else None
 
     def _default_task(self) -> dict[str, float]:
         return {"direction": 1.0}

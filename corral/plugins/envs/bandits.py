@@ -46,6 +46,10 @@ class BernoulliBanditEnv(gym.Env):
             raise ValueError(f"a task needs {self.n_arms} probabilities in [0, 1], got {probs}")
         self.probs = probs
 
+    def get_task(self) -> dict[str, np.ndarray] | None:
+        """The current bandit (None before the first reset or ``set_task``)."""
+        return None if self.probs is None else {"probs": self.probs.copy()}
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         """Start an episode (a task is drawn from the env's own RNG if none was set)."""
         super().reset(seed=seed)

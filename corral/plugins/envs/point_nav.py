@@ -55,6 +55,10 @@ class PointNavEnv(gym.Env):
             raise ValueError(f"a point_nav task needs a 2-D goal, got {goal}")
         self.goal = goal
 
+    def get_task(self) -> dict[str, np.ndarray] | None:
+        """The current goal (None before the first reset or ``set_task``)."""
+        return None if self.goal is None else {"goal": self.goal.copy()}
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         """Back to the origin (a goal is drawn from the env's own RNG if none was set)."""
         super().reset(seed=seed)

@@ -115,6 +115,21 @@ def test_deterministic_mode_returns_identical_episodes_twice() -> None:
     assert runs[False, 1].differences(runs[False, 2]) != []
 
 
+def test_a_restored_worker_keeps_the_environments_own_task() -> None:
+    """No schedule: each env draws its goal at its first reset; the snapshot carries it over."""
+    worker = make_worker(n_envs=2)
+    worker.rollout(n_episodes=4)
+    state = copy.deepcopy(worker.state_dict())
+    following = worker.rollout(n_episodes=6)
+    fresh = make_worker(n_envs=2)
+    fresh.load_state_dict(copy.deepcopy(state))
+    assert fresh.rollout(n_episodes=6).differences(following) == []
+    for ours, theirs in zip(worker.envs, fresh.envs):
+        np.testing.assert_array_equal(ours.unwrapped.goal, theirs.unwrapped.goal)
+    worker.shutdown()
+    fresh.shutdown()
+
+
 def test_state_dict_round_trip() -> None:
     worker = make_worker(n_envs=2)
     worker.update_env(TaskSchedule(SPLIT, tuple(range(10)), "train"))

@@ -117,6 +117,21 @@ def test_state_dict_round_trip() -> None:
     fresh.shutdown()
 
 
+def test_a_restored_worker_keeps_the_environments_own_task() -> None:
+    """No schedule: each env draws its bandit at its first reset; the snapshot carries it over."""
+    worker = make_worker(n_envs=2)
+    worker.rollout(n_episodes=3)
+    state = copy.deepcopy(worker.state_dict())
+    following = worker.rollout(n_episodes=4)
+    fresh = make_worker(n_envs=2)
+    fresh.load_state_dict(copy.deepcopy(state))
+    assert fresh.rollout(n_episodes=4).differences(following) == []
+    for ours, theirs in zip(worker.envs, fresh.envs):
+        np.testing.assert_array_equal(ours.unwrapped.probs, theirs.unwrapped.probs)
+    worker.shutdown()
+    fresh.shutdown()
+
+
 def test_environment_without_rl2_inputs_is_rejected() -> None:
     plain = EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.bandits:BernoulliBanditEnv",
                                        "max_episode_steps": 2})
