@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -131,16 +131,27 @@ class TaskSchedule:
 
     Applied to an environment it sets the first task; a trial-running worker asks
     :meth:`task` for trial ``k``'s task (the schedule repeats when trials outnumber it).
+
+    ``contexts`` (optional, one entry per index): what is already known about each task, as
+    transitions ``{"observations", "actions", "rewards"}`` (or None), which a trial-running worker
+    hands its agent at the trial's start (:meth:`context`); PEARL's data collection uses it.
     """
 
     split: TaskSplit
     indices: tuple[int, ...]
     which: str = "train"
+    contexts: Optional[tuple[Any, ...]] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         _check_split(self.which)
         if not self.indices:
             raise ValueError("a task schedule needs at least one task")
+        if self.contexts is not None and len(self.contexts) != len(self.indices):
+            raise ValueError(f"a task schedule of {len(self.indices)} tasks got {len(self.contexts)} contexts")
+
+    def context(self, k: int) -> Any:
+        """The known context of trial ``k``'s task (None when there is none)."""
+        return None if self.contexts is None else self.contexts[k % len(self.indices)]
 
     def __len__(self) -> int:
         return len(self.indices)

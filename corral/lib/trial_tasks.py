@@ -1,9 +1,9 @@
 """What trial-running workers (``worker=rl2``, ``worker=pearl``) share: a task per trial from a schedule.
 
 A :class:`~corral.lib.tasks.TaskSchedule` env update gives trial ``k`` of the worker the
-schedule's ``k``-th task; any other env update (a new env, a
-:class:`~corral.lib.tasks.SetTask`) is applied as usual and every trial runs on the environment's
-current task. The schedule and how many of its trials have started go into the worker's snapshot.
+schedule's ``k``-th task (and its known context, when the schedule has one); any other env update
+(a new env, a :class:`~corral.lib.tasks.SetTask`) is applied as usual and every trial runs on the
+environment's current task. The schedule and how many of its trials have started go into the worker's snapshot.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ class TrialTasksMixin:
     schedule: TaskSchedule | None = None
     #: Trials started under the current schedule.
     trials_started: int = 0
+    #: What the schedule knows about the task of the trial :meth:`next_trial_task` last started.
+    trial_context: Any = None
 
     def update_env(self, env_update: Any) -> None:
         """As :meth:`Worker.update_env`; a :class:`TaskSchedule` also becomes the trials' task schedule."""
@@ -34,9 +36,12 @@ class TrialTasksMixin:
             self.schedule = None
 
     def next_trial_task(self, env: gym.Env) -> int:
-        """Set the next trial's task on ``env`` (when there is a schedule); return its task id."""
+        """Set the next trial's task on ``env`` (when there is a schedule); return its task id.
+        The schedule's known context of that task, if any, is then :attr:`trial_context`."""
+        self.trial_context = None
         if self.schedule is not None:
             self.schedule.apply(env, self.trials_started)
+            self.trial_context = self.schedule.context(self.trials_started)
         self.trials_started += 1
         return current_task_id(env)
 

@@ -66,6 +66,19 @@ def test_schedule_sets_tasks_and_records_ids() -> None:
     assert pickle.loads(pickle.dumps(schedule)) == schedule  # travels to worker processes
 
 
+def test_schedule_carries_a_known_context_per_task() -> None:
+    split = TaskSplit(n_train=5, n_test=3, seed=1)
+    known = {"observations": np.zeros((3, 2)), "actions": np.ones((3, 2)), "rewards": np.arange(3.0)}
+    schedule = TaskSchedule(split, (4, 2), "train", contexts=(known, None))
+    assert schedule.context(0) is known and schedule.context(1) is None
+    assert schedule.context(2) is known  # cycles with the tasks
+    assert TaskSchedule(split, (4, 2), "train").context(0) is None
+    assert schedule == TaskSchedule(split, (4, 2), "train")  # the contexts do not make another schedule
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(schedule)).context(0)["rewards"], known["rewards"])
+    with pytest.raises(ValueError, match="2 tasks got 1 contexts"):
+        TaskSchedule(split, (4, 2), "train", contexts=(known,))
+
+
 def test_sampler_spreads_one_schedule_per_worker_deterministically() -> None:
     split = TaskSplit(n_train=100, n_test=5, seed=0)
     sampler = TaskSampler(split, seed=7)

@@ -6,9 +6,11 @@ conditioned on ``z``. Each epoch:
 1. **Collect.** Each worker (``worker=pearl``) runs trials on meta-train tasks drawn by a seeded
    :class:`~corral.lib.tasks.TaskSampler`: the first ``worker.n_prior_episodes`` episodes of a
    trial act with ``z`` from the prior, the later ones with ``z`` from the posterior over the
-   trial's context. Every episode goes into its task's RL replay buffer; the episodes chosen by
-   ``context_from`` (the prior ones by default, as in the paper) go into its task's context
-   buffer, with the context reward (``env_infos["context_reward"]``).
+   trial's context (plus, with ``collect_context_size``, transitions drawn from the task's
+   context buffer, as PEARL's reference code collects data). Every episode goes into its task's
+   RL replay buffer; the episodes chosen by ``context_from`` (the prior ones by default, as in the
+   paper) go into its task's context buffer, with the context reward
+   (``env_infos["context_reward"]``).
 2. **Train**, once the buffers hold ``min_buffer_size`` transitions: each gradient step draws
    ``meta_batch`` tasks; for each, ``context_size`` context transitions give the posterior
    ``N(mu, sigma^2)`` (product of Gaussian factors) and a reparameterised ``z``, and
@@ -81,6 +83,12 @@ class PEARLConfig:
     batch_size: int = field(default=256, metadata={"help": "RL transitions per task per gradient step"})
     context_size: int = field(default=100, metadata={"help": "context transitions per task per gradient step"})
     context_from: str = field(default="prior", metadata={"help": "episodes feeding the context buffers: prior or all"})
+    collect_context_size: int = field(
+        default=0,
+        metadata={"help": "transitions from a task's context buffer that each training trial starts its context with, "
+                          "so its posterior episodes act on what is known about the task, as PEARL's reference code "
+                          "collects data (0: the trial's own episodes only; meta-test trials always start empty)"},
+    )
     buffer_size: int = field(default=100_000, metadata={"help": "capacity of each task's RL and context buffers"})
     min_buffer_size: int = field(default=1000, metadata={"help": "RL transitions collected before gradient steps start"})
     utd_ratio: float = field(default=0.5, metadata={"help": "gradient steps per new environment step"})
@@ -118,6 +126,8 @@ class PEARL(Algorithm):
         for name in ("meta_batch", "batch_size", "context_size", "meta_eval_episodes", "meta_eval_trials"):
             if getattr(c, name) < 1:
                 raise ConfigError(f"algo.{name} must be >= 1, got {getattr(c, name)}")
+        if c.collect_context_size < 0:
+            raise ConfigError(f"algo.collect_context_size must be >= 0, got {c.collect_context_size}")
         if c.context_from not in CONTEXT_FROM:
             raise ConfigError(f"algo.context_from must be one of {CONTEXT_FROM}, got {c.context_from!r}")
         if not 0 < c.tau <= 1:
@@ -173,7 +183,17 @@ class PEARL(Algorithm):
         trial = int(args.get("n_episodes_per_trial", 3)) * int(self.env_spec.max_episode_length or 1)
         n_tasks = schedule_length(batch_size, factory.n_workers, trial, int(args.get("n_envs", 1)))
         env_update = self.task_sampler.env_updates(itr, factory.n_workers, n_tasks)
+        if self.config.collect_context_size > 0:
+            env_update = [dataclasses.replace(s, contexts=tuple(self.known_context(self.split.task_id(s.which, i))
+                                                                 for i in s.indices)) for s in env_update]
         return self.sampler.obtain_samples(itr, batch_size, self.get_agent_update(), env_update)
+
+    def known_context(self, task_id: int) -> dict[str, np.ndarray] | None:
+        """``collect_context_size`` transitions drawn from the task's context buffer (None while it has none)."""
+        if task_id not in self.context_buffers.buffers or len(self.context_buffers.buffers[task_id]) == 0:
+            return None
+        drawn = self.context_buffers.sample([task_id], self.config.collect_context_size)
+        return {k: drawn[k][0] for k in ("observations", "actions", "rewards")}
 
     # ------------------------------------------------------------------ training
     @property

@@ -18,10 +18,15 @@ Unlike RL2, each episode is its own episode in the batch, with
   reward while the actor and critics learn from the dense one).
 
 Tasks come as in ``worker=rl2``: a :class:`~corral.lib.tasks.TaskSchedule` env update gives trial
-``k`` the schedule's ``k``-th task. ``n_envs`` slots run their trials side by side, an episode
-index at a time; ``rollout()`` returns one trial per slot, ``rollout(n_episodes=n)`` exactly ``n``
-episodes (whole trials, the last one cut short if ``n`` asks for it) and ``rollout(min_steps=m)``
-whole trials totalling at least ``m`` steps, trial by trial in slot order.
+``k`` the schedule's ``k``-th task. When the schedule also carries that task's known context
+(``algo.collect_context_size``), the trial's context starts with it: its posterior episodes then
+act on the posterior over that context plus the trial's own earlier episodes, as PEARL's reference
+code collects data (its prior episodes still act on the prior).
+
+``n_envs`` slots run their trials side by side, an episode index at a time; ``rollout()`` returns
+one trial per slot, ``rollout(n_episodes=n)`` exactly ``n`` episodes (whole trials, the last one
+cut short if ``n`` asks for it) and ``rollout(min_steps=m)`` whole trials totalling at least ``m``
+steps, trial by trial in slot order.
 """
 
 from __future__ import annotations
@@ -131,10 +136,15 @@ class PEARLWorker(TrialTasksMixin, Worker):
         slots = range(n_trials)
         mask = np.zeros(self.n_envs, dtype=bool)
         mask[:n_trials] = True
-        tasks = []
+        tasks, known = [], []
         for j in slots:
             tasks.append(self.next_trial_task(self.envs[j]))
+            known.append(self.trial_context)
         agent.clear_context(mask)  # type: ignore[attr-defined]
+        for j, context in zip(slots, known):
+            if context is not None:  # what is already known about the task (algo.collect_context_size)
+                agent.add_context(j, context["observations"], context["actions"],  # type: ignore[attr-defined]
+                                  context["rewards"])
         trials: list[list[dict[str, Any]]] = [[] for _ in slots]
         obs_all = np.zeros_like(buf.observations[:, 0])
         for e in range(self.n_episodes_per_trial):

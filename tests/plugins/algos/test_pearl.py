@@ -61,6 +61,50 @@ def test_episodes_go_to_per_task_buffers_and_only_prior_ones_to_the_context() ->
         run.close()
 
 
+def recorded_env_updates(run: Run) -> list:
+    """Every ``env_update`` the algorithm gives its sampler (recorded on the way through)."""
+    sent = []
+    obtain = run.algo.sampler.obtain_samples
+
+    def recording(itr, batch_size, agent_update=None, env_update=None):  # noqa: ANN001, ANN202
+        sent.append(env_update)
+        return obtain(itr, batch_size, agent_update, env_update)
+
+    run.algo.sampler.obtain_samples = recording
+    return sent
+
+
+def test_collect_context_size_starts_training_trials_with_the_tasks_buffered_context() -> None:
+    run = make_run("algo.collect_context_size=16")
+    sent = recorded_env_updates(run)
+    try:
+        run.algo.store(run.algo.sample(0, 240))
+        assert all(c is None for schedule in sent[0] for c in schedule.contexts)  # nothing known yet
+        run.algo.sample(1, 240)
+        known = run.algo.context_buffers.task_ids
+        seen = 0
+        for schedule in sent[1]:
+            for index, context in zip(schedule.indices, schedule.contexts):
+                task = run.algo.split.task_id("train", index)
+                assert (context is None) == (task not in known)
+                if context is not None:
+                    seen += 1
+                    assert context["rewards"].shape == (16,)
+                    stored = run.algo.context_buffers.buffers[task].sample(1000)["rewards"]
+                    assert set(context["rewards"].tolist()) <= set(stored.tolist())
+        assert seen > 0
+    finally:
+        run.close()
+    plain = make_run()
+    sent = recorded_env_updates(plain)
+    try:
+        plain.algo.store(plain.algo.sample(0, 240))
+        plain.algo.sample(1, 240)
+        assert all(schedule.contexts is None for schedule in sent[1])  # the default: trials start empty
+    finally:
+        plain.close()
+
+
 def test_gradient_steps_train_encoder_actor_and_critics_once_the_buffer_is_full() -> None:
     run = make_run("algo.min_buffer_size=400")
     try:
@@ -131,7 +175,8 @@ def test_meta_evaluate_reports_adaptation_on_held_out_tasks() -> None:
 
 
 def test_bad_settings_are_config_errors() -> None:
-    for override, message in (("algo.context_from=posterior", "context_from"), ("algo.meta_batch=0", "meta_batch")):
+    for override, message in (("algo.context_from=posterior", "context_from"), ("algo.meta_batch=0", "meta_batch"),
+                              ("algo.collect_context_size=-1", "collect_context_size")):
         with pytest.raises(ConfigError, match=message):
             make_run(override)
 

@@ -95,6 +95,33 @@ def test_posterior_episodes_act_on_the_trials_context() -> None:
     worker.shutdown()
 
 
+def test_a_trial_starts_with_the_schedules_known_context() -> None:
+    """With a known context in the schedule, a posterior episode's z is the posterior over that
+    context plus the trial's earlier episodes; prior episodes are unaffected."""
+    policy = make_policy()
+    with torch.no_grad():
+        policy.encoder.net[-1].weight.mul_(20.0)
+    rng = np.random.default_rng(0)
+    known = {"observations": rng.normal(size=(5, 2)), "actions": rng.uniform(-0.1, 0.1, size=(5, 2)),
+             "rewards": rng.uniform(-1.0, 0.0, size=5)}
+    runs = {}
+    for name, contexts in (("empty", None), ("known", (known,))):
+        worker = make_worker(policy=policy, n_episodes_per_trial=2)
+        worker.agent.deterministic = True
+        worker.update_env(TaskSchedule(SPLIT, (0,), "test", contexts=contexts))
+        runs[name] = (worker.rollout(n_episodes=2).split(), worker.agent.z[0].copy())
+        worker.shutdown()
+    (prior_a, posterior_a), _ = runs["empty"]
+    (prior_b, posterior_b), z_b = runs["known"]
+    assert prior_a.differences(prior_b) == []  # the prior episode acts on the prior either way
+    assert not np.allclose(posterior_a.actions, posterior_b.actions)
+    expected = copy.deepcopy(policy)
+    expected.seed(np.random.SeedSequence(0).spawn(1))
+    expected.add_context(0, known["observations"], known["actions"], known["rewards"])
+    expected.add_context(0, prior_b.observations, prior_b.actions, prior_b.rewards)
+    np.testing.assert_allclose(z_b, expected.posterior(0)[0])
+
+
 def test_deterministic_mode_returns_identical_episodes_twice() -> None:
     """garage's PEARL ignored its deterministic flag. Here, deterministic trials are a function of the
     parameters, the task and the environment seed only: workers with other noise streams (other seeds)
