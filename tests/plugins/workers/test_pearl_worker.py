@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from trial_worker_helpers import (
+    assert_restored_worker_keeps_the_task,
     assert_same_trials_as_local,
     compose,
     local_ray,
@@ -144,17 +145,7 @@ def test_deterministic_mode_returns_identical_episodes_twice() -> None:
 
 def test_a_restored_worker_keeps_the_environments_own_task() -> None:
     """No schedule: each env draws its goal at its first reset; the snapshot carries it over."""
-    worker = make_worker(n_envs=2)
-    worker.rollout(n_episodes=4)
-    state = copy.deepcopy(worker.state_dict())
-    following = worker.rollout(n_episodes=6)
-    fresh = make_worker(n_envs=2)
-    fresh.load_state_dict(copy.deepcopy(state))
-    assert fresh.rollout(n_episodes=6).differences(following) == []
-    for ours, theirs in zip(worker.envs, fresh.envs):
-        np.testing.assert_array_equal(ours.unwrapped.goal, theirs.unwrapped.goal)
-    worker.shutdown()
-    fresh.shutdown()
+    assert_restored_worker_keeps_the_task(lambda: make_worker(n_envs=2), "goal", 4, 6)
 
 
 def test_state_dict_round_trip() -> None:

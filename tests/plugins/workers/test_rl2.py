@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from trial_worker_helpers import (
+    assert_restored_worker_keeps_the_task,
     assert_same_trials_as_local,
     compose,
     local_ray,
@@ -119,17 +120,7 @@ def test_state_dict_round_trip() -> None:
 
 def test_a_restored_worker_keeps_the_environments_own_task() -> None:
     """No schedule: each env draws its bandit at its first reset; the snapshot carries it over."""
-    worker = make_worker(n_envs=2)
-    worker.rollout(n_episodes=3)
-    state = copy.deepcopy(worker.state_dict())
-    following = worker.rollout(n_episodes=4)
-    fresh = make_worker(n_envs=2)
-    fresh.load_state_dict(copy.deepcopy(state))
-    assert fresh.rollout(n_episodes=4).differences(following) == []
-    for ours, theirs in zip(worker.envs, fresh.envs):
-        np.testing.assert_array_equal(ours.unwrapped.probs, theirs.unwrapped.probs)
-    worker.shutdown()
-    fresh.shutdown()
+    assert_restored_worker_keeps_the_task(lambda: make_worker(n_envs=2), "probs", 3, 4)
 
 
 def test_environment_without_rl2_inputs_is_rejected() -> None:

@@ -1,12 +1,14 @@
 """What the tests of the task-running workers (``rl2``, ``pearl``) share: composing ``train.py``
-configs for the composition checks, comparing a sampler's trials with the local sampler's, and a
-point robot whose episodes the environment ends (for the worker contract's TERMINAL check)."""
+configs for the composition checks, comparing a sampler's trials with the local sampler's, the
+snapshot check of a worker without a task schedule, and a point robot whose episodes the
+environment ends (for the worker contract's TERMINAL check)."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import gymnasium as gym
 import hydra
@@ -52,6 +54,25 @@ def assert_same_trials_as_local(other_class: type, policy: Policy, env: EnvFacto
             assert len(set(a.episode_infos["task_id"].tolist())) > 2  # tasks differ per trial and worker
         a, b = local.obtain_exact_episodes(exact, params), other.obtain_exact_episodes(exact, params)
         assert a.differences(b) == [] and a.n_episodes == exact * n_workers
+
+
+def assert_restored_worker_keeps_the_task(make_worker: Callable[[], Any], task_attr: str, before: int,
+                                          after: int) -> None:
+    """No schedule: each env draws its task at its first reset. A fresh worker restored from a
+    snapshot taken after ``before`` episodes returns the same ``after`` episodes, on the same tasks
+    (the env attribute ``task_attr``)."""
+    worker, fresh = make_worker(), make_worker()
+    try:
+        worker.rollout(n_episodes=before)
+        state = copy.deepcopy(worker.state_dict())
+        following = worker.rollout(n_episodes=after)
+        fresh.load_state_dict(copy.deepcopy(state))
+        assert fresh.rollout(n_episodes=after).differences(following) == []
+        for ours, theirs in zip(worker.envs, fresh.envs):
+            np.testing.assert_array_equal(getattr(ours.unwrapped, task_attr), getattr(theirs.unwrapped, task_attr))
+    finally:
+        worker.shutdown()
+        fresh.shutdown()
 
 
 @contextlib.contextmanager
