@@ -298,6 +298,16 @@ def context_section(name: str, runs: list[dict[str, Any]], out: Path) -> list[st
     return ["## What the encoder sees: sparse return and success per episode (held-out tasks)", "", *lines]
 
 
+def run_labels(runs: list[dict[str, Any]], labels: list[str] | None = None) -> list[str]:
+    """The given labels, else each run's seed, with its steps added when seeds repeat (a resumed run)."""
+    if labels:
+        return list(labels)
+    out = [f"seed {r['cfg'].seed}" for r in runs]
+    if len(set(out)) < len(out):
+        out = [f"{label}, {r['steps']:,} steps" for label, r in zip(out, runs)]
+    return out
+
+
 def main() -> None:
     """Parse arguments, (train,) evaluate every run, write the results."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -308,7 +318,12 @@ def main() -> None:
     parser.add_argument("--trials-per-task", type=int, default=10, help="trials per held-out task")
     parser.add_argument("--eval-seed", type=int, default=12345, help="seed of the evaluation trials and baselines")
     parser.add_argument("--note", default="", help="a line to record with the results (e.g. machine load)")
+    parser.add_argument("--labels", nargs="*", default=None,
+                        help="one name per run for the tables and plots (default: its seed, and its steps when "
+                             "seeds repeat)")
     args = parser.parse_args()
+    if args.labels is not None and len(args.labels) != len(args.runs):
+        raise SystemExit(f"--labels needs one label per run: {len(args.runs)} runs, {len(args.labels)} labels")
 
     out = ROOT / "experiments" / "results"
     out.mkdir(parents=True, exist_ok=True)
@@ -322,12 +337,10 @@ def main() -> None:
     runs = []
     for run_dir in args.runs:
         r = evaluate_run(run_dir, args.trials_per_task, args.eval_seed)
-        r["label"] = f"seed {r['cfg'].seed}"
         r["run_dir"] = run_dir
         runs.append(r)
-    if len({r["label"] for r in runs}) < len(runs):  # one seed at several budgets (a resumed run)
-        for r in runs:
-            r["label"] += f", {r['steps']:,} steps"
+    for r, label in zip(runs, run_labels(runs, args.labels)):
+        r["label"] = label
 
     import torch
 

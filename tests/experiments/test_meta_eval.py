@@ -62,3 +62,18 @@ def test_pearl_runs_get_per_episode_returns_sparse_returns_and_success(tmp_path:
     assert any("success rate" in line for line in lines) and (tmp_path / "pearl_test_success.png").exists()
     lines = m.adaptation_section("pearl_test", [r], tmp_path)
     assert any("episode 2 - episode 1" in line for line in lines)
+
+
+def test_runs_are_labelled_by_seed_steps_or_the_given_labels() -> None:
+    m = load()
+
+    class Cfg:
+        def __init__(self, seed: int) -> None:
+            self.seed = seed
+
+    runs = [{"cfg": Cfg(1), "steps": 150_000}, {"cfg": Cfg(2), "steps": 150_000}]
+    assert m.run_labels(runs) == ["seed 1", "seed 2"]
+    runs[1]["cfg"] = Cfg(1)  # one seed at two budgets
+    runs[1]["steps"] = 400_800
+    assert m.run_labels(runs) == ["seed 1, 150,000 steps", "seed 1, 400,800 steps"]
+    assert m.run_labels(runs, ["context 40", "context 256"]) == ["context 40", "context 256"]
