@@ -1,14 +1,14 @@
 """The server side of an action server: one thread that answers every worker's agent calls.
 
 The thread waits on a doorbell semaphore that every post rings (polling it for ``spin_s`` first,
-then sleeping on it). Awake, it collects the posts
-(each worker's ``posted`` semaphore, taken without blocking: that also makes the worker's writes
-visible), answers control calls (seed, state, parameters) at once, and serves a group of workers
-as soon as every *busy* worker of the group (one with a command outstanding) has posted: one
-batched ``get_actions`` for all of their environments (:class:`~corral.lib.slot_state.AgentPool`),
-actions written back, each worker's ``answered`` semaphore released. A worker that has finished
-its share is not busy, so it never holds the others up; the sampler rings the doorbell whenever a
-worker's business changes (a reply arrived, a command was sent, a worker was restarted).
+then sleeping on it). Awake, it collects the posts (each worker's ``posted`` semaphore, taken
+without blocking: that also makes the worker's writes visible), answers control calls (seed,
+state, parameters) at once, and serves a group of workers as soon as every *busy* worker of the
+group (one with a command outstanding) has posted: one batched ``get_actions`` for all of their
+environments (:class:`~corral.lib.slot_state.AgentPool`), actions written back, each worker's
+``answered`` semaphore released. A worker that has finished its share is not busy, so it never
+holds the others up; the sampler rings the doorbell whenever a worker's business changes (a reply
+arrived, a command was sent, a worker was restarted).
 
 With one group this is rlpyt's GPU sampler; with two, the alternating sampler: while one group's
 forward pass runs, the other group's workers step their environments.

@@ -3,7 +3,8 @@
 A :class:`~corral.lib.tasks.TaskSchedule` env update gives trial ``k`` of the worker the
 schedule's ``k``-th task (and its known context, when the schedule has one); any other env update
 (a new env, a :class:`~corral.lib.tasks.SetTask`) is applied as usual and every trial runs on the
-environment's current task. The schedule and how many of its trials have started go into the worker's snapshot.
+environment's current task. The schedule and how many of its trials have started go into the
+worker's snapshot.
 """
 
 from __future__ import annotations
