@@ -6,8 +6,8 @@ stream) of the masked slots only. The ``rl2`` worker calls ``reset`` at a trial'
 never between the episodes of a trial, so the policy remembers what it learnt about the task.
 The forward pass is a numpy GRU cell whose products are computed row by row
 (:func:`~corral.lib.networks.rowwise_linear`), so a slot's actions do not depend on the batch it
-is stepped in; noise
-comes from per-slot :class:`~corral.lib.noise.NoiseStreams` exactly as in ``policy=mlp``.
+is stepped in; noise comes from per-slot :class:`~corral.lib.noise.NoiseStreams` exactly as in
+``policy=mlp``.
 
 Training side (torch): ``log_prob_entropy_sequences(obs[B, T, D], actions[B, T, ...])`` runs
 ``torch.nn.GRU`` (the same parameters and the same equations) over whole padded sequences from a
