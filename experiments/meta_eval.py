@@ -291,6 +291,10 @@ def context_section(name: str, runs: list[dict[str, Any]], out: Path) -> list[st
                      + " | ".join(mean_se(r["context_returns"][:, i]) for i in range(n_eps)) + " |")
         lines.append(f"| {r['label']} | success rate | "
                      + " | ".join(f"{100 * r['successes'][:, i].mean():.0f}%" for i in range(n_eps)) + " |")
+        for measure, values, scale in (("success rate, points", r["successes"].astype(np.float64), 100.0),
+                                       ("sparse return", r["context_returns"], 1.0)):
+            gains = " | ".join("" if i == 0 else mean_se(scale * (values[:, i] - values[:, 0])) for i in range(n_eps))
+            lines.append(f"| {r['label']} | {measure}: gain over episode 1 (paired) | {gains} |")
     path = out / f"{name}_success.png"
     if plot_lines(path, {r["label"]: r["successes"].astype(np.float64) for r in runs}, "episode within the trial",
                   "success rate", f"{name}: success per episode on held-out tasks"):

@@ -60,6 +60,8 @@ def test_pearl_runs_get_per_episode_returns_sparse_returns_and_success(tmp_path:
     r["label"] = "seed 1"
     lines = m.context_section("pearl_test", [r], tmp_path)
     assert any("success rate" in line for line in lines) and (tmp_path / "pearl_test_success.png").exists()
+    gain = next(line for line in lines if "success rate, points: gain" in line).split("|")[3:6]
+    assert gain[0].strip() == "" and all("±" in g for g in gain[1:])  # episodes 2 and 3 against episode 1
     lines = m.adaptation_section("pearl_test", [r], tmp_path)
     assert any("episode 2 - episode 1" in line for line in lines)
 
