@@ -62,6 +62,8 @@ PROXY_METHODS = frozenset({
 })
 
 
+#: Gives the CPU to another runnable process (Windows has no sched_yield: there a zero sleep, which
+#: at least lets other threads run).
 _yield_cpu = getattr(os, "sched_yield", lambda: time.sleep(0))
 
 
@@ -320,18 +322,24 @@ class ActionProxy(Policy):
         slot.header[KIND] = kind
         ep.posted.release()
         ep.doorbell.release()
+        if not poll_acquire(ep.answered, ep.spin_s):  # most answers come while polling: nothing more per step
+            self._sleep_until_answered(ep)
+        if slot.header[STATUS] != OK:
+            raise ActionServerError(f"the action server failed to serve worker {ep.worker_number}:\n"
+                                    f"{slot.read_blob()}")
+
+    @staticmethod
+    def _sleep_until_answered(ep: ProxyEndpoint) -> None:
+        """Sleep on the answer in bounded waits: exit if the sampler's process is gone, give up after
+        ``ep.timeout`` seconds."""
         deadline = time.monotonic() + ep.timeout
         parent = os.getppid()
-        answered = poll_acquire(ep.answered, ep.spin_s)
-        while not answered and not ep.answered.acquire(timeout=1.0):
+        while not ep.answered.acquire(timeout=1.0):
             if os.getppid() != parent:
                 os._exit(1)  # the sampler's process is gone
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the action server did not answer worker {ep.worker_number} within "
                                    f"{ep.timeout:g} s")
-        if slot.header[STATUS] != OK:
-            raise ActionServerError(f"the action server failed to serve worker {ep.worker_number}:\n"
-                                    f"{slot.read_blob()}")
 
     def _call(self, method: str, *args: Any) -> Any:
         slot, ep = self._slot()

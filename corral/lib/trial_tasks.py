@@ -24,8 +24,6 @@ class TrialTasksMixin:
     schedule: TaskSchedule | None = None
     #: Trials started under the current schedule.
     trials_started: int = 0
-    #: What the schedule knows about the task of the trial :meth:`next_trial_task` last started.
-    trial_context: Any = None
 
     def update_env(self, env_update: Any) -> None:
         """As :meth:`Worker.update_env`; a :class:`TaskSchedule` also becomes the trials' task schedule."""
@@ -37,14 +35,16 @@ class TrialTasksMixin:
             self.schedule = None
 
     def next_trial_task(self, env: gym.Env) -> int:
-        """Set the next trial's task on ``env`` (when there is a schedule); return its task id.
-        The schedule's known context of that task, if any, is then :attr:`trial_context`."""
-        self.trial_context = None
+        """Set the next trial's task on ``env`` (when there is a schedule); return its task id."""
         if self.schedule is not None:
             self.schedule.apply(env, self.trials_started)
-            self.trial_context = self.schedule.context(self.trials_started)
         self.trials_started += 1
         return current_task_id(env)
+
+    def last_trial_context(self) -> Any:
+        """What the schedule knows about the task of the trial :meth:`next_trial_task` last started
+        (None without a schedule or a known context)."""
+        return None if self.schedule is None else self.schedule.context(self.trials_started - 1)
 
     def state_dict(self) -> dict[str, Any]:
         """The worker's state plus the task schedule and how many of its trials have started."""

@@ -190,7 +190,7 @@ class PEARL(Algorithm):
 
     def known_context(self, task_id: int) -> dict[str, np.ndarray] | None:
         """``collect_context_size`` transitions drawn from the task's context buffer (None while it has none)."""
-        if task_id not in self.context_buffers.buffers or len(self.context_buffers.buffers[task_id]) == 0:
+        if task_id not in self.context_buffers.task_ids:
             return None
         drawn = self.context_buffers.sample([task_id], self.config.collect_context_size)
         return {k: drawn[k][0] for k in ("observations", "actions", "rewards")}

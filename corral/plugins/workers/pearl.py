@@ -139,7 +139,7 @@ class PEARLWorker(TrialTasksMixin, Worker):
         tasks, known = [], []
         for j in slots:
             tasks.append(self.next_trial_task(self.envs[j]))
-            known.append(self.trial_context)
+            known.append(self.last_trial_context())
         agent.clear_context(mask)  # type: ignore[attr-defined]
         for j, context in zip(slots, known):
             if context is not None:  # what is already known about the task (algo.collect_context_size)
