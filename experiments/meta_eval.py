@@ -99,13 +99,23 @@ def bandit_baseline(kind: str, probs: np.ndarray, n_pulls: int, rng: np.random.G
 
 
 # ---------------------------------------------------------------------- evaluation
-def evaluate_run(run_dir: Path, trials_per_task: int, seed: int) -> dict[str, Any]:
-    """Per-trial, per-episode returns of the trained policy on the run's meta-test tasks."""
+def evaluate_run(run_dir: Path, trials_per_task: int, seed: int, episodes_per_trial: int | None = None
+                 ) -> dict[str, Any]:
+    """Per-trial, per-episode returns of the trained policy on the run's meta-test tasks.
+
+    ``episodes_per_trial`` (PEARL only) lengthens or shortens the trial: one prior episode, then
+    one per posterior update; by default the run's ``algo.meta_eval_episodes``."""
     from corral.lib.meta_eval import pearl_episode_returns, trial_episode_returns
 
     run = load_run(run_dir)
     try:
-        trials = run.algo.meta_test(run.env, seed=seed, trials_per_task=trials_per_task)
+        kwargs: dict[str, Any] = {}
+        if episodes_per_trial is not None:
+            if run.cfg.algo.name != "pearl":
+                raise SystemExit("--episodes-per-trial applies to PEARL runs only (an RL2 trial's length is "
+                                 "the trained worker.n_episodes_per_trial)")
+            kwargs["n_episodes"] = episodes_per_trial
+        trials = run.algo.meta_test(run.env, seed=seed, trials_per_task=trials_per_task, **kwargs)
         probe = run.env()
         tasks = run.algo.split.tasks(probe, "test")
         train_tasks = run.algo.split.tasks(probe, "train")
@@ -118,6 +128,12 @@ def evaluate_run(run_dir: Path, trials_per_task: int, seed: int) -> dict[str, An
             if not np.array_equal(context_reward, trials.rewards):  # the encoder sees the sparse reward
                 extra["context_returns"] = pearl_episode_returns(trials, context_reward)
                 extra["successes"] = pearl_episode_returns(trials, (context_reward > 0).astype(np.float64)) > 0
+            if run.cfg.env.name == "point_nav":  # where each episode ends (the robot starts at the origin)
+                goals = {t.id: np.asarray(t.params["goal"], dtype=np.float64) for t in tasks}
+                ends = trials.last_observations.astype(np.float64)
+                episode_goals = np.stack([goals[int(i)] for i in trials.episode_infos["task_id"]])
+                extra["end_goal_distance"] = np.linalg.norm(ends - episode_goals, axis=1).reshape(returns.shape)
+                extra["end_start_distance"] = np.linalg.norm(ends, axis=1).reshape(returns.shape)
         else:
             returns, task_ids = trial_episode_returns(trials), trials.episode_infos["task_id"]
         return {
@@ -291,6 +307,11 @@ def context_section(name: str, runs: list[dict[str, Any]], out: Path) -> list[st
                      + " | ".join(mean_se(r["context_returns"][:, i]) for i in range(n_eps)) + " |")
         lines.append(f"| {r['label']} | success rate | "
                      + " | ".join(f"{100 * r['successes'][:, i].mean():.0f}%" for i in range(n_eps)) + " |")
+        for key, measure in (("end_goal_distance", "distance to the goal at the episode's end"),
+                             ("end_start_distance", "distance from the start at the episode's end")):
+            if key in r:
+                lines.append(f"| {r['label']} | {measure} | " + " | ".join(mean_se(r[key][:, i]) for i in range(n_eps))
+                             + " |")
         for measure, values, scale in (("success rate, points", r["successes"].astype(np.float64), 100.0),
                                        ("sparse return", r["context_returns"], 1.0)):
             gains = " | ".join("" if i == 0 else mean_se(scale * (values[:, i] - values[:, 0])) for i in range(n_eps))
@@ -321,6 +342,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="*", default=None, help="training seed of each run (with --train)")
     parser.add_argument("--trials-per-task", type=int, default=10, help="trials per held-out task")
     parser.add_argument("--eval-seed", type=int, default=12345, help="seed of the evaluation trials and baselines")
+    parser.add_argument("--episodes-per-trial", type=int, default=None,
+                        help="PEARL: episodes per meta-test trial, the first on the prior and each later one on "
+                             "the posterior over the trial so far (default: the run's algo.meta_eval_episodes)")
     parser.add_argument("--note", default="", help="a line to record with the results (e.g. machine load)")
     parser.add_argument("--labels", nargs="*", default=None,
                         help="one name per run for the tables and plots (default: its seed, and its steps when "
@@ -340,7 +364,7 @@ def main() -> None:
             trained.append(train(run_dir, shlex.split(args.train), seed))
     runs = []
     for run_dir in args.runs:
-        r = evaluate_run(run_dir, args.trials_per_task, args.eval_seed)
+        r = evaluate_run(run_dir, args.trials_per_task, args.eval_seed, args.episodes_per_trial)
         r["run_dir"] = run_dir
         runs.append(r)
     for r, label in zip(runs, run_labels(runs, args.labels)):

@@ -57,13 +57,23 @@ def test_pearl_runs_get_per_episode_returns_sparse_returns_and_success(tmp_path:
     assert r["returns"].shape == (6, 3) and r["context_returns"].shape == (6, 3) and r["successes"].dtype == bool
     assert (r["returns"] < 0).all() and (r["context_returns"] >= 0).all()
     assert r["task_ids"].tolist() == [6, 6, 7, 7, 8, 8]  # held-out tasks, in order
+    # where each episode ends: 20 steps of at most 0.1 per axis from the origin; goals 1 from it
+    start, goal = r["end_start_distance"], r["end_goal_distance"]
+    assert start.shape == goal.shape == (6, 3) and (start <= 20 * 0.1 * np.sqrt(2) + 1e-6).all()
+    assert (np.abs(start - 1.0) <= goal + 1e-6).all()  # triangle inequality with |goal - start| = 1
     r["label"] = "seed 1"
     lines = m.context_section("pearl_test", [r], tmp_path)
     assert any("success rate" in line for line in lines) and (tmp_path / "pearl_test_success.png").exists()
+    assert any("distance to the goal at the episode's end" in line for line in lines)
     gain = next(line for line in lines if "success rate, points: gain" in line).split("|")[3:6]
     assert gain[0].strip() == "" and all("±" in g for g in gain[1:])  # episodes 2 and 3 against episode 1
     lines = m.adaptation_section("pearl_test", [r], tmp_path)
     assert any("episode 2 - episode 1" in line for line in lines)
+    longer = m.evaluate_run(run_dir, trials_per_task=2, seed=7, episodes_per_trial=5)
+    assert longer["returns"].shape == (6, 5) and longer["successes"].shape == (6, 5)
+    # the same seeds: the first trial's first three episodes are those of the default-length trial
+    # (later trials follow on the worker's random streams, which the longer trials have used more of)
+    np.testing.assert_array_equal(longer["returns"][0, :3], r["returns"][0])
 
 
 def test_runs_are_labelled_by_seed_steps_or_the_given_labels() -> None:
