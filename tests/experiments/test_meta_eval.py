@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,6 +75,8 @@ def test_pearl_runs_get_per_episode_returns_sparse_returns_and_success(tmp_path:
     # the same seeds: the first trial's first three episodes are those of the default-length trial
     # (later trials follow on the worker's random streams, which the longer trials have used more of)
     np.testing.assert_array_equal(longer["returns"][0, :3], r["returns"][0])
+    with pytest.raises(SystemExit, match="at least 1"):
+        m.evaluate_run(run_dir, trials_per_task=2, seed=7, episodes_per_trial=0)
 
 
 def test_runs_are_labelled_by_seed_steps_or_the_given_labels() -> None:
