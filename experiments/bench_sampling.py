@@ -18,6 +18,11 @@ Every row steps the same environment with the same stochastic MLP policy (corral
 - ``floor``: a hand-written loop over 32 environments that only calls the policy once per step and
   each environment's ``step`` (and ``reset``), recording nothing: the ceiling of any in-process
   vectorised loop with this policy, SyncVectorEnv's and corral's ``vec`` worker's alike;
+- ``part``: the floor's two parts measured alone: the 32 environments' ``env.step`` calls with
+  actions drawn in advance (and the same through ``env.unwrapped``, gymnasium's wrappers skipped),
+  and one ``policy.get_actions`` call on 32 observations. A table under each environment's
+  (:func:`step_parts_table`) turns them into microseconds per step of 32 environments and shows
+  what they leave for any loop's own machinery, against issue 2's 1.3x SyncVectorEnv(32);
 - ``gym AsyncVectorEnv``: the same loop over gymnasium's process-parallel vector env. ``P procs x
   M envs`` is an ``AsyncVectorEnv`` over ``P`` sub-environments that are each a ``SyncVectorEnv`` of
   ``M`` (the outer env's autoreset is disabled; each inner ``SyncVectorEnv`` autoresets its own
@@ -347,6 +352,100 @@ class MinimalLoopRunner(_InProcess):
             env.close()
 
 
+class EnvStepsRunner(_InProcess):
+    """Only the environments' share of a vectorised step: ``env.step`` of each of ``n_envs``
+    environments (reset when its episode ends) with actions drawn in advance, no policy call,
+    nothing recorded.
+
+    Actions come from the action space (seeded), as the values corral's workers pass (``np.int64``
+    for Discrete, ``float32`` arrays for Box), cycled from a pool, already split per environment.
+    With ``unwrapped`` the calls go to ``env.unwrapped`` (gymnasium's ``TimeLimit``,
+    ``OrderEnforcing`` and ``PassiveEnvChecker`` skipped; the time limit is counted here): what
+    stepping these environments costs when every wrapper's work is left out.
+    """
+
+    POOL = 64  # vector steps of actions drawn in advance
+
+    def __init__(self, ctx: BenchContext, n_envs: int, *, unwrapped: bool = False) -> None:
+        self.envs = [ctx.make_env() for _ in range(n_envs)]
+        seeds = np.random.SeedSequence(ctx.seed).generate_state(n_envs)
+        for env, s in zip(self.envs, seeds):
+            env.reset(seed=int(s))
+        space = self.envs[0].action_space
+        space.seed(ctx.seed)
+        pool = np.stack([np.stack([np.asarray(space.sample()) for _ in range(n_envs)]) for _ in range(self.POOL)])
+        self.actions = [list(batch) for batch in pool]
+        self.targets = [env.unwrapped if unwrapped else env for env in self.envs]
+        limit = self.envs[0].spec.max_episode_steps if self.envs[0].spec is not None else None
+        self.limit = limit if unwrapped and limit else None
+        self.t = [0] * n_envs
+        self.vec_steps = max(1, 512 // n_envs)
+        self.next = 0
+
+    def _unit(self) -> int:
+        steps = [env.step for env in self.targets]
+        resets = [env.reset for env in self.targets]
+        t, limit, pool, n = self.t, self.limit, self.actions, len(steps)
+        k = self.next
+        for _ in range(self.vec_steps):
+            rows = pool[k]
+            k = (k + 1) % len(pool)
+            for j in range(n):
+                _, _, terminated, truncated, _ = steps[j](rows[j])
+                if limit is not None:
+                    t[j] += 1
+                    truncated = truncated or t[j] >= limit
+                if terminated or truncated:
+                    resets[j]()
+                    t[j] = 0
+        self.next = k
+        return self.vec_steps * n
+
+    def run(self, budget_s: float) -> tuple[int, float, float]:
+        return _timed_loop(budget_s, self._unit)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class PolicyOnlyRunner(_InProcess):
+    """Only the policy's share of a vectorised step: ``policy.get_actions`` on a batch of
+    ``n_envs`` observations (real ones, collected in advance and cycled), no environment.
+    Its "steps" are actions: ``n_envs`` per call."""
+
+    POOL = 64  # batches of observations collected in advance
+
+    def __init__(self, ctx: BenchContext, n_envs: int) -> None:
+        env = ctx.make_env()
+        env.action_space.seed(ctx.seed)
+        obs, _ = env.reset(seed=ctx.seed)
+        rows = []
+        for _ in range(self.POOL * n_envs):
+            rows.append(np.asarray(obs, dtype=np.float32).reshape(-1))
+            obs, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                obs, _ = env.reset()
+        env.close()
+        self.batches = list(np.stack(rows).reshape(self.POOL, n_envs, -1))
+        self.policy = ctx.make_policy(n_envs)
+        self.policy.reset()
+        self.n = n_envs
+        self.calls = max(1, 512 // n_envs)
+        self.next = 0
+
+    def _unit(self) -> int:
+        get_actions, batches, k = self.policy.get_actions, self.batches, self.next
+        for _ in range(self.calls):
+            get_actions(batches[k])
+            k = (k + 1) % len(batches)
+        self.next = k
+        return self.calls * self.n
+
+    def run(self, budget_s: float) -> tuple[int, float, float]:
+        return _timed_loop(budget_s, self._unit)
+
+
 class _VectorLoop:
     """One batched policy call per vector step over ``n`` slots; gymnasium 1.x NEXT_STEP autoreset
     (a slot that ended is only reset on its next step, which is therefore not counted)."""
@@ -580,6 +679,15 @@ def default_rows() -> list[RowSpec]:
                             compare_n=n, kind="gym_sync"))
     rows.append(RowSpec("floor: minimal loop, env steps + policy only", 32, lambda ctx: MinimalLoopRunner(ctx, 32),
                         compare_n=32, kind="floor"))
+    # The floor's two parts, measured alone (see step_parts_table).
+    rows += [
+        RowSpec("part: env.step calls only (32 envs, actions drawn in advance)", 32,
+                lambda ctx: EnvStepsRunner(ctx, 32), compare_n=32, kind="env_steps"),
+        RowSpec("part: env.unwrapped.step calls only (gymnasium's wrappers skipped)", 32,
+                lambda ctx: EnvStepsRunner(ctx, 32, unwrapped=True), compare_n=32, kind="env_unwrapped"),
+        RowSpec("part: policy.get_actions only (batch 32; actions/s)", 32, lambda ctx: PolicyOnlyRunner(ctx, 32),
+                kind="policy_only"),
+    ]
     rows += [
         gym_async_row(2, 16),
         gym_async_row(32),
@@ -635,7 +743,7 @@ class Target:
 
 
 def default_targets() -> list[Target]:
-    """The speed targets of the parallel samplers (issues 4 and 5, "Speed")."""
+    """The speed targets: the vec worker's (issue 2) and the parallel samplers' (issues 4 and 5)."""
     mp_def, mp_vec = corral_key("multiprocessing", "default", 1, 2), corral_key("multiprocessing", "vec", 16, 2)
     ray_def, ray_vec = corral_key("ray", "default", 1, 2), corral_key("ray", "vec", 16, 2)
     local_def, local_vec = corral_key("local", "default", 1, 1), corral_key("local", "vec", 32, 1)
@@ -652,6 +760,9 @@ def default_targets() -> list[Target]:
     ]
     return [
         *cpu_bound,
+        # issue 2: the vec worker in process
+        Target("CartPole-v1", local_vec, "gym_sync/32", 1.3, "local vec(32) vs gym SyncVectorEnv(32)"),
+        Target("CartPole-v1", local_vec, "raw_random", 0.6, "local vec(32) vs the raw random-action loop"),
         Target("CartPole-v1", mp_vec, local_vec, 1.5, "multiprocessing 2 workers x vec(16) vs local vec(32)"),
         Target("CartPole-v1", mp_vec, "gym_async/2x16", 2.5,
                "multiprocessing 2 workers x vec(16) vs gym AsyncVectorEnv 2 procs x 16 envs"),
@@ -849,6 +960,55 @@ def targets_table(env_id: str, results: list[Result], targets: list[Target]) -> 
         return ""
     return "\n".join(["| speed target | required | measured (ratio of medians) | same-round ratios | met |",
                       "|---|---:|---:|---:|---|", *lines])
+
+
+def step_parts_table(results: list[Result], n: int = 32, sync_target: float = 1.3) -> str:
+    """Where the time of one step of ``n`` environments goes, and what that allows.
+
+    Every in-process row's steps/s becomes microseconds per step of all ``n`` environments. E (the
+    ``env.step`` calls) and P (one ``get_actions`` call) are measured alone; the floor,
+    SyncVectorEnv(n) and corral's ``local + vec(n)`` make the same calls plus their own machinery
+    (their time - E - P). A loop that makes these calls takes at least E + P, so its ratio to
+    SyncVectorEnv(n) is at most S / (E + P) however little else it does: the lines under the
+    table compare that with ``sync_target`` (issue 2's target). Empty when a needed row is missing.
+    """
+    found: dict[str, Result] = {}
+    for r in results:
+        if not r.error and r.spec.n == n and r.median > 0:
+            found.setdefault(r.spec.kind, r)
+    corral = next((r for r in results if not r.error and r.spec.key == corral_key("local", "vec", n)), None)
+    if corral is not None and corral.median > 0:
+        found["corral_vec"] = corral
+    if any(kind not in found for kind in ("gym_sync", "env_steps", "policy_only")):
+        return ""
+
+    def us(kind: str) -> float:
+        return n / found[kind].median * 1e6
+
+    e, p, s = us("env_steps"), us("policy_only"), us("gym_sync")
+    labels = [("env_steps", "E: env.step calls"), ("env_unwrapped", "E_u: env.unwrapped.step calls"),
+              ("policy_only", f"P: one policy.get_actions call (batch {n})"), ("floor", "floor: minimal loop"),
+              ("gym_sync", f"gym SyncVectorEnv({n}) + policy"), ("corral_vec", f"corral local + vec({n})")]
+    lines = [f"| part or row | µs per step of {n} environments | beyond E + P (µs) |", "|---|---:|---:|"]
+    for kind, label in labels:
+        if kind in found:
+            beyond = f"{us(kind) - e - p:+.1f}" if kind in ("floor", "gym_sync", "corral_vec") else ""
+            lines.append(f"| {label} | {us(kind):.1f} | {beyond} |")
+    lines += [
+        "",
+        f"- {sync_target:g}x SyncVectorEnv({n}) leaves {s / sync_target:.1f} µs per step of {n} environments; "
+        f"E + P alone take {e + p:.1f} µs.",
+        f"- So a loop that calls these environments' `step` and this policy once per step reaches at most "
+        f"S / (E + P) = {s / (e + p):.2f}x SyncVectorEnv({n}), whatever else it leaves out.",
+    ]
+    if "env_unwrapped" in found:
+        eu = us("env_unwrapped")
+        lines.append(f"- Calling `env.unwrapped.step` (no TimeLimit, OrderEnforcing or PassiveEnvChecker) would "
+                     f"raise that bound to S / (E_u + P) = {s / (eu + p):.2f}x.")
+    if "corral_vec" in found:
+        lines.append(f"- corral local + vec({n}): {s / us('corral_vec'):.2f}x SyncVectorEnv({n}), "
+                     f"{(e + p) / us('corral_vec'):.2f}x the bound's E + P.")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------- call cost
@@ -1146,7 +1306,10 @@ def main(argv: list[str] | None = None) -> int:
                 text += f"\n\nAction servers' synchronised step ({label}):\n\n{st}"
             tt = targets_table(label, results, targets)
             if tt:
-                text += f"\n\nSpeed targets (issues 4 and 5) on {label}:\n\n{tt}"
+                text += f"\n\nSpeed targets (issues 2, 4 and 5) on {label}:\n\n{tt}"
+            parts = step_parts_table(results)
+            if parts:
+                text += f"\n\nWhere one step of 32 environments goes ({label}):\n\n{parts}"
             print("\n" + text, flush=True)
             sections.append(text)
         if specs:

@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
 
 from corral.testing.modules import import_path
@@ -114,6 +115,7 @@ def test_quick_run_prints_every_row_and_writes_the_table(tmp_path: Path) -> None
         check_rows(section, rows)
         assert "Speed targets" in section and "| multiprocessing 2 workers x vec(16) vs local vec(32) |" in section
         assert f"## {env_id}" in text  # and the same table went to stdout
+        assert "Where one step of 32 environments goes" in section and "S / (E + P) = " in section
     costs = table_lines(section_of(written, "Fixed cost of one obtain_samples call"))
     labels = [spec.label for spec in bench.call_cost_specs() if spec.sampler != "ray"]
     assert [cells[0] for cells in costs] == labels
@@ -189,3 +191,60 @@ def test_halfcheetah_is_measured_by_default_exactly_when_mujoco_is_installed() -
     cheetah = [t for t in bench.default_targets() if t.env_id == bench.HALF_CHEETAH_ID]
     heavy = [t for t in bench.default_targets() if t.env_id == bench.CPU_HEAVY_ID]
     assert [(t.row, t.base, t.minimum) for t in cheetah] == [(t.row, t.base, t.minimum) for t in heavy]
+
+
+def _result(bench: ModuleType, kind: str, steps_per_s: float, key: str = "") -> object:
+    spec = bench.RowSpec(kind, 32, lambda ctx: None, kind=kind, key=key)
+    return bench.Result(spec, rates=[steps_per_s])
+
+
+def test_step_parts_table_turns_rates_into_microseconds_and_bounds_the_ratio() -> None:
+    """32 steps at 320,000 steps/s are 100 µs: E = 100, P = 25, S = 150 -> the bound is 1.20x."""
+    bench = load_bench()
+    results = [
+        _result(bench, "gym_sync", 32 / 150e-6),
+        _result(bench, "floor", 32 / 130e-6),
+        _result(bench, "env_steps", 32 / 100e-6),
+        _result(bench, "env_unwrapped", 32 / 90e-6),
+        _result(bench, "policy_only", 32 / 25e-6),
+        _result(bench, "corral", 32 / 140e-6, key=bench.corral_key("local", "vec", 32)),
+    ]
+    text = bench.step_parts_table(results)
+    cells = {row[0]: row[1:] for row in table_lines("\n\n" + text)}
+    assert cells["E: env.step calls"] == ["100.0", ""]
+    assert cells["P: one policy.get_actions call (batch 32)"] == ["25.0", ""]
+    assert cells["floor: minimal loop"] == ["130.0", "+5.0"]
+    assert cells["gym SyncVectorEnv(32) + policy"] == ["150.0", "+25.0"]
+    assert cells["corral local + vec(32)"] == ["140.0", "+15.0"]
+    assert "leaves 115.4 µs" in text and "E + P alone take 125.0 µs" in text
+    assert "S / (E + P) = 1.20x" in text and "S / (E_u + P) = 1.30x" in text
+    assert "corral local + vec(32): 1.07x SyncVectorEnv(32)" in text
+    # without one of the parts there is nothing to say
+    assert bench.step_parts_table([r for r in results if r.spec.kind != "policy_only"]) == ""
+
+
+def test_part_rows_step_every_environment_and_call_the_policy_alone() -> None:
+    bench = load_bench()
+    ctx = bench.BenchContext(env_id="CartPole-v1", seed=3, batch_size=64)
+    wrapped = bench.EnvStepsRunner(ctx, 4)
+    bare = bench.EnvStepsRunner(ctx, 4, unwrapped=True)
+    policy = bench.PolicyOnlyRunner(ctx, 4)
+    try:
+        assert wrapped.limit is None and bare.limit == 500  # TimeLimit's own count, kept by hand when unwrapped
+        assert all(env is not env.unwrapped for env in wrapped.targets)
+        assert all(env is env.unwrapped for env in bare.targets)
+        space = wrapped.envs[0].action_space
+        assert all(len(row) == 4 and all(space.contains(a) for a in row) for row in wrapped.actions)
+        # with a time limit of one step every step ends in a reset
+        resets = []
+        for env in bare.targets:
+            env.reset = lambda env=env, **kw: resets.append(env) or type(env).reset(env, **kw)
+        bare.limit = 1
+        assert bare._unit() == bare.vec_steps * 4
+        assert len(resets) == bare.vec_steps * 4 and bare.t == [0, 0, 0, 0]
+        assert wrapped._unit() == wrapped.vec_steps * 4
+        assert policy._unit() == policy.calls * 4
+        assert all(batch.shape == (4, 4) and batch.dtype == np.float32 for batch in policy.batches)
+    finally:
+        wrapped.close()
+        bare.close()
