@@ -314,7 +314,24 @@ class RawPolicyRunner(_InProcess):
         self.env.close()
 
 
-class MinimalLoopRunner(_InProcess):
+class _EnvLoop(_InProcess):
+    """An in-process row that works in ``_unit()`` calls (each returns the steps it took) and owns
+    the environments in ``self.envs``."""
+
+    envs: list[Any] | tuple[Any, ...] = ()  # none unless the row makes some
+
+    def _unit(self) -> int:
+        raise NotImplementedError
+
+    def run(self, budget_s: float) -> tuple[int, float, float]:
+        return _timed_loop(budget_s, self._unit)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class MinimalLoopRunner(_EnvLoop):
     """The least work any in-process vectorised loop can do: per step one batched
     ``policy.get_actions`` and one ``env.step`` per environment (reset when it ends), nothing
     recorded, no agent reset, no infos merged. Its steps/s is a ceiling for SyncVectorEnv and for
@@ -344,15 +361,8 @@ class MinimalLoopRunner(_InProcess):
                 obs[j] = o
         return self.vec_steps * n
 
-    def run(self, budget_s: float) -> tuple[int, float, float]:
-        return _timed_loop(budget_s, self._unit)
 
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
-
-
-class EnvStepsRunner(_InProcess):
+class EnvStepsRunner(_EnvLoop):
     """Only the environments' share of a vectorised step: ``env.step`` of each of ``n_envs``
     environments (reset when its episode ends) with actions drawn in advance, no policy call,
     nothing recorded.
@@ -401,15 +411,8 @@ class EnvStepsRunner(_InProcess):
         self.next = k
         return self.vec_steps * n
 
-    def run(self, budget_s: float) -> tuple[int, float, float]:
-        return _timed_loop(budget_s, self._unit)
 
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
-
-
-class PolicyOnlyRunner(_InProcess):
+class PolicyOnlyRunner(_EnvLoop):
     """Only the policy's share of a vectorised step: ``policy.get_actions`` on a batch of
     ``n_envs`` observations (real ones, collected in advance and cycled), no environment.
     Its "steps" are actions: ``n_envs`` per call."""
@@ -441,9 +444,6 @@ class PolicyOnlyRunner(_InProcess):
             k = (k + 1) % len(batches)
         self.next = k
         return self.calls * self.n
-
-    def run(self, budget_s: float) -> tuple[int, float, float]:
-        return _timed_loop(budget_s, self._unit)
 
 
 class _VectorLoop:
