@@ -16,8 +16,8 @@ Every row steps the same environment with the same stochastic MLP policy (corral
   ``policy.get_actions`` call per step; autoreset as gymnasium 1.x does it (``NEXT_STEP``: the
   step after an episode ends only resets that slot, so it is not counted as a step);
 - ``floor``: a hand-written loop over 32 environments that only calls the policy once per step and
-  each environment's ``step`` (and ``reset``), recording nothing: the ceiling of any in-process
-  vectorised loop with this policy, SyncVectorEnv's and corral's ``vec`` worker's alike;
+  each environment's ``step`` (and ``reset``), recording nothing: close to the ceiling of any
+  in-process vectorised loop with this policy, SyncVectorEnv's and corral's ``vec`` worker's alike;
 - ``part``: the floor's two parts measured alone: the 32 environments' ``env.step`` calls with
   actions drawn in advance (and the same through ``env.unwrapped``, gymnasium's wrappers skipped),
   and one ``policy.get_actions`` call on 32 observations. A table under each environment's
@@ -57,6 +57,7 @@ import shlex
 import statistics
 import sys
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
@@ -260,13 +261,32 @@ class _InProcess:
         return []
 
 
-class RawRandomRunner(_InProcess):
+class _EnvLoop(_InProcess, ABC):
+    """An in-process row that works in ``_unit()`` calls (each returns the steps it took) and owns
+    the environments in ``self.envs`` (closed with the row)."""
+
+    envs: list[Any] | tuple[Any, ...] = ()  # none unless the row makes some
+
+    @abstractmethod
+    def _unit(self) -> int:
+        """Do one chunk of work; return the environment steps (or actions) it took."""
+
+    def run(self, budget_s: float) -> tuple[int, float, float]:
+        return _timed_loop(budget_s, self._unit)
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class RawRandomRunner(_EnvLoop):
     """``env.step(env.action_space.sample())`` in a plain loop."""
 
     CHUNK = 256
 
     def __init__(self, ctx: BenchContext) -> None:
         self.env = ctx.make_env()
+        self.envs = [self.env]
         self.env.reset(seed=ctx.seed)
         self.env.action_space.seed(ctx.seed)
 
@@ -278,20 +298,15 @@ class RawRandomRunner(_InProcess):
                 env.reset()
         return self.CHUNK
 
-    def run(self, budget_s: float) -> tuple[int, float, float]:
-        return _timed_loop(budget_s, self._unit)
 
-    def close(self) -> None:
-        self.env.close()
-
-
-class RawPolicyRunner(_InProcess):
+class RawPolicyRunner(_EnvLoop):
     """A plain loop with one ``policy.get_actions`` call per step (batch of 1)."""
 
     CHUNK = 64
 
     def __init__(self, ctx: BenchContext) -> None:
         self.env = ctx.make_env()
+        self.envs = [self.env]
         self.policy = ctx.make_policy(1)
         self.obs, _ = self.env.reset(seed=ctx.seed)
         self.policy.reset()
@@ -307,35 +322,13 @@ class RawPolicyRunner(_InProcess):
         self.obs = obs
         return self.CHUNK
 
-    def run(self, budget_s: float) -> tuple[int, float, float]:
-        return _timed_loop(budget_s, self._unit)
-
-    def close(self) -> None:
-        self.env.close()
-
-
-class _EnvLoop(_InProcess):
-    """An in-process row that works in ``_unit()`` calls (each returns the steps it took) and owns
-    the environments in ``self.envs``."""
-
-    envs: list[Any] | tuple[Any, ...] = ()  # none unless the row makes some
-
-    def _unit(self) -> int:
-        raise NotImplementedError
-
-    def run(self, budget_s: float) -> tuple[int, float, float]:
-        return _timed_loop(budget_s, self._unit)
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
-
 
 class MinimalLoopRunner(_EnvLoop):
     """The least work any in-process vectorised loop can do: per step one batched
     ``policy.get_actions`` and one ``env.step`` per environment (reset when it ends), nothing
-    recorded, no agent reset, no infos merged. Its steps/s is a ceiling for SyncVectorEnv and for
-    corral's ``vec`` worker alike, so its ratio to SyncVectorEnv bounds what any such loop can reach."""
+    recorded, no agent reset, no infos merged. Its steps/s is close to the ceiling of SyncVectorEnv
+    and of corral's ``vec`` worker alike; the strict ceiling, its two parts without even this loop,
+    is what :func:`step_parts_table` computes."""
 
     def __init__(self, ctx: BenchContext, n_envs: int) -> None:
         self.envs = [ctx.make_env() for _ in range(n_envs)]

@@ -107,12 +107,12 @@ def evaluate_run(run_dir: Path, trials_per_task: int, seed: int, episodes_per_tr
     one per posterior update; by default the run's ``algo.meta_eval_episodes``."""
     from corral.lib.meta_eval import pearl_episode_returns, trial_episode_returns
 
+    if episodes_per_trial is not None and episodes_per_trial < 1:
+        raise SystemExit(f"--episodes-per-trial must be at least 1, got {episodes_per_trial}")
     run = load_run(run_dir)
     try:
         kwargs: dict[str, Any] = {}
         if episodes_per_trial is not None:
-            if episodes_per_trial < 1:
-                raise SystemExit(f"--episodes-per-trial must be at least 1, got {episodes_per_trial}")
             if run.cfg.algo.name != "pearl":
                 raise SystemExit("--episodes-per-trial applies to PEARL runs only (an RL2 trial's length is "
                                  "the trained worker.n_episodes_per_trial)")
