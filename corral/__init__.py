@@ -63,7 +63,7 @@ _EXPORTS = {
     "DQNConfig": "corral.plugins.algos.dqn",
     "TanhGaussianPolicy": "corral.plugins.policies.tanh_gaussian",
     "QNetworkPolicy": "corral.plugins.policies.qnet",
-    "ReplayBuffer": "corral.lib.replay_buffer",
+    "ReplayBuffer": "corral.rl.replay_buffer",
 }
 
 __all__ = ["hookimpl", "__version__", *_EXPORTS]

@@ -1130,7 +1130,7 @@ def leftovers(wait_s: float = 15.0) -> list[str]:
         table = _proc_table()
         alive = sorted(p for p in _descendants(table, os.getpid()) if not _is_stdlib_helper(p, table))
         try:
-            from corral.lib.shared_memory import segment_prefix
+            from corral.parallel.shared_memory import segment_prefix
 
             prefix = segment_prefix()
             segments = sorted(n for n in os.listdir("/dev/shm") if n.startswith(prefix))

@@ -105,7 +105,7 @@ def evaluate_run(run_dir: Path, trials_per_task: int, seed: int, episodes_per_tr
 
     ``episodes_per_trial`` (PEARL only) lengthens or shortens the trial: one prior episode, then
     one per posterior update; by default the run's ``algo.meta_eval_episodes``."""
-    from corral.lib.meta_eval import pearl_episode_returns, trial_episode_returns
+    from corral.meta.meta_eval import pearl_episode_returns, trial_episode_returns
 
     if episodes_per_trial is not None and episodes_per_trial < 1:
         raise SystemExit(f"--episodes-per-trial must be at least 1, got {episodes_per_trial}")

@@ -521,7 +521,7 @@ class WorkerContract:
     def make_env_update(self) -> Any:
         """An env update :meth:`make_worker` gives every worker after its environment, or None (the
         default). Meta-RL workers get their tasks this way, as their algorithms send them: a
-        :class:`~corral.lib.tasks.TaskSchedule` puts the tasks into the worker's ``state_dict()``."""
+        :class:`~corral.meta.tasks.TaskSchedule` puts the tasks into the worker's ``state_dict()``."""
         return None
 
     def make_policy(self, env_spec: EnvSpec, seed: int = 0) -> Policy:

@@ -15,7 +15,7 @@ from corral.framework.env import (
     task_env,
 )
 from corral.framework.errors import ConfigError
-from corral.lib.task_envs import make_task_env
+from corral.meta.task_envs import make_task_env
 
 
 def test_task_protocol_found_under_wrappers() -> None:

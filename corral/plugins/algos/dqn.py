@@ -26,7 +26,7 @@ from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
-from corral.lib.off_policy import OffPolicyAlgorithm, polyak_update
+from corral.rl.off_policy import OffPolicyAlgorithm, polyak_update
 
 
 @dataclass
@@ -42,7 +42,7 @@ class DQNConfig:
     ``exploration_fraction * total_timesteps`` (0.1 * 100,000), ``max_grad_norm`` = ``max_grad_norm``
     (10), Huber loss as SB3's ``smooth_l1_loss``; the network widths are ``policy.hidden_sizes``
     (SB3's ``net_arch``, 64, 64). SB3's DQN is not double DQN: ``double=false`` gives its targets.
-    One difference stays: ``policy=qnet`` initialises its layers orthogonally (``corral.lib.networks.mlp``),
+    One difference stays: ``policy=qnet`` initialises its layers orthogonally (``corral.rl.networks.mlp``),
     SB3 keeps PyTorch's default ``nn.Linear`` initialisation.
     """
 

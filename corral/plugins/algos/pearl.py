@@ -4,7 +4,7 @@ PEARL learns a posterior ``q(z | context)`` over a latent task variable and a SA
 conditioned on ``z``. Each epoch:
 
 1. **Collect.** Each worker (``worker=pearl``) runs trials on meta-train tasks drawn by a seeded
-   :class:`~corral.lib.tasks.TaskSampler`: the first ``worker.n_prior_episodes`` episodes of a
+   :class:`~corral.meta.tasks.TaskSampler`: the first ``worker.n_prior_episodes`` episodes of a
    trial act with ``z`` from the prior, the later ones with ``z`` from the posterior over the
    trial's context (plus, with ``collect_context_size``, transitions drawn from the task's
    context buffer, as PEARL's reference code collects data). Every episode goes into its task's
@@ -48,18 +48,18 @@ from corral.framework.env import EnvSpec, child_seed
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
-from corral.lib.context_encoder import kl_to_standard_normal
-from corral.lib.meta_eval import curve_stats, pearl_episode_returns, run_meta_test
-from corral.lib.networks import flat_dim, mlp
-from corral.lib.off_policy import (
+from corral.meta.context_encoder import kl_to_standard_normal
+from corral.meta.meta_eval import curve_stats, pearl_episode_returns, run_meta_test
+from corral.rl.networks import flat_dim, mlp
+from corral.rl.off_policy import (
     TORCH_BRANCH,
     gradient_steps_due,
     load_networks_state,
     networks_state,
     polyak_update,
 )
-from corral.lib.task_replay import TaskReplayBuffers
-from corral.lib.tasks import TaskSampler, TaskSplit, schedule_length
+from corral.meta.task_replay import TaskReplayBuffers
+from corral.meta.tasks import TaskSampler, TaskSplit, schedule_length
 
 #: Spawn-key branches of PEARL's buffers and task draws (workers use 0, 1, ...).
 RL_BUFFER_BRANCH = 2**31 - 5

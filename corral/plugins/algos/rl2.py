@@ -10,8 +10,8 @@ value loss, entropy bonus, Adam and gradient clipping) with three changes:
 - minibatches are whole trials (padded sequences), and the policy is run over them from a zero
   hidden state (``log_prob_entropy_sequences``), i.e. backpropagation through time;
 - the value function is recurrent too (a GRU and an MLP head on the same RL2 observations);
-- each epoch's tasks come from a seeded :class:`~corral.lib.tasks.TaskSampler` over the
-  meta-train split: one :class:`~corral.lib.tasks.TaskSchedule` per worker (a task per trial).
+- each epoch's tasks come from a seeded :class:`~corral.meta.tasks.TaskSampler` over the
+  meta-train split: one :class:`~corral.meta.tasks.TaskSchedule` per worker (a task per trial).
 
 ``meta_evaluate`` (called by the trainer at every evaluation) runs trials on the held-out
 meta-test tasks and reports the adaptation curve ``meta_eval/return_ep{i}``.
@@ -33,10 +33,10 @@ from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
-from corral.lib.meta_eval import adaptation_stats, run_meta_test
-from corral.lib.networks import flat_dim, mlp
-from corral.lib.returns import gae
-from corral.lib.tasks import TaskSampler, TaskSplit, schedule_length
+from corral.meta.meta_eval import adaptation_stats, run_meta_test
+from corral.rl.networks import flat_dim, mlp
+from corral.rl.returns import gae
+from corral.meta.tasks import TaskSampler, TaskSplit, schedule_length
 from corral.plugins.algos.ppo import PPO, PPOConfig
 
 

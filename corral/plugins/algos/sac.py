@@ -6,7 +6,7 @@ step, the critic step on ``r + gamma * (1 - terminal) * (min Q_target(s', a') - 
 (bootstrapping on TIMEOUT and on fragment ends, not on TERMINAL), the actor step on
 ``alpha log pi(a|s) - min Q(s, a)``, and the target update. The loop around it (replay buffer,
 gradient steps per environment step, exploration before ``min_buffer_size``) is
-:class:`~corral.lib.off_policy.OffPolicyAlgorithm`. The policy is ``policy=tanh_gaussian``;
+:class:`~corral.rl.off_policy.OffPolicyAlgorithm`. The policy is ``policy=tanh_gaussian``;
 evaluation runs its deterministic action ``tanh(mean)``.
 """
 
@@ -27,8 +27,8 @@ from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
-from corral.lib.networks import flat_dim, mlp
-from corral.lib.off_policy import OffPolicyAlgorithm, polyak_update
+from corral.rl.networks import flat_dim, mlp
+from corral.rl.off_policy import OffPolicyAlgorithm, polyak_update
 
 
 @dataclass

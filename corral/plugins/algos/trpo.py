@@ -39,7 +39,7 @@ from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
-from corral.lib.on_policy import OnPolicyAlgorithm
+from corral.rl.on_policy import OnPolicyAlgorithm
 
 
 @dataclass

@@ -17,7 +17,7 @@ from corral.framework.batch import EpisodeBatch
 from corral.framework.env import EnvSpec
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
-from corral.lib.on_policy import OnPolicyAlgorithm
+from corral.rl.on_policy import OnPolicyAlgorithm
 
 
 @dataclass

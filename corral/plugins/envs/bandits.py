@@ -17,7 +17,7 @@ import numpy as np
 from corral import hookimpl
 from corral.framework.env import EnvFactory
 from corral.framework.errors import ConfigError
-from corral.lib.task_envs import TaskEnvConfig, task_env_factory
+from corral.meta.task_envs import TaskEnvConfig, task_env_factory
 
 
 class BernoulliBanditEnv(gym.Env):

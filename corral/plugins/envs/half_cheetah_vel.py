@@ -1,6 +1,6 @@
 """``env=half_cheetah_vel``: HalfCheetah run at a target velocity in [0, 3] per task (meta-RL; needs MuJoCo).
 
-The environment itself is :class:`corral.lib.half_cheetah_tasks.HalfCheetahVelEnv` (gymnasium's
+The environment itself is :class:`corral.meta.half_cheetah_tasks.HalfCheetahVelEnv` (gymnasium's
 HalfCheetah-v5 with a task reward); 200 steps per episode, as in PEARL. Install MuJoCo with
 ``pip install -e ".[mujoco]"``.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 from corral import hookimpl
 from corral.framework.env import EnvFactory
-from corral.lib.task_envs import TaskEnvConfig, require_mujoco, task_env_factory
+from corral.meta.task_envs import TaskEnvConfig, require_mujoco, task_env_factory
 
 #: Steps per episode unless env.max_episode_length says otherwise.
 EPISODE_LENGTH = 200
@@ -26,7 +26,7 @@ class HalfCheetahVelEnvConfig(TaskEnvConfig):
 def build_half_cheetah_vel(config: HalfCheetahVelEnvConfig) -> EnvFactory:
     """A picklable factory (a ConfigError naming the extra to install when MuJoCo is missing)."""
     require_mujoco("half_cheetah_vel")
-    return task_env_factory("corral.lib.half_cheetah_tasks:HalfCheetahVelEnv", config, EPISODE_LENGTH)
+    return task_env_factory("corral.meta.half_cheetah_tasks:HalfCheetahVelEnv", config, EPISODE_LENGTH)
 
 
 @hookimpl

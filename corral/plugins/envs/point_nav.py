@@ -20,7 +20,7 @@ import numpy as np
 from corral import hookimpl
 from corral.framework.env import EnvFactory
 from corral.framework.errors import ConfigError
-from corral.lib.task_envs import TaskEnvConfig, task_env_factory
+from corral.meta.task_envs import TaskEnvConfig, task_env_factory
 
 #: Steps per episode unless env.max_episode_length says otherwise (PEARL's point robot: 20).
 EPISODE_LENGTH = 20

@@ -5,8 +5,8 @@ hidden state by one step; ``reset(mask)`` zeroes the hidden state (and restarts 
 stream) of the masked slots only. The ``rl2`` worker calls ``reset`` at a trial's start and
 never between the episodes of a trial, so the policy remembers what it learnt about the task.
 The forward pass is a numpy GRU cell whose products are computed row by row
-(:func:`~corral.lib.networks.rowwise_linear`), so a slot's actions do not depend on the batch it
-is stepped in; noise comes from per-slot :class:`~corral.lib.noise.NoiseStreams` exactly as in
+(:func:`~corral.rl.networks.rowwise_linear`), so a slot's actions do not depend on the batch it
+is stepped in; noise comes from per-slot :class:`~corral.rl.noise.NoiseStreams` exactly as in
 ``policy=mlp``.
 
 Training side (torch): ``log_prob_entropy_sequences(obs[B, T, D], actions[B, T, ...])`` runs
@@ -30,9 +30,9 @@ from corral import hookimpl
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
-from corral.lib.networks import flat_dim, numpy_to_params, params_to_numpy, rowwise_linear
-from corral.lib.noise import NoiseStreams
-from corral.lib.slot_noise import SlotNoiseMixin
+from corral.rl.networks import flat_dim, numpy_to_params, params_to_numpy, rowwise_linear
+from corral.rl.noise import NoiseStreams
+from corral.parallel.slot_noise import SlotNoiseMixin
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 

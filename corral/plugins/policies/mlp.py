@@ -15,8 +15,8 @@ from corral import hookimpl
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
-from corral.lib import networks
-from corral.lib.networks import (
+from corral.rl import networks
+from corral.rl.networks import (
     batch_invariant_forward,
     flat_dim,
     mlp,
@@ -24,8 +24,8 @@ from corral.lib.networks import (
     params_to_numpy,
     rowwise_linear,
 )
-from corral.lib.noise import NoiseStreams
-from corral.lib.slot_noise import SlotNoiseMixin
+from corral.rl.noise import NoiseStreams
+from corral.parallel.slot_noise import SlotNoiseMixin
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -40,7 +40,7 @@ class MLPPolicyConfig:
 
 
 class _NumpyForward:
-    """:func:`~corral.lib.networks.batch_invariant_forward` of one ``mlp()``, with its per-call work
+    """:func:`~corral.rl.networks.batch_invariant_forward` of one ``mlp()``, with its per-call work
     (walking the modules, ``weight.detach().numpy()``) done once.
 
     The numpy views share storage with the parameters, so in-place updates (``set_param_values``,
@@ -102,7 +102,7 @@ class _NumpyForward:
 class MLPPolicy(SlotNoiseMixin, Policy, nn.Module):
     """Categorical (Discrete) or diagonal-Gaussian (Box) policy on an MLP.
 
-    Exploration noise comes from per-slot :class:`~corral.lib.noise.NoiseStreams`, so an
+    Exploration noise comes from per-slot :class:`~corral.rl.noise.NoiseStreams`, so an
     environment's actions depend only on its own seed, not on how it was batched.
     """
 

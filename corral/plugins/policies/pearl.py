@@ -3,7 +3,7 @@
 The agent holds, per environment slot, the *context* collected on the slot's current task
 (transitions ``(observation, action in [-1, 1], reward)``) and a latent task variable ``z``. The
 actor is a tanh-squashed Gaussian policy (:class:`~corral.plugins.policies.tanh_gaussian.TanhGaussianPolicy`)
-on ``[observation, z]``; the encoder (:class:`~corral.lib.context_encoder.ContextEncoder`) maps
+on ``[observation, z]``; the encoder (:class:`~corral.meta.context_encoder.ContextEncoder`) maps
 the context to a Gaussian posterior over ``z``.
 
 A worker drives it (``worker=pearl``): ``clear_context(mask)`` when a slot starts a new task,
@@ -32,9 +32,9 @@ from corral import hookimpl
 from corral.framework.env import EnvSpec, child_seed
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
-from corral.lib.context_encoder import MIN_VARIANCE, ContextEncoder
-from corral.lib.networks import batch_invariant_forward, flat_dim, numpy_to_params, params_to_numpy
-from corral.lib.noise import NoiseStreams
+from corral.meta.context_encoder import MIN_VARIANCE, ContextEncoder
+from corral.rl.networks import batch_invariant_forward, flat_dim, numpy_to_params, params_to_numpy
+from corral.rl.noise import NoiseStreams
 from corral.plugins.policies.tanh_gaussian import TanhGaussianPolicy
 
 #: Child of a slot's noise seed that ``z`` is drawn from (the actor's noise uses the seed itself).

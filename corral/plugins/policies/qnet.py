@@ -4,7 +4,7 @@
 ``Q = V(s) + A(s, a) - mean_a A(s, a)`` (Wang et al. 2016). The exploration rate is the
 ``epsilon`` buffer: it travels with the parameters in every agent update, so workers follow the
 algorithm's schedule. Whether to explore and which random action to take come from per-slot
-:class:`~corral.lib.noise.NoiseStreams`, so an environment's actions depend only on its own seed.
+:class:`~corral.rl.noise.NoiseStreams`, so an environment's actions depend only on its own seed.
 The deterministic (evaluation) action is ``argmax_a Q(s, a)``.
 """
 
@@ -22,15 +22,15 @@ from corral import hookimpl
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
-from corral.lib.networks import activation as activation_class
-from corral.lib.networks import (
+from corral.rl.networks import activation as activation_class
+from corral.rl.networks import (
     batch_invariant_forward,
     flat_dim,
     mlp,
     numpy_to_params,
     params_to_numpy,
 )
-from corral.lib.slot_noise import SlotNoiseMixin
+from corral.parallel.slot_noise import SlotNoiseMixin
 
 
 @dataclass

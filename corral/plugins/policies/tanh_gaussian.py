@@ -5,7 +5,7 @@ The network outputs a mean and a log standard deviation per action dimension; an
 deterministic (evaluation) action is ``tanh(mean)`` rescaled. While its ``random_actions`` flag is
 set (SAC sets it until the replay buffer holds ``min_buffer_size`` transitions) it acts uniformly
 at random inside the bounds. Both the Gaussian and the uniform noise come from per-slot
-:class:`~corral.lib.noise.NoiseStreams`, so an environment's actions depend only on its own seed.
+:class:`~corral.rl.noise.NoiseStreams`, so an environment's actions depend only on its own seed.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from corral import hookimpl
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
-from corral.lib.networks import (
+from corral.rl.networks import (
     batch_invariant_forward,
     flat_dim,
     mlp,
     numpy_to_params,
     params_to_numpy,
 )
-from corral.lib.slot_noise import SlotNoiseMixin
+from corral.parallel.slot_noise import SlotNoiseMixin
 
 _LOG_2 = math.log(2.0)
 

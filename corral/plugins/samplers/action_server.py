@@ -1,16 +1,16 @@
 """``sampler=action_server``: worker processes step environments; one batched policy in this process.
 
 rlpyt's GPU sampler, for every corral worker whose agent needs only the calls an
-:class:`~corral.lib.action_proxy.ActionProxy` forwards. Worker processes are the multiprocessing
+:class:`~corral.parallel.action_proxy.ActionProxy` forwards. Worker processes are the multiprocessing
 sampler's (same start-up, commands, episode transport, bounded waits, failure reports, restarts,
 shutdown); what differs is the agent each worker holds: a proxy that posts observations to a
 shared-memory slot and waits for actions. A thread of this process
-(:class:`~corral.lib.action_server.ActionServer`) keeps the real policy on ``device`` and answers
+(:class:`~corral.parallel.action_server.ActionServer`) keeps the real policy on ``device`` and answers
 every posting worker with one batched forward pass per step. Agent updates go straight to that
 policy (parameters are never shipped to the workers).
 
 Same seed, same episodes: each environment slot keeps its own noise stream and recurrent state on
-the server (:class:`~corral.lib.slot_state.AgentPool`), and corral's MLP forward is batch
+the server (:class:`~corral.parallel.slot_state.AgentPool`), and corral's MLP forward is batch
 invariant, so on cpu the episodes equal the local sampler's, array for array.
 
 ``sampler=alternating`` (:mod:`corral.plugins.samplers.alternating`) is this sampler with two
@@ -27,8 +27,8 @@ from corral import hookimpl
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.worker import WorkerFactory
-from corral.lib.action_proxy import PROXY_METHODS, ActionProxy, ServedWorkerFactory
-from corral.lib.action_server import ActionServer
+from corral.parallel.action_proxy import PROXY_METHODS, ActionProxy, ServedWorkerFactory
+from corral.parallel.action_server import ActionServer
 from corral.plugins.samplers.multiprocessing import (
     MultiprocessingSampler,
     MultiprocessingSamplerConfig,
@@ -106,7 +106,7 @@ class ActionServerSampler(MultiprocessingSampler):
 
     Attributes:
         device: where the server's policy runs.
-        server: the :class:`~corral.lib.action_server.ActionServer` (``server.n_served_steps``
+        server: the :class:`~corral.parallel.action_server.ActionServer` (``server.n_served_steps``
             counts batched forward passes).
     """
 

@@ -45,8 +45,8 @@ from corral.framework.env import is_new_env
 from corral.framework.errors import ConfigError, WorkerError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, split_steps
-from corral.lib.shared_memory import SharedBlobs, dump_blob
-from corral.lib.worker_process import WorkerProcess, describe_exit, stop_processes
+from corral.parallel.shared_memory import SharedBlobs, dump_blob
+from corral.parallel.worker_process import WorkerProcess, describe_exit, stop_processes
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import numpy as np
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.worker import Worker
-from corral.lib.episode_buffer import EpisodeBuffers, action_clipper, batch_from_episodes
+from corral.rl.episode_buffer import EpisodeBuffers, action_clipper, batch_from_episodes
 
 
 @dataclass

@@ -17,7 +17,7 @@ Unlike RL2, each episode is its own episode in the batch, with
   ``info[context_reward]`` when set (PEARL's sparse point robot infers the goal from the sparse
   reward while the actor and critics learn from the dense one).
 
-Tasks come as in ``worker=rl2``: a :class:`~corral.lib.tasks.TaskSchedule` env update gives trial
+Tasks come as in ``worker=rl2``: a :class:`~corral.meta.tasks.TaskSchedule` env update gives trial
 ``k`` the schedule's ``k``-th task. When the schedule also carries that task's known context
 (``algo.collect_context_size``), the trial's context starts with it: its posterior episodes then
 act on the posterior over that context plus the trial's own earlier episodes, as PEARL's reference
@@ -44,8 +44,8 @@ from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.errors import ConfigError
 from corral.framework.plugins import get_registry
 from corral.framework.worker import Worker
-from corral.lib.episode_buffer import EpisodeBuffers, action_clipper, batch_from_episodes
-from corral.lib.trial_tasks import TrialTasksMixin
+from corral.rl.episode_buffer import EpisodeBuffers, action_clipper, batch_from_episodes
+from corral.meta.trial_tasks import TrialTasksMixin
 from corral.plugins.validation import component_class
 
 

@@ -10,9 +10,9 @@ trial are concatenated, the trial ends TERMINAL (the meta-episode is over), and
 - ``env_infos["rl2_step_type"]``: the step type the step had in its own episode,
 - ``episode_infos["task_id"]``: the task of the trial (-1 when unknown).
 
-Tasks: an env update that is a :class:`~corral.lib.tasks.TaskSchedule` gives trial ``k`` of
+Tasks: an env update that is a :class:`~corral.meta.tasks.TaskSchedule` gives trial ``k`` of
 the worker the schedule's ``k``-th task (``algo=rl2_ppo`` sends one schedule per worker each
-epoch); any other env update (a new env, a :class:`~corral.lib.tasks.SetTask`) is applied as
+epoch); any other env update (a new env, a :class:`~corral.meta.tasks.SetTask`) is applied as
 usual and every trial runs on the environment's current task.
 
 Like ``worker=vec``, ``n_envs`` slots step in lock-step with one batched ``get_actions`` call;
@@ -34,9 +34,9 @@ from corral.framework.env import child_seed, current_task_id, seed_int
 from corral.framework.errors import ConfigError
 from corral.framework.plugins import get_registry
 from corral.framework.worker import Worker
-from corral.lib.episode_buffer import StepLog, action_clipper
-from corral.lib.rl2_env import CONTINUE_TRIAL, is_rl2_env
-from corral.lib.trial_tasks import TrialTasksMixin
+from corral.rl.episode_buffer import StepLog, action_clipper
+from corral.meta.rl2_env import CONTINUE_TRIAL, is_rl2_env
+from corral.meta.trial_tasks import TrialTasksMixin
 
 
 @dataclass
@@ -71,7 +71,7 @@ class RL2Worker(TrialTasksMixin, Worker):
         if not is_rl2_env(env):
             raise ConfigError(
                 "worker=rl2 needs the RL2 observation (previous action, reward and done): the environment is "
-                "not wrapped in corral.lib.rl2_env.RL2Env; set env.rl2_inputs=true (the rl2_* presets do)"
+                "not wrapped in corral.meta.rl2_env.RL2Env; set env.rl2_inputs=true (the rl2_* presets do)"
             )
         assert self.episode_limit is not None
         trial = self.n_episodes_per_trial * self.episode_limit

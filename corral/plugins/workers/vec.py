@@ -10,7 +10,7 @@ import numpy as np
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
 from corral.framework.worker import Worker
-from corral.lib.episode_buffer import StepLog, action_clipper
+from corral.rl.episode_buffer import StepLog, action_clipper
 
 
 @dataclass
@@ -23,7 +23,7 @@ class VecWorkerConfig:
 class VecWorker(Worker):
     """Steps ``n_envs`` environments in lock-step; one ``get_actions`` call per step for all of them.
 
-    Steps go to a preallocated, time-major :class:`~corral.lib.episode_buffer.StepLog` (one row of
+    Steps go to a preallocated, time-major :class:`~corral.rl.episode_buffer.StepLog` (one row of
     whole-array copies per step; episodes are gathered from it at the end). A slot
     whose episode ends is reset at once while more steps are wanted (so every environment stays
     busy), and the agent is told which slots restarted (``agent.reset(mask)``).

@@ -11,7 +11,7 @@ import torch
 
 from corral.framework.env import EnvFactory, EnvSpec
 from corral.framework.errors import ConfigError
-from corral.lib.task_envs import make_task_env
+from corral.meta.task_envs import make_task_env
 from corral.plugins.policies.pearl import PEARLPolicy
 
 POINT = EnvFactory(make_task_env, {"entry_point": "corral.plugins.envs.point_nav:PointNavEnv", "max_episode_steps": 5})

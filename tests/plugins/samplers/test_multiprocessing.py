@@ -34,7 +34,7 @@ from corral import (
     WorkerError,
     WorkerFactory,
 )
-from corral.lib.shared_memory import segment_prefix
+from corral.parallel.shared_memory import segment_prefix
 from corral.testing.processes import child_processes, wait_gone
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -22,9 +22,9 @@ from corral.framework.compose import validate
 from corral.framework.env import EnvFactory, EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.worker import WorkerFactory
-from corral.lib.meta_eval import pearl_episode_returns
-from corral.lib.task_envs import make_task_env
-from corral.lib.tasks import TaskSampler, TaskSchedule, TaskSplit
+from corral.meta.meta_eval import pearl_episode_returns
+from corral.meta.task_envs import make_task_env
+from corral.meta.tasks import TaskSampler, TaskSchedule, TaskSplit
 from corral.plugins.policies.pearl import PEARLPolicy
 from corral.plugins.samplers.multiprocessing import MultiprocessingSampler
 from corral.plugins.workers.pearl import PEARLWorker

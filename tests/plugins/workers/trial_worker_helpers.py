@@ -18,9 +18,9 @@ from omegaconf import DictConfig
 from corral.framework.entry import prepare
 from corral.framework.env import EnvFactory
 from corral.framework.policy import Policy
-from corral.lib.rl2_env import RL2Env
-from corral.lib.task_envs import make_task_env
-from corral.lib.tasks import TaskSampler
+from corral.meta.rl2_env import RL2Env
+from corral.meta.task_envs import make_task_env
+from corral.meta.tasks import TaskSampler
 from corral.plugins.samplers.local import LocalSampler
 
 

@@ -1,7 +1,7 @@
 """The policies an action server runs, and the per-slot sampling state of every worker's slots.
 
 A worker's environment slots have state on the server side: their exploration-noise counters
-(:class:`~corral.lib.noise.NoiseStreams`) and, for a recurrent policy, their hidden state. The
+(:class:`~corral.rl.noise.NoiseStreams`) and, for a recurrent policy, their hidden state. The
 server batches the slots of every posting worker into one ``get_actions`` call, so the policy
 instance must hold exactly the rows of the workers in that batch, in worker order.
 

@@ -9,7 +9,7 @@ import torch
 
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
-from corral.lib.off_policy import polyak_update
+from corral.rl.off_policy import polyak_update
 from corral.plugins.algos.dqn import DQN
 from corral.plugins.policies.qnet import QNetworkPolicy
 

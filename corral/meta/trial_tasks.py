@@ -1,8 +1,8 @@
 """What trial-running workers (``worker=rl2``, ``worker=pearl``) share: a task per trial from a schedule.
 
-A :class:`~corral.lib.tasks.TaskSchedule` env update gives trial ``k`` of the worker the
+A :class:`~corral.meta.tasks.TaskSchedule` env update gives trial ``k`` of the worker the
 schedule's ``k``-th task (and its known context, when the schedule has one); any other env update
-(a new env, a :class:`~corral.lib.tasks.SetTask`) is applied as usual and every trial runs on the
+(a new env, a :class:`~corral.meta.tasks.SetTask`) is applied as usual and every trial runs on the
 environment's current task. The schedule and how many of its trials have started go into the
 worker's snapshot.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 
 from corral.framework.env import current_task_id
-from corral.lib.tasks import TaskSchedule
+from corral.meta.tasks import TaskSchedule
 
 
 class TrialTasksMixin:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from corral.lib.networks import batch_invariant_forward, mlp, rowwise_linear
+from corral.rl.networks import batch_invariant_forward, mlp, rowwise_linear
 
 
 @pytest.mark.parametrize(("k", "out"), [(4, 64), (64, 2), (300, 300), (512, 512), (17, 6)])

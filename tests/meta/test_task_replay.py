@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from corral.framework.batch import EpisodeBatch, StepType
-from corral.lib.task_replay import TaskReplayBuffers
+from corral.meta.task_replay import TaskReplayBuffers
 
 
 def episodes(task_ids: list[int], length: int = 4) -> EpisodeBatch:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from corral.lib.networks import mlp
+from corral.rl.networks import mlp
 
 #: Lower bound of a factor's variance (keeps 1 / sigma_n^2 finite).
 MIN_VARIANCE = 1e-7

@@ -5,7 +5,7 @@ then sleeping on it). Awake, it collects the posts (each worker's ``posted`` sem
 without blocking: that also makes the worker's writes visible), answers control calls (seed,
 state, parameters) at once, and serves a group of workers as soon as every *busy* worker of the
 group (one with a command outstanding) has posted: one batched ``get_actions`` for all of their
-environments (:class:`~corral.lib.slot_state.AgentPool`), actions written back, each worker's
+environments (:class:`~corral.parallel.slot_state.AgentPool`), actions written back, each worker's
 ``answered`` semaphore released. A worker that has finished its share is not busy, so it never
 holds the others up; the sampler rings the doorbell whenever a worker's business changes (a reply
 arrived, a command was sent, a worker was restarted).
@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from corral.framework.policy import Policy
-from corral.lib.action_proxy import (
+from corral.parallel.action_proxy import (
     CALL,
     DETERMINISTIC,
     ERROR,
@@ -47,7 +47,7 @@ from corral.lib.action_proxy import (
     poll_acquire,
     response_meta,
 )
-from corral.lib.slot_state import AgentPool
+from corral.parallel.slot_state import AgentPool
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class ActionServer:
         obs_bytes, resp_bytes: capacity of each slot's observation and response areas.
         timeout: seconds a worker waits for an answer before giving up.
         spin_s: seconds a worker (and the serving thread) polls for what it waits for before
-            sleeping on its semaphore (see :func:`~corral.lib.action_proxy.poll_acquire`).
+            sleeping on its semaphore (see :func:`~corral.parallel.action_proxy.poll_acquire`).
     """
 
     def __init__(self, ctx: Any, n_workers: int, groups: Sequence[Sequence[int]],

@@ -1,4 +1,4 @@
-"""Task splits, schedules and samplers (corral/lib/tasks.py)."""
+"""Task splits, schedules and samplers (corral/meta/tasks.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from corral.framework.env import current_task_id
 from corral.framework.errors import ConfigError
-from corral.lib.task_envs import make_task_env
-from corral.lib.tasks import SetTask, TaskSampler, TaskSchedule, TaskSplit, spread
+from corral.meta.task_envs import make_task_env
+from corral.meta.tasks import SetTask, TaskSampler, TaskSchedule, TaskSplit, spread
 
 BANDITS = "corral.plugins.envs.bandits:BernoulliBanditEnv"
 POINT = "corral.plugins.envs.point_nav:PointNavEnv"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from corral.framework.batch import EpisodeBatch, StepType
-from corral.lib.returns import discounted_returns, gae
+from corral.rl.returns import discounted_returns, gae
 
 F, M, T, O = StepType.FIRST, StepType.MID, StepType.TERMINAL, StepType.TIMEOUT
 

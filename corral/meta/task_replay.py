@@ -1,6 +1,6 @@
 """Per-task replay buffers (PEARL keeps one for RL and one for context per meta-train task).
 
-:class:`TaskReplayBuffers` maps a task id to a :class:`~corral.lib.replay_buffer.ReplayBuffer`
+:class:`TaskReplayBuffers` maps a task id to a :class:`~corral.rl.replay_buffer.ReplayBuffer`
 created on the task's first episode. Episodes are routed by ``episode_infos["task_id"]``. One
 seeded generator, held by the collection and saved in its snapshot, draws every minibatch, so a
 resumed run samples exactly what the uninterrupted one would have, whichever tasks it meets next.
@@ -14,7 +14,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from corral.framework.batch import EpisodeBatch
-from corral.lib.replay_buffer import ReplayBuffer
+from corral.rl.replay_buffer import ReplayBuffer
 
 
 class TaskReplayBuffers:

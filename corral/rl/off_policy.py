@@ -28,7 +28,7 @@ from corral.framework.env import EnvSpec, child_seed
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
-from corral.lib.replay_buffer import ReplayBuffer
+from corral.rl.replay_buffer import ReplayBuffer
 
 #: Spawn-key branches of the off-policy algorithm's own RNGs (workers use 0, 1, ...).
 BUFFER_BRANCH = 2**31 - 3

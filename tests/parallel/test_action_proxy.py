@@ -6,7 +6,7 @@ import multiprocessing
 import threading
 import time
 
-from corral.lib.action_proxy import poll_acquire
+from corral.parallel.action_proxy import poll_acquire
 
 
 def test_poll_acquire_takes_a_release_that_comes_while_it_polls() -> None:

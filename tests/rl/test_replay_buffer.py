@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from corral.framework.batch import EpisodeBatch, StepType
-from corral.lib.replay_buffer import ReplayBuffer
+from corral.rl.replay_buffer import ReplayBuffer
 
 F, M, T, O = StepType.FIRST, StepType.MID, StepType.TERMINAL, StepType.TIMEOUT
 

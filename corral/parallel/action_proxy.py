@@ -6,7 +6,7 @@ calls a worker makes (``get_actions``, ``reset``, ``seed``, ``deterministic``,
 ``get_sampling_state`` / ``set_sampling_state``, ``get_param_values``) by writing the request into
 the worker's shared-memory slot, releasing the slot's ``posted`` semaphore (and the server's
 doorbell), and waiting on the slot's ``answered`` semaphore: one semaphore pair per worker. The
-policy itself lives in the sampler's process (:mod:`corral.lib.action_server`).
+policy itself lives in the sampler's process (:mod:`corral.parallel.action_server`).
 
 A slot is one POSIX shared-memory segment (``corral_<pid>_...``, so leaks are attributable) laid
 out as :class:`SlotLayout`: an int64 header, a blob area for pickled control messages, a meta area
@@ -37,7 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from corral.framework.policy import Policy
-from corral.lib.shared_memory import segment_prefix
+from corral.parallel.shared_memory import segment_prefix
 
 try:  # POSIX: map segments without registering them with this process's resource tracker.
     import _posixshmem

@@ -27,7 +27,7 @@ class TaskEnvConfig:
 
 def make_task_env(entry_point: str, max_episode_steps: int, rl2_inputs: bool = False, **kwargs: Any) -> gym.Env:
     """Make ``entry_point`` (``"module:Class"``) with gymnasium's ``TimeLimit`` of ``max_episode_steps``,
-    wrapped in :class:`~corral.lib.rl2_env.RL2Env` when ``rl2_inputs``. Module-level, so an
+    wrapped in :class:`~corral.meta.rl2_env.RL2Env` when ``rl2_inputs``. Module-level, so an
     :class:`EnvFactory` of it pickles by reference to worker processes."""
     module, _, name = entry_point.partition(":")
     env_id = f"corral/{name}-v0"
@@ -36,7 +36,7 @@ def make_task_env(entry_point: str, max_episode_steps: int, rl2_inputs: bool = F
     importlib.import_module(module)
     env = gym.make(env_id, max_episode_steps=int(max_episode_steps), disable_env_checker=True, **kwargs)
     if rl2_inputs:
-        from corral.lib.rl2_env import RL2Env
+        from corral.meta.rl2_env import RL2Env
 
         env = RL2Env(env)
     return env

@@ -1,4 +1,4 @@
-"""The RL2 environment wrapper (corral/lib/rl2_env.py)."""
+"""The RL2 environment wrapper (corral/meta/rl2_env.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from corral.framework.errors import ConfigError
-from corral.lib.rl2_env import CONTINUE_TRIAL, RL2Env, is_rl2_env
-from corral.lib.task_envs import make_task_env
+from corral.meta.rl2_env import CONTINUE_TRIAL, RL2Env, is_rl2_env
+from corral.meta.task_envs import make_task_env
 
 
 def test_discrete_actions_one_hot_reward_and_done_across_a_trial() -> None:

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from corral.lib.noise import NoiseStreams
+from corral.rl.noise import NoiseStreams
 
 
 class SlotNoiseMixin:

@@ -13,8 +13,8 @@ from corral.framework.batch import EpisodeBatch
 from corral.framework.env import EnvSpec, child_seed
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
-from corral.lib.networks import flat_dim, mlp
-from corral.lib.returns import gae
+from corral.rl.networks import flat_dim, mlp
+from corral.rl.returns import gae
 
 #: Spawn-key branch of the algorithm's own RNG (minibatch shuffling).
 ALGO_BRANCH = 2**31 - 2

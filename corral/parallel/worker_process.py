@@ -4,7 +4,7 @@ The parent talks to each child over one duplex ``multiprocessing`` pipe. Only sm
 tuples are pickled onto it; bulk data travels separately:
 
 parent -> child: ``(seq, version, env_refs, agent_refs, action, arg)`` or ``"stop"``.
-    ``env_refs`` / ``agent_refs`` locate pickled updates (:class:`~corral.lib.shared_memory.BlobRef`
+    ``env_refs`` / ``agent_refs`` locate pickled updates (:class:`~corral.parallel.shared_memory.BlobRef`
     in a shared-memory segment written once for every worker, or inline ``bytes``); the child
     applies them in order (``update_env`` then ``update_agent``, as the local sampler does), then
     performs ``action``: ``"steps"`` (at least ``arg`` steps of whole episodes, with the local
@@ -36,7 +36,7 @@ import traceback
 from multiprocessing.connection import wait
 from typing import Any, Sequence
 
-from corral.lib.shared_memory import load_blob
+from corral.parallel.shared_memory import load_blob
 
 #: Seconds between a child's checks on its parent, and between its progress reports.
 _WATCH_EVERY_S = 1.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from corral.lib.context_encoder import ContextEncoder, kl_to_standard_normal, product_of_gaussians
+from corral.meta.context_encoder import ContextEncoder, kl_to_standard_normal, product_of_gaussians
 
 
 def test_product_of_gaussians_is_the_precision_weighted_mean() -> None:

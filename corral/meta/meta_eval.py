@@ -20,7 +20,7 @@ from corral.framework.env import child_seed, make_env
 from corral.framework.evaluation import EVAL_BRANCH
 from corral.framework.policy import Policy
 from corral.framework.worker import Worker, WorkerFactory
-from corral.lib.tasks import TaskSchedule, TaskSplit
+from corral.meta.tasks import TaskSchedule, TaskSplit
 
 
 def trial_episode_returns(trials: EpisodeBatch) -> np.ndarray:

@@ -6,7 +6,7 @@ import copy
 
 import numpy as np
 
-from corral.lib.noise import NoiseStreams
+from corral.rl.noise import NoiseStreams
 
 
 def seeds(n: int, root: int = 0) -> list[np.random.SeedSequence]:

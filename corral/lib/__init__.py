@@ -1,1 +1,0 @@
-"""Shared building blocks used by plugins: networks, noise streams, returns, episode buffers."""

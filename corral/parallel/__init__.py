@@ -1,0 +1,14 @@
+"""Process and IPC machinery that the parallel samplers are built on.
+
+Who uses it: the ``multiprocessing``, ``action_server`` and ``alternating`` samplers
+(and a third-party sampler that wants the same parts). It holds:
+
+- ``worker_process``: the long-lived worker process, its command loop and liveness checks;
+- ``shared_memory``: named shared-memory segments and blobs that carry arrays between processes;
+- ``action_proxy`` / ``action_server``: the proxy agent a worker holds under an action server,
+  and the server that runs one batched forward pass for every worker's environments;
+- ``slot_state`` / ``slot_noise``: per-environment-slot agent state and noise streams kept by
+  the action server for each worker's slots.
+
+Imports only ``corral.framework`` and ``corral.rl``.
+"""
