@@ -9,7 +9,6 @@ multi-select (``logger=[console,csv]``); each sits under ``logger.<name>``.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +18,8 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from corral.framework.plugins import PluginManager, Registration, get_plugin_manager
+from corral.framework.plugins import PluginManager, get_plugin_manager
+from corral.framework.registry import Registration, node_class
 
 #: Hydra's config module holding config.yaml, experiment/ presets and hydra/ presets.
 CONFIG_MODULE = "corral.conf"
@@ -39,37 +39,6 @@ class CorralConfig:
     logger: Any = field(default_factory=dict)
     experiment: Any = None
     seed: int = 1
-
-
-@dataclass
-class _EmptyConfig:
-    """Config of a component that has no settings."""
-
-
-def node_class(reg: Registration) -> type:
-    """The dataclass stored for ``reg``: its config's fields plus ``name: str = <registered name>``.
-
-    The fields are copied (types resolved in the config's own module, so ``from __future__ import
-    annotations`` works) rather than inherited, so a frozen config dataclass still accepts
-    command-line overrides; ``config_of`` builds the plugin's own class from the composed node.
-    """
-    base = reg.config or _EmptyConfig
-    hints = typing.get_type_hints(base)
-    fields: list[tuple[str, Any, Any]] = []
-    for f in dataclasses.fields(base):
-        if f.default is not dataclasses.MISSING:
-            spec = field(default=f.default, metadata=f.metadata)
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            spec = field(default_factory=f.default_factory, metadata=f.metadata)  # type: ignore[misc]
-        else:
-            spec = field(default=MISSING, metadata=f.metadata)
-        fields.append((f.name, hints.get(f.name, Any), spec))
-    fields.append(("name", str, field(default=reg.name, metadata={"help": f"registered {reg.kind} name"})))
-    return dataclasses.make_dataclass(
-        f"{base.__name__}__{reg.kind}_{reg.name}".replace("-", "_"),
-        fields,
-        namespace={"__doc__": base.__doc__},
-    )
 
 
 #: (kind, name) -> the config class stored for it, to skip unchanged nodes and drop stale ones.

@@ -10,20 +10,19 @@ reported in one warning naming its distribution, version and error. Environment 
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import re
 import traceback
 import warnings
-from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pluggy
 
 from corral.framework import hookspecs
 from corral.framework.errors import PluginError
+from corral.framework.registry import KINDS, FailedPlugin, Registration, Registry, Source
 
 ENTRY_POINT_GROUP = "corral"
 
@@ -69,127 +68,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "corral.plugins.validation",
 )
 
-#: The kinds of component a plugin may register (one Hydra config group each).
-KINDS: tuple[str, ...] = ("trainer", "algo", "env", "policy", "sampler", "worker", "logger")
-
-
 class PluginWarning(UserWarning):
     """A plugin failed to load or register and was skipped."""
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a plugin came from."""
-
-    plugin: str
-    distribution: str
-    version: str
-
-    def __str__(self) -> str:
-        return f"{self.distribution} {self.version} (plugin {self.plugin!r})"
-
-
-@dataclass(frozen=True)
-class Registration:
-    """One registered component: kind + name -> factory and config dataclass."""
-
-    kind: str
-    name: str
-    factory: Any
-    config: type | None
-    help: str
-    source: Source
-
-    def config_fields(self) -> list[dict[str, Any]]:
-        """The config dataclass's fields: name, type, default and help."""
-        if self.config is None:
-            return []
-        out = []
-        for f in dataclasses.fields(self.config):
-            if f.default is not dataclasses.MISSING:
-                default: Any = f.default
-            elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-                default = f.default_factory()  # type: ignore[misc]
-            else:
-                default = "???"
-            typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-            out.append({"name": f.name, "type": typ, "default": default, "help": f.metadata.get("help", "")})
-        return out
-
-
-@dataclass(frozen=True)
-class FailedPlugin:
-    """A plugin that could not be loaded or registered."""
-
-    source: Source
-    error: str
-    traceback: str
-
-
-@dataclass
-class Registry:
-    """All registered components, by (kind, name)."""
-
-    entries: dict[tuple[str, str], Registration] = field(default_factory=dict)
-    failed: list[FailedPlugin] = field(default_factory=list)
-
-    def add(self, reg: Registration) -> None:
-        """Add a registration; a duplicate (kind, name) is an error naming both plugins."""
-        if reg.kind not in KINDS:
-            raise PluginError(
-                f"{reg.source} registered {reg.name!r} under unknown kind {reg.kind!r}; kinds are {', '.join(KINDS)}"
-            )
-        key = (reg.kind, reg.name)
-        if key in self.entries:
-            other = self.entries[key].source
-            raise PluginError(
-                f"duplicate registration of {reg.kind} {reg.name!r}: by {other} and by {reg.source}. "
-                f"Uninstall one, or disable it with CORRAL_DISABLE_PLUGINS={reg.source.plugin}"
-            )
-        if reg.config is not None:
-            if not (isinstance(reg.config, type) and dataclasses.is_dataclass(reg.config)):
-                raise PluginError(
-                    f"{reg.source}: config for {reg.kind} {reg.name!r} must be a dataclass class "
-                    f"(config=MyConfig, not an instance or a dict); got {reg.config!r}"
-                )
-            if "name" in {f.name for f in dataclasses.fields(reg.config)}:
-                raise PluginError(
-                    f"{reg.source}: config dataclass of {reg.kind} {reg.name!r} has a field called 'name', "
-                    "which corral reserves for the registered option name"
-                )
-        _check_structured(reg)
-        self.entries[key] = reg
-
-    def get(self, kind: str, name: str) -> Registration:
-        """Look a component up; an unknown name is an error listing the known ones."""
-        try:
-            return self.entries[(kind, name)]
-        except KeyError:
-            known = ", ".join(sorted(self.names(kind))) or "none"
-            raise PluginError(f"no {kind} named {name!r} is registered; available: {known}") from None
-
-    def names(self, kind: str) -> list[str]:
-        """Registered names of one kind."""
-        return sorted(n for k, n in self.entries if k == kind)
-
-    def __iter__(self) -> Iterator[Registration]:
-        return iter(sorted(self.entries.values(), key=lambda r: (r.kind, r.name)))
-
-
-def _check_structured(reg: Registration) -> None:
-    """Fail at registration (inside the plugin's isolation) if Hydra could not store the config."""
-    from omegaconf import OmegaConf
-
-    from corral.framework.config import node_class
-
-    try:
-        OmegaConf.structured(node_class(reg))
-    except Exception as exc:  # noqa: BLE001 - any failure here is the plugin's config's fault
-        name = getattr(reg.config, "__qualname__", repr(reg.config))
-        raise PluginError(
-            f"{reg.source}: config dataclass {name} of {reg.kind} {reg.name!r} is not a valid Hydra "
-            f"structured config: {type(exc).__name__}: {exc}"
-        ) from exc
 
 
 class PluginManager:
