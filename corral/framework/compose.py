@@ -10,11 +10,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from corral.framework.algorithm import Algorithm
-from corral.framework.config import config_of
+from corral.framework.checks import composed_problems
+from corral.framework.config import CorralConfig, config_of
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError
 from corral.framework.logger import Logger
 from corral.framework.plugins import PluginManager, get_plugin_manager
+from corral.framework.registry import KINDS
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
 from corral.framework.worker import WorkerFactory
@@ -44,7 +46,9 @@ class Run:
 
 
 def validate(cfg: DictConfig, manager: PluginManager | None = None) -> None:
-    """Check that every chosen option exists and that the choices fit together."""
+    """Check that every chosen option exists, that every key is a field of its option and every
+    value is inside its field's declared range (:mod:`corral.framework.checks`), and that the
+    choices fit together (the ``corral_validate_config`` hook). Nothing is built before this."""
     manager = manager or get_plugin_manager()
     for kind in ("trainer", "env", "algo", "policy", "sampler", "worker"):
         node = cfg.get(kind)
@@ -53,6 +57,9 @@ def validate(cfg: DictConfig, manager: PluginManager | None = None) -> None:
         manager.registry.get(kind, node.name)
     for name in (cfg.get("logger") or {}):
         manager.registry.get("logger", name)
+    problems = composed_problems(cfg, manager.registry, CorralConfig, KINDS)
+    if problems:
+        raise ConfigError("\ncorral: error: ".join(problems))
     manager.hook.corral_validate_config(cfg=cfg)
 
 
@@ -76,6 +83,8 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
 
     policy_reg = reg.get("policy", cfg.policy.name)
     policy = policy_reg.factory(config_of(policy_reg, cfg.policy), env_spec=env_spec)
+    normalization = _normalization(reg, cfg, env_spec)  # normalize=: None when off
+    agents = normalization.wrap_policy(policy) if normalization is not None else policy
 
     worker_reg = reg.get("worker", cfg.worker.name)
     worker_cfg = config_of(worker_reg, cfg.worker)
@@ -89,13 +98,15 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
         worker_class=worker_reg.factory,
         worker_args=_asdict(worker_cfg),
     )
-    sampler = sampler_reg.factory.from_worker_factory(worker_factory, agents=policy, envs=env, **sampler_options)
+    sampler = sampler_reg.factory.from_worker_factory(worker_factory, agents=agents, envs=env, **sampler_options)
 
     try:
         algo_reg = reg.get("algo", cfg.algo.name)
         algo = algo_reg.factory(
             config_of(algo_reg, cfg.algo), env_spec=env_spec, policy=policy, sampler=sampler, seed=seed
         )
+        if normalization is not None:
+            algo = normalization.wrap_algorithm(algo)
         log_path = Path(log_dir) if log_dir is not None else None
         loggers = []
         for name, node in (cfg.get("logger") or {}).items():
@@ -110,6 +121,16 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
         sampler.shutdown_worker()
         raise
     return Run(cfg, env, env_spec, policy, worker_factory, sampler, algo, loggers, trainer)
+
+
+def _normalization(reg: Any, cfg: DictConfig, env_spec: EnvSpec) -> Any:
+    """The run's ``normalize=`` option built (wraps the starting agent and the algorithm), or None
+    when the config has no ``normalize`` node or normalises nothing."""
+    node = cfg.get("normalize")
+    if not isinstance(node, DictConfig) or "name" not in node:
+        return None
+    norm_reg = reg.get("normalize", node.name)
+    return norm_reg.factory(config_of(norm_reg, node), env_spec=env_spec)
 
 
 def _asdict(obj: Any) -> dict[str, Any]:

@@ -65,6 +65,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "corral.plugins.loggers.console",
     "corral.plugins.loggers.csv",
     "corral.plugins.loggers.tensorboard",
+    "corral.plugins.normalizers.running",
     "corral.plugins.validation",
 )
 

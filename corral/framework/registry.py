@@ -16,7 +16,7 @@ from omegaconf import MISSING
 from corral.framework.errors import PluginError
 
 #: The kinds of component a plugin may register (one Hydra config group each).
-KINDS: tuple[str, ...] = ("trainer", "algo", "env", "policy", "sampler", "worker", "logger")
+KINDS: tuple[str, ...] = ("trainer", "algo", "env", "policy", "sampler", "worker", "logger", "normalize")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ the policy's per-slot streams, so the same seed gives the same episodes whatever
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import torch
@@ -88,6 +88,9 @@ class OffPolicyAlgorithm(Algorithm):
     policies: tuple[str, ...] = ()
     #: Action spaces it supports: ``"discrete"`` and/or ``"continuous"``.
     action_spaces: tuple[str, ...] = ("discrete", "continuous")
+    #: Applied to every sampled minibatch before its gradient step; running normalisation
+    #: (``normalize.obs`` / ``normalize.reward``) sets it, the buffer keeps raw transitions.
+    minibatch_transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     def __init__(
         self,
@@ -152,7 +155,10 @@ class OffPolicyAlgorithm(Algorithm):
         self.before_gradient_steps(before, self.env_steps)
         history: dict[str, list[float]] = {}
         for _ in range(self.n_gradient_steps(len(episodes))):
-            stats = self.gradient_step(self.replay_buffer.sample_torch(self.batch_size))
+            batch = self.replay_buffer.sample_torch(self.batch_size)
+            if self.minibatch_transform is not None:
+                batch = self.minibatch_transform(batch)
+            stats = self.gradient_step(batch)
             self.n_updates += 1
             for k, v in stats.items():
                 history.setdefault(k, []).append(float(v))
