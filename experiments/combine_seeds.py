@@ -70,7 +70,7 @@ def main() -> None:
         "Seeds (one learning.py invocation each, run in parallel):",
         "",
     ]
-    for part, (_, command, finished) in zip(args.parts, loaded):
+    for part, (_, command, _finished) in zip(args.parts, loaded):
         lines.append(f"- `{command}`" if command else f"- `{part}`: still running when this table was written")
     lines += ["", f"Threshold: {args.metric} >= {args.threshold:g}", ""]
     if args.note:

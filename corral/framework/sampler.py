@@ -72,7 +72,13 @@ class Sampler(ABC):
         self.total_env_steps = 0
         self._closed = False
         ref = weakref.ref(self)
-        self._atexit = lambda: (s := ref()) is not None and s.shutdown_worker()
+
+        def shutdown_at_exit() -> None:
+            sampler = ref()
+            if sampler is not None:
+                sampler.shutdown_worker()
+
+        self._atexit = shutdown_at_exit
         atexit.register(self._atexit)
 
     @classmethod

@@ -27,7 +27,12 @@ class _TaskCheetah(HalfCheetahEnv):
     def _default_task(self) -> dict[str, float]:
         raise NotImplementedError
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+    def set_task(self, task: dict[str, Any]) -> None:
+        """Switch to ``task`` (each environment defines what a task holds)."""
+        raise NotImplementedError
+
+    # gymnasium annotates MujocoEnv.step with numpy scalars; this returns Env.step's Python types.
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:  # type: ignore[override]
         """HalfCheetah's step with the task's reward."""
         if not getattr(self, "_has_task", False):
             self.set_task(self._default_task())

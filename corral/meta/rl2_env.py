@@ -9,7 +9,7 @@ the trial and shows the last action and reward of the episode before, with done 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -61,7 +61,7 @@ class RL2Env(gym.Wrapper):
             self._extra[:] = 0.0
         return self._augment(obs), info
 
-    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+    def step(self, action: Any) -> tuple[np.ndarray, SupportsFloat, bool, bool, dict]:
         """Step and remember the action, reward and whether the episode ended."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         extra = self._extra

@@ -55,7 +55,7 @@ class TaskReplayBuffers:
             chosen = [p for p, t in zip(parts, ids) if t == task_id]
             self.buffer(int(task_id)).add(EpisodeBatch.concatenate(*chosen))
 
-    def sample(self, task_ids: Sequence[int], batch_size: int) -> dict[str, np.ndarray]:
+    def sample(self, task_ids: Sequence[int] | np.ndarray, batch_size: int) -> dict[str, np.ndarray]:
         """``batch_size`` transitions from each of ``task_ids``: arrays ``[len(task_ids), batch_size, ...]``."""
         buffers = [self.buffers[int(t)] for t in task_ids]
         samples = [b.get(self.rng.integers(0, len(b), size=int(batch_size))) for b in buffers]

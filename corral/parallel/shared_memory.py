@@ -67,10 +67,12 @@ class SharedBlobs:
         )
         self.name = self._shm.name
         written: set[int] = set()
+        buf = self._shm.buf
+        assert buf is not None  # SharedMemory.buf is None only after close()
         for blob, (offset, size) in zip(blobs, layout):
             if id(blob) not in written:
                 written.add(id(blob))
-                self._shm.buf[offset : offset + size] = blob
+                buf[offset : offset + size] = blob
         self.refs = [BlobRef(self.name, offset, size) for offset, size in layout]
         self.nbytes = total
 
@@ -98,7 +100,7 @@ def load_blob(ref: BlobRef | bytes) -> Any:
     if _posixshmem is None:  # pragma: no cover - Windows has no resource tracker to upset
         shm = shared_memory.SharedMemory(name=ref.name)
         try:
-            with shm.buf[ref.offset : ref.offset + ref.size] as view:
+            with shm.buf[ref.offset : ref.offset + ref.size] as view:  # type: ignore[index]  # open: not None
                 return pickle.loads(view)
         finally:
             shm.close()

@@ -45,8 +45,8 @@ def split_state(tree: Any, sizes: Sequence[int]) -> list[Any]:
         parts = {k: split_state(v, sizes) for k, v in tree.items()}
         return [{k: parts[k][i] for k in tree} for i in range(len(sizes))]
     if isinstance(tree, (list, tuple)):
-        parts = [split_state(v, sizes) for v in tree]
-        return [type(tree)(p[i] for p in parts) for i in range(len(sizes))]
+        columns = [split_state(v, sizes) for v in tree]
+        return [type(tree)(c[i] for c in columns) for i in range(len(sizes))]
     if _rows_of(tree) == total:
         bounds = list(itertools.accumulate(sizes))
         return [tree[b - n : b] for b, n in zip(bounds, sizes)]

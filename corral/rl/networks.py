@@ -44,7 +44,7 @@ def flat_dim(shape: Sequence[int] | None) -> int:
     return n
 
 
-def params_to_numpy(module: nn.Module) -> dict[str, "object"]:
+def params_to_numpy(module: nn.Module) -> dict[str, np.ndarray]:
     """A module's state dict as numpy copies (picklable, shippable)."""
     return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
 

@@ -42,7 +42,7 @@ class OnPolicyAlgorithm(Algorithm):
         self.discount = discount
         self.gae_lambda = gae_lambda
         obs_dim = flat_dim(env_spec.observation_space.shape)
-        self.value_function = mlp(obs_dim, vf_hidden_sizes, 1, "tanh", out_gain=1.0)
+        self.value_function: nn.Module = mlp(obs_dim, vf_hidden_sizes, 1, "tanh", out_gain=1.0)
         self.rng = np.random.Generator(np.random.PCG64(child_seed(np.random.SeedSequence(seed), ALGO_BRANCH)))
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
 

@@ -18,7 +18,7 @@ def test_same_key_episode_step_gives_same_noise_whatever_the_batch() -> None:
     big = NoiseStreams(s)
     alone = [NoiseStreams([x]) for x in s]
     pair = NoiseStreams([s[3], s[1]])  # another order, another batch size
-    for episode in range(3):
+    for _episode in range(3):
         big.reset()
         pair.reset()
         for a in alone:

@@ -34,6 +34,7 @@ class DefaultWorker(Worker):
     def _on_new_envs(self) -> None:
         super()._on_new_envs()
         env = self.envs[0]
+        assert self.episode_limit is not None
         self._buf = EpisodeBuffers(1, self.episode_limit, env.observation_space, env.action_space)
         self._clip = action_clipper(env.action_space)
 
@@ -50,7 +51,7 @@ class DefaultWorker(Worker):
     def step_episode(self) -> bool:
         """Take one step; True when the episode has ended."""
         buf, t = self._buf, self._t
-        assert buf is not None and self.agent is not None
+        assert buf is not None and self.agent is not None and self.episode_limit is not None
         actions, infos = self.agent.get_actions(np.asarray(self._obs)[None])
         action = actions[0]
         buf.observations[0, t] = self._obs
@@ -76,14 +77,15 @@ class DefaultWorker(Worker):
         assert self._buf is not None
         if not self._done:
             raise RuntimeError("the episode has not ended; call step_episode() until it returns True")
-        return self._buf.take(0, 0, self._t, self._obs)
+        return self._buf.take(0, 0, self._t, self._obs)  # type: ignore[arg-type]  # set by start_episode()
 
     # ------------------------------------------------------------------ rollouts
     def rollout(self, *, min_steps: int | None = None, n_episodes: int | None = None) -> EpisodeBatch:
         """One episode; or ``n_episodes``; or episodes until at least ``min_steps`` steps."""
         if n_episodes is None and min_steps is None:
             n_episodes = 1
-        episodes, steps = [], 0
+        episodes: list[dict[str, Any]] = []
+        steps = 0
         while (n_episodes is not None and len(episodes) < n_episodes) or (
             n_episodes is None and steps < (min_steps or 0)
         ):
