@@ -26,7 +26,10 @@ class EnvSpec:
         and the environment's own ``TimeLimit`` (``env.spec.max_episode_steps``)."""
         own = getattr(getattr(env, "spec", None), "max_episode_steps", None)
         limits = [x for x in (max_episode_length, own) if x]
-        return cls(env.observation_space, env.action_space, min(limits) if limits else None)
+        # A VectorEnv (a plugin environment may make one for worker=vector): its single spaces.
+        obs_space = getattr(env, "single_observation_space", None) or env.observation_space
+        act_space = getattr(env, "single_action_space", None) or env.action_space
+        return cls(obs_space, act_space, min(limits) if limits else None)
 
     @property
     def is_discrete(self) -> bool:
@@ -68,7 +71,7 @@ def make_env(source: gym.Env | EnvFactory | Callable[[], gym.Env]) -> gym.Env:
         return copy.deepcopy(source)
     if callable(source):
         env = source()
-        if not isinstance(env, gym.Env):
+        if not isinstance(env, (gym.Env, gym.vector.VectorEnv)):  # a VectorEnv is for worker=vector
             raise ConfigError(f"environment factory {source!r} returned {type(env).__name__}, not a gymnasium.Env")
         return env
     raise ConfigError(f"expected a gymnasium.Env or an environment factory, got {type(source).__name__}")

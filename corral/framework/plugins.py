@@ -10,6 +10,7 @@ reported in one warning naming its distribution, version and error. Environment 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import re
@@ -36,6 +37,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "corral.plugins.samplers.alternating",
     "corral.plugins.workers.default",
     "corral.plugins.workers.vec",
+    "corral.plugins.workers.vector",
     "corral.plugins.workers.fragment",
     "corral.plugins.workers.rl2",
     "corral.plugins.workers.pearl",
@@ -65,6 +67,8 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "corral.plugins.loggers.console",
     "corral.plugins.loggers.csv",
     "corral.plugins.loggers.tensorboard",
+    "corral.plugins.loggers.wandb",
+    "corral.plugins.loggers.mlflow",
     "corral.plugins.normalizers.running",
     "corral.plugins.validation",
 )
@@ -92,17 +96,18 @@ class PluginManager:
         """Register the built-ins, then every allowed entry point."""
         version = _version("corral")
         for module_name in BUILTIN_PLUGINS:
-            self._load_one(Source(module_name, "corral", version), lambda m=module_name: importlib.import_module(m))
+            self._load_one(Source(module_name, "corral", version), functools.partial(importlib.import_module, module_name))
         only = _env_list("CORRAL_PLUGINS")
         disabled = _env_list("CORRAL_DISABLE_PLUGINS")
         for ep in _entry_points():
-            dist = ep.dist.name if getattr(ep, "dist", None) else "unknown"
+            owner = getattr(ep, "dist", None)
+            dist = owner.name if owner is not None else "unknown"
             names = {_normalize(ep.name), _normalize(dist)}
             if only is not None and not names & only:
                 continue
             if disabled and names & disabled:
                 continue
-            ver = ep.dist.version if getattr(ep, "dist", None) else "?"
+            ver = owner.version if owner is not None else "?"
             self._load_one(Source(ep.name, dist, ver), ep.load)
 
     def register_object(self, plugin: Any, source: Source | str | None = None) -> None:

@@ -1,0 +1,637 @@
+"""``worker=vector``: one ``gymnasium.vector.VectorEnv`` of ``n_envs`` environments, one ``step`` call per step.
+
+Where ``worker=vec`` calls ``env.step`` once per environment in a Python loop, this worker hands all
+of them to a VectorEnv that steps them in one call (gymnasium's vector entry points, EnvPool,
+gymnasium's Sync/AsyncVectorEnv, or a plugin's own VectorEnv) and keeps its own bookkeeping in
+array code: episode ends, lengths, which slots restart, the time-major step log. No Python loop
+runs over environments per step.
+
+``worker.backend`` picks the VectorEnv:
+
+- ``native``: the environment id's own vector entry point (``gymnasium.make_vec(id,
+  vectorization_mode="vector_entry_point")``, e.g. CartPole-v1);
+- ``envpool``: ``envpool.make(id, env_type="gymnasium", ...)`` (``pip install corral[envpool]``);
+- ``sync`` / ``async``: gymnasium's ``SyncVectorEnv`` / ``AsyncVectorEnv`` over the env preset;
+- whatever the backend, an environment source that makes a ``VectorEnv`` itself is used as it is.
+
+Every autoreset mode is handled (``NEXT_STEP``, ``SAME_STEP``, ``DISABLED``); a reset observation is
+never recorded as a transition, the final observation of a truncated episode is kept as the
+episode's last observation, TERMINAL and TIMEOUT stay apart. See docs/vector.md for seeding and
+snapshots per backend.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import pickle
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from corral import hookimpl
+from corral.framework.batch import EpisodeBatch, StepType
+from corral.framework.env import EnvFactory, child_seed, make_env, seed_int
+from corral.framework.errors import ConfigError
+from corral.framework.worker import Worker
+from corral.rl.episode_buffer import StepLog, action_clipper
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("native", "envpool", "sync", "async")
+AUTORESET_MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP,
+                   "disabled": AutoresetMode.DISABLED}
+_warned_fresh_resume: set[str] = set()
+
+
+@dataclass
+class VectorWorkerConfig:
+    """Settings of the vector worker (one gymnasium VectorEnv per worker)."""
+
+    n_envs: int = field(default=16, metadata={"help": "environments in the worker's VectorEnv"})
+    backend: str = field(default="native", metadata={
+        "help": "native (the env id's vector entry point), envpool, sync or async (gymnasium's "
+                "Sync/AsyncVectorEnv over the env preset)"})
+    num_threads: int = field(default=0, metadata={"help": "EnvPool threads (0: EnvPool's default)"})
+    autoreset_mode: str = field(default="next_step", metadata={
+        "help": "autoreset mode of the sync/async backends: next_step, same_step or disabled"})
+    timesteps_per_call: int = field(default=0, metadata={
+        "help": "0: whole episodes; >0: fragments of this many vector steps per rollout (off-policy)"})
+
+
+# ---------------------------------------------------------------------------------- building the VectorEnv
+def _env_id(source: Any) -> tuple[str, dict[str, Any]] | None:
+    """``(id, kwargs)`` of a source naming a gymnasium id, else None."""
+    if isinstance(source, str):
+        return source, {}
+    if isinstance(source, EnvFactory) and isinstance(source.fn, str):
+        return source.fn, dict(source.kwargs)
+    return None
+
+
+def _own_vector_env(source: Any, n_envs: int) -> VectorEnv | None:
+    """The VectorEnv a source makes itself (a plugin's own vectorised environment), else None.
+
+    A callable (or an :class:`EnvFactory` of one) whose signature takes ``num_envs`` is called with
+    ``num_envs=n_envs``."""
+    if isinstance(source, VectorEnv):
+        return source
+    fn, kwargs = (source.fn, dict(source.kwargs)) if isinstance(source, EnvFactory) else (source, {})
+    if isinstance(fn, str) or not callable(fn) or isinstance(fn, gym.Env):
+        return None
+    try:
+        if "num_envs" in inspect.signature(fn).parameters:
+            kwargs.setdefault("num_envs", n_envs)
+    except (TypeError, ValueError):
+        pass
+    made = fn(**kwargs)
+    if isinstance(made, VectorEnv):
+        return made
+    if hasattr(made, "close"):
+        made.close()
+    return None
+
+
+def _limited_env(source: Any, limit: int | None) -> gym.Env:
+    """One sub-environment of the sync/async backends, cut at ``limit`` steps by a TimeLimit."""
+    env = make_env(source)
+    own = getattr(env.spec, "max_episode_steps", None)
+    if limit is not None and (own is None or limit < own):
+        env = gym.wrappers.TimeLimit(env, max_episode_steps=limit)
+    return env
+
+
+def _own_limit(venv: VectorEnv) -> int | None:
+    """A VectorEnv's own episode limit: its spec's, its ``max_episode_steps`` or its sub-environments' specs'."""
+    limit = getattr(getattr(venv, "spec", None), "max_episode_steps", None) or getattr(venv, "max_episode_steps", None)
+    if limit is None and isinstance(venv, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
+        limits = [getattr(spec, "max_episode_steps", None) for spec in venv.get_attr("spec")]
+        limit = max(limits) if limits and None not in limits else None
+    return limit
+
+
+def _native_ids() -> list[str]:
+    return sorted(i for i, s in gym.registry.items() if s.vector_entry_point is not None)
+
+
+def _min_limit(*limits: int | None) -> int | None:
+    given = [int(x) for x in limits if x]
+    return min(given) if given else None
+
+
+@dataclass
+class _Built:
+    venv: VectorEnv
+    own_limit: int | None  # the VectorEnv's own episode limit (it truncates there itself)
+    seed_list: bool  # reset(seed=[...]) gives every slot its own stream
+    restorable: bool  # the environments' RNG state can be saved and restored
+    backend: str  # what was really built (``own`` for a source's own VectorEnv)
+
+
+def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_length: int | None,
+                     seed: int, num_threads: int = 0, autoreset_mode: str = "next_step") -> _Built:
+    """The VectorEnv of ``n_envs`` environments that ``backend`` makes from ``source``.
+
+    ``max_episode_length`` is passed to the backend as its time limit where it is shorter than
+    the environment's own, so the backend truncates there itself; ``seed`` seeds EnvPool (which
+    seeds environment ``i`` with ``seed + i``).
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
+    own = _own_vector_env(source, n_envs) if _env_id(source) is None else None
+    if own is not None:
+        if own.num_envs != n_envs:
+            own.close()
+            raise ConfigError(f"the environment made its own VectorEnv of {own.num_envs} environments but "
+                              f"worker.n_envs={n_envs}; set worker.n_envs={own.num_envs}")
+        return _Built(own, _own_limit(own), False, True, "own")
+    ident = _env_id(source)
+    if backend in ("native", "envpool") and ident is None:
+        raise ConfigError(f"worker.backend={backend} needs a gymnasium environment id, got the environment source "
+                          f"{source!r}; use worker.backend=sync (or async) for other environments")
+    if backend == "native":
+        assert ident is not None
+        env_id, kwargs = ident
+        try:
+            spec = gym.spec(env_id)
+        except gym.error.Error as exc:
+            raise ConfigError(f"gymnasium has no environment {env_id!r} ({exc}); check env.id") from exc
+        if spec.vector_entry_point is None:
+            raise ConfigError(
+                f"{env_id} has no vector entry point, so worker.backend=native cannot make it; ids that have one: "
+                f"{', '.join(_native_ids())}. Use worker.backend=sync (or async, or envpool) for {env_id}")
+        own_limit = kwargs.get("max_episode_steps") or spec.max_episode_steps
+        if own_limit is not None:  # the vector entry point takes max_episode_steps (make_vec passes it)
+            own_limit = kwargs["max_episode_steps"] = _min_limit(max_episode_length, own_limit)
+        venv = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode="vector_entry_point", **kwargs)
+        return _Built(venv, own_limit, False, True, "native")
+    if backend == "envpool":
+        assert ident is not None
+        env_id, kwargs = ident
+        try:
+            import envpool
+        except ImportError as exc:
+            raise ConfigError("worker.backend=envpool needs EnvPool: pip install 'corral[envpool]'") from exc
+        if env_id not in envpool.list_all_envs():
+            raise ConfigError(f"EnvPool has no environment {env_id!r}; its ids: {', '.join(envpool.list_all_envs())}")
+        own_limit = kwargs.get("max_episode_steps") or envpool.make_spec(env_id).config.max_episode_steps
+        limit = _min_limit(max_episode_length, own_limit)
+        if limit is not None:
+            kwargs["max_episode_steps"] = limit
+        venv = envpool.make(env_id, env_type="gymnasium", num_envs=n_envs, batch_size=n_envs, seed=seed % 2**31,
+                            num_threads=num_threads, **kwargs)
+        return _Built(venv, limit, False, False, "envpool")
+    # sync / async over the env preset
+    mode = AUTORESET_MODES.get(str(autoreset_mode).lower())
+    if mode is None:
+        raise ConfigError(f"worker.autoreset_mode={autoreset_mode!r} is not one of {', '.join(AUTORESET_MODES)}")
+    probe = make_env(source) if ident is None else make_env(EnvFactory(*ident))
+    try:
+        own_limit = getattr(probe.spec, "max_episode_steps", None)
+    finally:
+        probe.close()
+    limit = _min_limit(max_episode_length, own_limit)
+    fns = [functools.partial(_limited_env, source, limit) for _ in range(n_envs)]
+    if backend == "sync":
+        venv = gym.vector.SyncVectorEnv(fns, copy=False, autoreset_mode=mode)
+    else:
+        venv = gym.vector.AsyncVectorEnv(fns, copy=False, autoreset_mode=mode)
+    return _Built(venv, limit, True, True, backend)
+
+
+def autoreset_mode_of(venv: VectorEnv) -> AutoresetMode:
+    """The VectorEnv's autoreset mode (gymnasium's default, NEXT_STEP, when it does not say)."""
+    mode = (getattr(venv, "metadata", None) or {}).get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    if isinstance(mode, AutoresetMode):
+        return mode
+    try:
+        return AutoresetMode(mode)
+    except ValueError:
+        return AUTORESET_MODES[str(mode).lower()]
+
+
+# ------------------------------------------------------------------------------------------------ worker
+class VectorWorker(Worker):
+    """Steps one VectorEnv of ``n_envs`` environments: one ``get_actions`` and one ``step`` call per step.
+
+    ``rollout()`` returns one episode per environment slot; ``rollout(min_steps=m)`` whole episodes
+    totalling at least ``m`` steps; ``rollout(n_episodes=n)`` exactly ``n`` episodes, ordered by the
+    time they started (ties by slot), as ``worker=vec``. Every whole-episode rollout starts by
+    resetting the VectorEnv; a slot whose episode ends starts another only while more steps (or
+    episodes) are wanted, and the steps of a slot that records nothing are not counted.
+
+    With ``timesteps_per_call > 0`` the worker returns fragments instead (as ``worker=fragment``):
+    each rollout is ``timesteps_per_call`` vector steps, environments keep running across rollouts,
+    and each fragment carries ``episode_infos["prior_length"]`` / ``["prior_return"]``. The vector
+    step that autoresets a slot (``NEXT_STEP``) is not a transition, so a rollout holds at most
+    ``n_envs * timesteps_per_call`` steps.
+    """
+
+    returns_fragments = False
+
+    def __init__(self, *, seed: Any, max_episode_length: int | None, worker_number: int = 0, n_envs: int = 16,
+                 backend: str = "native", num_threads: int = 0, autoreset_mode: str = "next_step",
+                 timesteps_per_call: int = 0, **kwargs: Any) -> None:
+        super().__init__(seed=seed, max_episode_length=max_episode_length, worker_number=worker_number,
+                         n_envs=n_envs, **kwargs)
+        if backend not in BACKENDS:
+            raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
+        if str(autoreset_mode).lower() not in AUTORESET_MODES:
+            raise ConfigError(f"worker.autoreset_mode={autoreset_mode!r} is not one of {', '.join(AUTORESET_MODES)}")
+        if timesteps_per_call < 0:
+            raise ConfigError(f"worker.timesteps_per_call must be >= 0, got {timesteps_per_call}")
+        self.backend = backend
+        self.num_threads = int(num_threads)
+        self.autoreset_mode = str(autoreset_mode).lower()
+        self.timesteps_per_call = int(timesteps_per_call)
+        self.returns_fragments = self.timesteps_per_call > 0
+        self.venv: VectorEnv | None = None
+        self._built: _Built | None = None
+        self._source: Any = None
+        self._mode = AutoresetMode.NEXT_STEP
+        self._log: StepLog | None = None
+        self._clip: Callable[[np.ndarray], np.ndarray] | None = None
+        self._vseeded = False
+        self._rollouts = 0  # rollouts since the VectorEnv was built (the fresh seed of a resume)
+        self._limit_in_env = True
+        # Fragment mode: the running episodes (carried across rollouts).
+        self._frag: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ environments
+    @property
+    def _env_seed(self) -> int:
+        """The one integer seed of backends without per-slot seeds: slot 0's environment stream."""
+        return seed_int(child_seed(self.env_seeds[0], 0))
+
+    def _build(self, source: Any, seed: int | None = None) -> None:
+        if self.venv is not None:
+            self.venv.close()
+            self.venv = None
+        built = build_vector_env(
+            source, backend=self.backend, n_envs=self.n_envs, max_episode_length=self.max_episode_length,
+            seed=self._env_seed if seed is None else seed, num_threads=self.num_threads,
+            autoreset_mode=self.autoreset_mode)
+        self._source, self._built, self.venv = source, built, built.venv
+        self._vseeded = built.backend == "envpool"  # EnvPool is seeded when it is made
+        self._rollouts = 0
+        self._mode = autoreset_mode_of(built.venv)
+        limit = _min_limit(self.max_episode_length, built.own_limit)
+        if limit is None:
+            raise ConfigError("the environment has no time limit and max_episode_length is not set; "
+                              "set env.max_episode_length (or max_episode_length= in Python)")
+        self.episode_limit = limit
+        # A cut the VectorEnv does not make itself leaves the slot running until its environment ends
+        # the episode (NEXT_STEP/SAME_STEP), or resets it at once (DISABLED).
+        self._limit_in_env = built.own_limit is not None and built.own_limit <= limit
+        if not self._limit_in_env and self._mode != AutoresetMode.DISABLED and built.own_limit is None:
+            raise ConfigError(
+                "the VectorEnv has no time limit of its own, so a slot cut at max_episode_length could never "
+                "restart; give the environment a time limit (max_episode_steps) or use autoreset mode DISABLED")
+        obs_space, act_space = built.venv.single_observation_space, built.venv.single_action_space
+        self._log = StepLog(self.n_envs, obs_space, act_space, capacity=limit + 1)
+        self._clip = action_clipper(act_space)
+        self._frag = None
+
+    def update_env(self, env_update: Any) -> None:
+        """A new environment source (id, EnvFactory, env, callable making one, or a VectorEnv) builds a new
+        VectorEnv; any other callable is applied to the current VectorEnv (a VectorEnv it returns replaces it)."""
+        if env_update is None:
+            return
+        if isinstance(env_update, (str, EnvFactory, gym.Env, VectorEnv)) or (
+            callable(env_update) and self.venv is None
+        ):
+            self._build(env_update)
+            return
+        if callable(env_update):
+            result = env_update(self.venv)
+            if isinstance(result, VectorEnv) and result is not self.venv:
+                self._build(result)
+            return
+        raise ConfigError(f"env_update must be an environment source or a callable applied to the VectorEnv; "
+                          f"got {type(env_update).__name__}")
+
+    def _on_new_envs(self) -> None:  # the base class's per-slot environments are not used
+        pass
+
+    def _reset(self) -> np.ndarray:
+        """Reset every environment; the first reset seeds them (one stream per slot where the backend
+        takes a list of seeds)."""
+        venv, built = self.venv, self._built
+        assert venv is not None and built is not None
+        if self._vseeded:
+            obs, _ = venv.reset()
+        else:
+            self._vseeded = True
+            if built.seed_list:
+                obs, _ = venv.reset(seed=[seed_int(child_seed(s, 0)) for s in self.env_seeds])
+            else:
+                obs, _ = venv.reset(seed=self._env_seed)
+        return obs
+
+    # ------------------------------------------------------------------ sampling
+    def rollout(self, *, min_steps: int | None = None, n_episodes: int | None = None) -> EpisodeBatch:
+        """Whole episodes (or, with ``timesteps_per_call``, fragments); see the class docstring."""
+        if self.venv is None:
+            raise ConfigError("the vector worker has no environment; call update_env(env) first")
+        if self.agent is None:
+            raise ConfigError("the worker has no agent; call update_agent(policy) first")
+        self._rollouts += 1
+        if self.timesteps_per_call:
+            return self._rollout_fragments()
+        return self._rollout_episodes(min_steps, n_episodes)
+
+    def _ended(self, end: np.ndarray, obs: np.ndarray, done: np.ndarray, info: Mapping[str, Any]) -> tuple[
+            np.ndarray, np.ndarray]:
+        """Slots of the episodes ending now and their last observations (the true final observation,
+        which SAME_STEP moves into ``info["final_obs"]``)."""
+        idx = np.flatnonzero(end)
+        last = obs[idx]
+        if self._mode == AutoresetMode.SAME_STEP:
+            d = done[idx]
+            if d.any():
+                last[d] = np.stack(info["final_obs"][idx[d]])
+        return idx, last
+
+    def _rollout_episodes(self, min_steps: int | None, n_episodes: int | None) -> EpisodeBatch:
+        venv, log, agent, clip, limit = self.venv, self._log, self.agent, self._clip, self.episode_limit
+        assert venv is not None and log is not None and agent is not None and limit is not None
+        k, mode, step = self.n_envs, self._mode, venv.step
+        if min_steps is None and n_episodes is None:
+            n_episodes = k
+        target = min_steps or 0
+        log.reserve(limit + 1 + (-(-target // k) if n_episodes is None else 0))
+        self._frag = None  # whole-episode rollouts restart every environment
+
+        obs = self._reset()
+        n_first = k if n_episodes is None else min(k, n_episodes)
+        rec = np.zeros(k, dtype=bool)  # the slot's current step belongs to a recorded episode
+        rec[:n_first] = True
+        pending = np.zeros(k, dtype=bool)  # the slot records the next episode its environment starts
+        first_row = np.zeros(k, dtype=np.int64)  # log row of the slot's recorded episode's first step
+        prev_done = np.zeros(k, dtype=bool)  # NEXT_STEP: the slot's next step is its reset step
+        agent.reset(np.ones(k, dtype=bool))
+        n_rec, n_pending, started, steps_taken, row = n_first, 0, n_first, 0, 0
+        ep_slots: list[np.ndarray] = []
+        ep_rows: list[np.ndarray] = []
+        ep_lengths: list[np.ndarray] = []
+        ep_term: list[np.ndarray] = []
+        ep_last: list[np.ndarray] = []
+        next_step, disabled = mode == AutoresetMode.NEXT_STEP, mode == AutoresetMode.DISABLED
+        limit_in_env = self._limit_in_env
+        while n_rec or n_pending:
+            if row >= log.capacity:
+                log.reserve(row + 1, keep=row)
+            actions, infos = agent.get_actions(obs)
+            log.write(row, obs, actions, infos)
+            obs, rewards, term, trunc, info = step(clip(actions) if clip is not None else actions)
+            log.rewards[row] = rewards
+            steps_taken += n_rec
+            done = term | trunc
+            row += 1  # rows written so far; a recorded episode's length is row - first_row
+            if limit_in_env:
+                end = done & rec
+            else:
+                end = rec & (done | (row - first_row >= limit))
+            if end.any():
+                idx, last = self._ended(end, obs, done, info)
+                rows = first_row[idx]
+                ep_slots.append(idx)
+                ep_rows.append(rows)
+                ep_lengths.append(row - rows)
+                ep_term.append(term[idx])
+                ep_last.append(last)
+                rec[idx] = False
+                n_rec -= len(idx)
+                if n_episodes is not None:
+                    more = idx[: max(0, n_episodes - started)]
+                elif steps_taken < target:
+                    more = idx
+                else:
+                    more = idx[:0]
+                if len(more):
+                    pending[more] = True
+                    n_pending += len(more)
+                    started += len(more)
+            if disabled:
+                restarted = done | end
+                if restarted.any():
+                    obs, _ = venv.reset(options={"reset_mask": restarted})
+            elif next_step:
+                restarted = prev_done
+                prev_done = done
+            else:
+                restarted = done
+            if n_pending:
+                starting = pending & restarted
+                if starting.any():
+                    rec |= starting
+                    pending &= ~starting
+                    n = int(starting.sum())
+                    n_rec += n
+                    n_pending -= n
+                    first_row[starting] = row
+                    agent.reset(starting)
+        slots = np.concatenate(ep_slots)
+        rows = np.concatenate(ep_rows)
+        order = np.lexsort((slots, rows))
+        return log.gather(slots[order], rows[order], np.concatenate(ep_lengths)[order],
+                          np.concatenate(ep_term)[order], list(np.concatenate(ep_last)[order]))
+
+    def _rollout_fragments(self) -> EpisodeBatch:
+        venv, log, agent, clip, limit = self.venv, self._log, self.agent, self._clip, self.episode_limit
+        assert venv is not None and log is not None and agent is not None and limit is not None
+        k, mode, step, steps_per_call = self.n_envs, self._mode, venv.step, self.timesteps_per_call
+        log.reserve(steps_per_call)
+        s = self._frag
+        if s is None:
+            obs = self._reset()
+            s = {"obs": obs, "t": np.zeros(k, dtype=np.int64), "ret": np.zeros(k, dtype=np.float64),
+                 "rec": np.ones(k, dtype=bool), "prev_done": np.zeros(k, dtype=bool)}
+            agent.reset(np.ones(k, dtype=bool))
+        obs, t, ret, rec, prev_done = s["obs"], s["t"], s["ret"], s["rec"], s["prev_done"]
+        # The rollout's first row of each slot's piece, and what its episode had before the rollout.
+        first_row = np.zeros(k, dtype=np.int64)
+        prior_len, prior_ret = t.copy(), ret.copy()
+        pieces: list[tuple[np.ndarray, ...]] = []
+        next_step, disabled = mode == AutoresetMode.NEXT_STEP, mode == AutoresetMode.DISABLED
+        for row in range(steps_per_call):
+            actions, infos = agent.get_actions(obs)
+            log.write(row, obs, actions, infos)
+            obs, rewards, term, trunc, info = step(clip(actions) if clip is not None else actions)
+            log.rewards[row] = rewards
+            t += rec
+            ret += np.where(rec, rewards, 0.0)
+            done = term | trunc
+            end = rec & (done | (t >= limit))
+            if end.any():
+                idx, last = self._ended(end, obs, done, info)
+                length = t[idx] - prior_len[idx]
+                ends = np.where(term[idx], StepType.TERMINAL, StepType.TIMEOUT).astype(np.uint8)
+                pieces.append((idx, first_row[idx], length, prior_len[idx], prior_ret[idx], ends, last))
+                rec[idx] = False
+            if disabled:
+                restarted = done | end
+                if restarted.any():
+                    obs, _ = venv.reset(options={"reset_mask": restarted})
+            elif next_step:
+                restarted = prev_done
+                prev_done = done
+            else:
+                restarted = done
+            starting = ~rec & restarted
+            if starting.any():
+                rec |= starting
+                t[starting] = 0
+                ret[starting] = 0.0
+                prior_len[starting] = 0
+                prior_ret[starting] = 0.0
+                first_row[starting] = row + 1
+                agent.reset(starting)
+        # Pieces still running at the end of the rollout: fragments whose last step is MID.
+        running = rec & (t > prior_len)
+        if running.any():
+            idx = np.flatnonzero(running)
+            pieces.append((idx, first_row[idx], t[idx] - prior_len[idx], prior_len[idx], prior_ret[idx],
+                           np.full(len(idx), StepType.MID, dtype=np.uint8), obs[idx]))
+        self._frag = {"obs": np.array(obs, copy=True), "t": t, "ret": ret, "rec": rec, "prev_done": prev_done}
+        return _gather_fragments(log, pieces)
+
+    # ------------------------------------------------------------------ updates, snapshots, shutdown
+    def update_agent(self, agent_update: Any) -> None:
+        """A new agent object starts fresh episodes (fragment mode); new parameters let them continue."""
+        from corral.framework.policy import Policy
+
+        if isinstance(agent_update, Policy):
+            self._frag = None
+        super().update_agent(agent_update)
+
+    def _rng_state(self) -> Any:
+        venv, built = self.venv, self._built
+        if venv is None or built is None or not built.restorable or not self._vseeded:
+            return None
+        if isinstance(venv, gym.vector.SyncVectorEnv):
+            return [e.unwrapped.np_random.bit_generator.state for e in venv.envs]
+        if isinstance(venv, gym.vector.AsyncVectorEnv):
+            return [g.bit_generator.state for g in venv.get_attr("np_random")]
+        rng = getattr(venv.unwrapped, "_np_random", None)
+        return None if rng is None else rng.bit_generator.state
+
+    def _set_rng_state(self, state: Any) -> None:
+        def generator(s: Mapping[str, Any]) -> np.random.Generator:
+            bitgen = getattr(np.random, s["bit_generator"])()
+            bitgen.state = s
+            return np.random.Generator(bitgen)
+
+        venv = self.venv
+        assert venv is not None
+        if isinstance(venv, gym.vector.SyncVectorEnv):
+            for env, s in zip(venv.envs, state):
+                env.unwrapped.np_random = generator(s)
+        elif isinstance(venv, gym.vector.AsyncVectorEnv):
+            venv.set_attr("np_random", [generator(s) for s in state])
+        else:
+            venv.unwrapped.np_random = generator(state)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The environments' RNG state (where the backend lets it be read), the agent's sampling state and,
+        in fragment mode, the running episodes (the VectorEnv pickled, where it pickles)."""
+        built = self._built
+        restorable = built is not None and built.restorable
+        state: dict[str, Any] = {
+            "vector_backend": built.backend if built is not None else None,
+            "restorable": restorable,
+            "seeded": self._vseeded,
+            "rollouts": self._rollouts,
+            "env_rng": self._rng_state() if restorable else None,
+            "agent": self.agent.get_sampling_state() if self.agent is not None else {},
+            "fragments": None,
+        }
+        if self._frag is not None and restorable:
+            try:
+                state["fragments"] = pickle.dumps({"venv": self.venv, "frag": self._frag})
+            except Exception:  # noqa: BLE001 - a VectorEnv that does not pickle restarts its episodes
+                state["fragments"] = None
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output. A backend whose environment state cannot be saved (EnvPool)
+        starts fresh episodes from a new seed derived from the saved position, and says so once in the log."""
+        if self.agent is not None:
+            self.agent.set_sampling_state(state["agent"])
+        if self.venv is None:
+            return
+        if state.get("restorable"):
+            frag = state.get("fragments")
+            if frag is not None:
+                saved = pickle.loads(frag)
+                self.venv.close()
+                self.venv = saved["venv"]
+                assert self._built is not None
+                self._built.venv = self.venv
+                self._frag = saved["frag"]
+            else:
+                self._frag = None
+            self._vseeded = bool(state["seeded"])
+            self._rollouts = int(state.get("rollouts", 0))
+            if state.get("env_rng") is not None:
+                self._set_rng_state(state["env_rng"])
+            return
+        backend = state.get("vector_backend") or self.backend
+        if backend not in _warned_fresh_resume:
+            _warned_fresh_resume.add(backend)
+            logger.warning(
+                "corral: worker.backend=%s cannot save its environments' state; the resumed run starts fresh "
+                "episodes from a new seed (not the episodes an uninterrupted run would have sampled)", backend)
+        rollouts = int(state.get("rollouts", 0))
+        self._build(self._source, seed=seed_int(child_seed(self.env_seeds[0], 1, rollouts)))
+        self._rollouts = rollouts
+
+    def shutdown(self) -> None:
+        """Close the VectorEnv."""
+        if self.venv is not None:
+            self.venv.close()
+            self.venv = None
+        super().shutdown()
+
+
+def _gather_fragments(log: StepLog, pieces: list[tuple[np.ndarray, ...]]) -> EpisodeBatch:
+    """An EpisodeBatch of the pieces (slots, first rows, lengths, prior lengths, prior returns, last step
+    types, last observations), ordered by first row then slot."""
+    if not pieces:
+        raise ValueError("no steps to batch")
+    slots, first, lengths, prior_len, prior_ret, last_type, last_obs = (np.concatenate(p) for p in zip(*pieces))
+    order = np.lexsort((slots, first))
+    slots, first, lengths = slots[order], first[order], lengths[order].astype(np.int64)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    total = int(ends[-1])
+    rows = np.repeat(first, lengths) + (np.arange(total, dtype=np.int64) - np.repeat(starts, lengths))
+    cols = np.repeat(slots, lengths)
+    step_types = np.full(total, StepType.MID, dtype=np.uint8)
+    prior_len = prior_len[order]
+    step_types[starts] = np.where(prior_len == 0, StepType.FIRST, StepType.MID)
+    last_type = last_type[order]
+    cut = last_type != StepType.MID  # a running piece's last step keeps its type (FIRST for a one-step piece)
+    step_types[(ends - 1)[cut]] = last_type[cut]
+    return EpisodeBatch(
+        observations=log.observations[rows, cols],
+        actions=log.actions[rows, cols],
+        rewards=log.rewards[rows, cols],
+        step_types=step_types,
+        lengths=lengths,
+        last_observations=last_obs[order],
+        agent_infos={key: v[rows, cols] for key, v in log.agent_infos.items()},
+        episode_infos={"prior_length": prior_len.astype(np.int64), "prior_return": prior_ret[order].astype(np.float64)},
+        allow_fragments=True,
+    )
+
+
+@hookimpl
+def corral_register(register: Any) -> None:
+    """Register ``worker=vector``."""
+    register("worker", "vector", VectorWorker, config=VectorWorkerConfig,
+             help="one gymnasium VectorEnv per worker (backend: native, envpool, sync, async), one step call per step")
