@@ -10,12 +10,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from corral.framework.algorithm import Algorithm
-from corral.framework.config import config_of
+from corral.framework.checks import composed_problems
+from corral.framework.config import CorralConfig, config_of
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError
 from corral.framework.logger import Logger
 from corral.framework.plugins import PluginManager, get_plugin_manager
 from corral.framework.policy import Policy
+from corral.framework.registry import KINDS
 from corral.framework.sampler import Sampler
 from corral.framework.worker import WorkerFactory
 
@@ -44,7 +46,9 @@ class Run:
 
 
 def validate(cfg: DictConfig, manager: PluginManager | None = None) -> None:
-    """Check that every chosen option exists and that the choices fit together."""
+    """Check that every chosen option exists, that every key is a field of its option and every
+    value is inside its field's declared range (:mod:`corral.framework.checks`), and that the
+    choices fit together (the ``corral_validate_config`` hook). Nothing is built before this."""
     manager = manager or get_plugin_manager()
     for kind in ("trainer", "env", "algo", "policy", "sampler", "worker"):
         node = cfg.get(kind)
@@ -53,6 +57,9 @@ def validate(cfg: DictConfig, manager: PluginManager | None = None) -> None:
         manager.registry.get(kind, node.name)
     for name in (cfg.get("logger") or {}):
         manager.registry.get("logger", name)
+    problems = composed_problems(cfg, manager.registry, CorralConfig, KINDS)
+    if problems:
+        raise ConfigError("\ncorral: error: ".join(problems))
     manager.hook.corral_validate_config(cfg=cfg)
 
 

@@ -18,6 +18,7 @@ from hydra.core.plugins import Plugins
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from corral.framework.checks import check
 from corral.framework.plugins import PluginManager, get_plugin_manager
 from corral.framework.registry import Registration, node_class
 
@@ -39,7 +40,7 @@ class CorralConfig:
     logger: Any = field(default_factory=dict)
     normalize: Any = None  # running normalisation (normalize.obs=true ...); off by default
     experiment: Any = None
-    seed: int = 1
+    seed: int = field(default=1, metadata=check(ge=0, help="root of every random stream of the run"))
 
 
 #: (kind, name) -> the config class stored for it, to skip unchanged nodes and drop stale ones.
@@ -64,13 +65,26 @@ def register_configs(manager: PluginManager | None = None) -> None:
         if key in _STORED and _STORED[key] is reg.config and _group_has(cs, reg.kind, reg.name):
             continue
         package = f"logger.{reg.name}" if reg.kind == "logger" else None
-        cs.store(group=reg.kind, name=reg.name, node=node_class(reg), package=package)
+        cs.store(group=reg.kind, name=reg.name, node=open_node(reg), package=package)
         _STORED[key] = reg.config
     for kind, name in [k for k in _STORED if k not in current]:
         del _STORED[(kind, name)]
         group = cs.repo.get(kind)
         if isinstance(group, dict):
             group.pop(f"{name}.yaml", None)
+
+
+def open_node(reg: Registration) -> DictConfig:
+    """The config node stored for ``reg``: typed like its dataclass, but open to unknown keys.
+
+    Hydra would reject ``algo.vf_iter=5`` with advice (``use +algo.vf_iter=5``) that leads to a run
+    which records the key and trains without it. The node is open instead, so both forms compose
+    and :func:`corral.framework.compose.validate` rejects the key with a message naming the option's
+    fields (and the options that do have it). Values of known fields are still type-checked by Hydra.
+    """
+    node = OmegaConf.structured(node_class(reg))
+    OmegaConf.set_struct(node, False)
+    return node
 
 
 def _group_has(cs: ConfigStore, group: str, name: str) -> bool:
@@ -135,6 +149,7 @@ __all__ = [
     "CorralConfig",
     "config_of",
     "node_class",
+    "open_node",
     "register_configs",
     "searchpath",
     "CorralSearchPathPlugin",

@@ -18,6 +18,7 @@ import numpy as np
 
 from corral.framework.algorithm import Algorithm
 from corral.framework.batch import EpisodeBatch, StepType
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError, SnapshotError
 from corral.framework.evaluation import evaluate
@@ -31,19 +32,19 @@ SNAPSHOT_FORMAT = 1
 class TrainerConfig:
     """Settings of the default trainer (``trainer.*`` on the command line)."""
 
-    n_epochs: int = field(default=100, metadata={"help": "number of epochs to train (at most)"})
+    n_epochs: int = field(default=100, metadata=check(ge=1, help="number of epochs to train (at most)"))
     max_env_steps: Optional[int] = field(
-        default=100_000, metadata={"help": "stop after the epoch that reaches this many environment steps (null: no limit)"}
+        default=100_000, metadata=check(ge=1, help="stop after the epoch that reaches this many environment steps (null: no limit)")
     )
-    batch_size: int = field(default=2048, metadata={"help": "environment steps collected per epoch (at least)"})
-    eval_every: int = field(default=5, metadata={"help": "run deterministic evaluation every N epochs (0: never)"})
-    eval_episodes: int = field(default=10, metadata={"help": "episodes per evaluation"})
-    snapshot_every: int = field(default=1, metadata={"help": "write a snapshot every N epochs (0: only at the end)"})
-    keep_snapshots: int = field(default=3, metadata={"help": "how many recent snapshots to keep (0: all)"})
+    batch_size: int = field(default=2048, metadata=check(ge=1, help="environment steps collected per epoch (at least)"))
+    eval_every: int = field(default=5, metadata=check(ge=0, help="run deterministic evaluation every N epochs (0: never)"))
+    eval_episodes: int = field(default=10, metadata=check(ge=1, help="episodes per evaluation"))
+    snapshot_every: int = field(default=1, metadata=check(ge=0, help="write a snapshot every N epochs (0: only at the end)"))
+    keep_snapshots: int = field(default=3, metadata=check(ge=0, help="how many recent snapshots to keep (0: all)"))
     resume: Optional[str] = field(default=None, metadata={"help": "run directory (or snapshot file) to resume from"})
     progress: bool = field(default=True, metadata={"help": "live progress bar when stderr is a terminal"})
     torch_threads: int = field(
-        default=1, metadata={"help": "torch intra-op threads in the training process (0: torch's default)"}
+        default=1, metadata=check(ge=0, help="torch intra-op threads in the training process (0: torch's default)")
     )
 
 

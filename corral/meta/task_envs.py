@@ -8,6 +8,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from corral.framework.checks import check
 from corral.framework.env import EnvFactory
 
 
@@ -16,7 +17,7 @@ class TaskEnvConfig:
     """Fields every meta-RL environment option has."""
 
     max_episode_length: int | None = field(
-        default=None, metadata={"help": "steps per episode (default: the environment's own episode length)"}
+        default=None, metadata=check(ge=1, help="steps per episode (default: the environment's own episode length)")
     )
     rl2_inputs: bool = field(
         default=False,

@@ -13,8 +13,10 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
 from corral import hookimpl
+from corral.framework.compose import validate
 from corral.framework.config import config_of
 from corral.framework.entry import prepare
+from corral.framework.errors import ConfigError
 from corral.framework.plugins import Source, get_plugin_manager, get_registry
 
 Visible = Callable[..., ContextManager[None]]
@@ -81,9 +83,51 @@ def test_type_error_at_composition() -> None:
     assert "Value 'abc' of type 'str' could not be converted to Integer" in text
 
 
-def test_unknown_field_is_rejected() -> None:
-    with pytest.raises(ConfigCompositionException, match="Could not override 'worker.n_envs'"):
-        compose("worker.n_envs=4")  # worker=default has no n_envs
+@pytest.mark.parametrize("override", ["worker.n_envs=4", "+worker.n_envs=4"])
+def test_unknown_field_is_rejected_naming_the_options_that_have_it(override: str) -> None:
+    """worker=default has no n_envs: with or without ``+`` the key composes (the node is open) and
+    validation names the option, says it has no settings, and points at worker=vec."""
+    cfg = compose(override)
+    with pytest.raises(ConfigError) as info:
+        validate(cfg)
+    message = str(info.value)
+    assert message.startswith("worker.n_envs is not a setting: worker=default has no setting 'n_envs'")
+    assert "(it has no settings)" in message and "e.g. worker=vec worker.n_envs=..." in message
+
+
+@pytest.mark.parametrize("override", ["algo.not_a_field=5", "+algo.not_a_field=5"])
+def test_extra_key_names_the_options_fields(override: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        validate(compose(override))
+    fields = ", ".join(f"algo.{f.name}" for f in dataclasses.fields(get_registry().get("algo", "ppo").config))
+    assert str(info.value) == (f"algo.not_a_field is not a setting: algo=ppo has no setting 'not_a_field'; its "
+                               f"settings are {fields} (`corral plugins` lists every option's settings)")
+
+
+def test_extra_key_close_to_a_field_is_suggested() -> None:
+    with pytest.raises(ConfigError, match=r"did you mean algo.vf_iters\?"):
+        validate(compose("algo=vpg", "algo.vf_iter=5"))
+    with pytest.raises(ConfigError, match=r"logger.csv.fname is not a setting: .*did you mean logger.csv.filename\?"):
+        validate(compose("logger.csv.fname=x.csv"))
+    with pytest.raises(ConfigError, match=r"^n_epochs is not a setting: .*did you mean algo.n_epochs or trainer.n_epochs"):
+        validate(compose("+n_epochs=3"))
+
+
+def test_an_experiment_preset_key_for_another_option_is_named() -> None:
+    """A preset's worker settings that the user's worker choice does not have are an error, too."""
+    with pytest.raises(ConfigError, match=r"worker.timesteps_per_call is not a setting: worker=vec has no setting"):
+        validate(compose("experiment=dqn_cartpole", "worker=vec", "algo=ppo", "policy=mlp"))
+
+
+def test_out_of_range_values_are_all_named() -> None:
+    with pytest.raises(ConfigError) as info:
+        validate(compose("algo.learning_rate=-1", "algo.discount=1.5", "seed=-2", "policy.hidden_sizes=[64,0]"))
+    assert sorted(str(info.value).split("\ncorral: error: ")) == [
+        "algo.discount must be >= 0 and <= 1, got 1.5",
+        "algo.learning_rate must be > 0, got -1.0",
+        "policy.hidden_sizes[1] must be >= 1, got 0",
+        "seed must be >= 0, got -2",
+    ]
 
 
 def test_unknown_option_lists_the_available_ones() -> None:

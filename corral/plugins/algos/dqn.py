@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
@@ -46,25 +47,25 @@ class DQNConfig:
     SB3 keeps PyTorch's default ``nn.Linear`` initialisation.
     """
 
-    discount: float = field(default=0.99, metadata={"help": "discount factor gamma"})
-    learning_rate: float = field(default=1e-4, metadata={"help": "Adam learning rate"})
-    buffer_size: int = field(default=1_000_000, metadata={"help": "replay buffer capacity (transitions)"})
+    discount: float = field(default=0.99, metadata=check(ge=0, le=1, help="discount factor gamma"))
+    learning_rate: float = field(default=1e-4, metadata=check(gt=0, help="Adam learning rate"))
+    buffer_size: int = field(default=1_000_000, metadata=check(ge=1, help="replay buffer capacity (transitions)"))
     min_buffer_size: int = field(
-        default=100, metadata={"help": "transitions collected (epsilon = 1) before gradient steps start"}
+        default=100, metadata=check(ge=1, help="transitions collected (epsilon = 1) before gradient steps start")
     )
-    batch_size: int = field(default=32, metadata={"help": "transitions per gradient step"})
-    utd_ratio: float = field(default=0.25, metadata={"help": "gradient steps per new environment step"})
+    batch_size: int = field(default=32, metadata=check(ge=1, help="transitions per gradient step"))
+    utd_ratio: float = field(default=0.25, metadata=check(gt=0, help="gradient steps per new environment step"))
     gradient_steps: Optional[int] = field(
-        default=None, metadata={"help": "fixed gradient steps per epoch (overrides utd_ratio when set)"}
+        default=None, metadata=check(ge=1, help="fixed gradient steps per epoch (overrides utd_ratio when set)")
     )
-    tau: float = field(default=1.0, metadata={"help": "target update coefficient (1: hard copy)"})
-    target_update_interval: int = field(default=10_000, metadata={"help": "environment steps between target updates"})
-    exploration_initial_eps: float = field(default=1.0, metadata={"help": "epsilon at the start of the schedule"})
-    exploration_final_eps: float = field(default=0.05, metadata={"help": "epsilon at the end of the schedule"})
+    tau: float = field(default=1.0, metadata=check(gt=0, le=1, help="target update coefficient (1: hard copy)"))
+    target_update_interval: int = field(default=10_000, metadata=check(ge=1, help="environment steps between target updates"))
+    exploration_initial_eps: float = field(default=1.0, metadata=check(ge=0, le=1, help="epsilon at the start of the schedule"))
+    exploration_final_eps: float = field(default=0.05, metadata=check(ge=0, le=1, help="epsilon at the end of the schedule"))
     exploration_steps: int = field(
-        default=10_000, metadata={"help": "environment steps over which epsilon falls linearly"}
+        default=10_000, metadata=check(ge=0, help="environment steps over which epsilon falls linearly")
     )
-    max_grad_norm: float = field(default=10.0, metadata={"help": "gradient-norm clip"})
+    max_grad_norm: float = field(default=10.0, metadata=check(gt=0, help="gradient-norm clip"))
     double: bool = field(default=True, metadata={"help": "double DQN targets (false: max over the target network)"})
 
 

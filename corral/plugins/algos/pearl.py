@@ -44,6 +44,7 @@ from torch import nn
 from corral import hookimpl
 from corral.framework.algorithm import Algorithm
 from corral.framework.batch import EpisodeBatch
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec, child_seed
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
@@ -73,37 +74,37 @@ class PEARLConfig:
     """PEARL hyperparameters (the paper's values where it gives them: ``kl_lambda`` 0.1, ``meta_batch``
     16, ``batch_size`` 256, ``discount`` 0.99, ``tau`` 0.005, learning rates 3e-4, Q widths 3 x 300)."""
 
-    discount: float = field(default=0.99, metadata={"help": "discount factor gamma"})
-    tau: float = field(default=0.005, metadata={"help": "Polyak coefficient of the target Q networks"})
-    learning_rate: float = field(default=3e-4, metadata={"help": "Adam learning rate (actor, critics, temperature)"})
-    encoder_learning_rate: float = field(default=3e-4, metadata={"help": "Adam learning rate of the context encoder"})
-    kl_lambda: float = field(default=0.1, metadata={"help": "weight of KL(q(z|c) || N(0, I)) in the encoder loss"})
-    reward_scale: float = field(default=1.0, metadata={"help": "multiplies rewards in the critic target"})
-    meta_batch: int = field(default=16, metadata={"help": "tasks per gradient step"})
-    batch_size: int = field(default=256, metadata={"help": "RL transitions per task per gradient step"})
-    context_size: int = field(default=100, metadata={"help": "context transitions per task per gradient step"})
-    context_from: str = field(default="prior", metadata={"help": "episodes feeding the context buffers: prior or all"})
+    discount: float = field(default=0.99, metadata=check(ge=0, le=1, help="discount factor gamma"))
+    tau: float = field(default=0.005, metadata=check(gt=0, le=1, help="Polyak coefficient of the target Q networks"))
+    learning_rate: float = field(default=3e-4, metadata=check(gt=0, help="Adam learning rate (actor, critics, temperature)"))
+    encoder_learning_rate: float = field(default=3e-4, metadata=check(gt=0, help="Adam learning rate of the context encoder"))
+    kl_lambda: float = field(default=0.1, metadata=check(ge=0, help="weight of KL(q(z|c) || N(0, I)) in the encoder loss"))
+    reward_scale: float = field(default=1.0, metadata=check(gt=0, help="multiplies rewards in the critic target"))
+    meta_batch: int = field(default=16, metadata=check(ge=1, help="tasks per gradient step"))
+    batch_size: int = field(default=256, metadata=check(ge=1, help="RL transitions per task per gradient step"))
+    context_size: int = field(default=100, metadata=check(ge=1, help="context transitions per task per gradient step"))
+    context_from: str = field(default="prior", metadata=check(choices=("prior", "all"), help="episodes feeding the context buffers: prior or all"))
     collect_context_size: int = field(
         default=0,
-        metadata={"help": "transitions from a task's context buffer that each training trial starts its context with, "
+        metadata=check(ge=0, help="transitions from a task's context buffer that each training trial starts its context with, "
                           "so its posterior episodes act on what is known about the task, as PEARL's reference code "
-                          "collects data (0: the trial's own episodes only; meta-test trials always start empty)"},
+                          "collects data (0: the trial's own episodes only; meta-test trials always start empty)"),
     )
-    buffer_size: int = field(default=100_000, metadata={"help": "capacity of each task's RL and context buffers"})
-    min_buffer_size: int = field(default=1000, metadata={"help": "RL transitions collected before gradient steps start"})
-    utd_ratio: float = field(default=0.5, metadata={"help": "gradient steps per new environment step"})
+    buffer_size: int = field(default=100_000, metadata=check(ge=1, help="capacity of each task's RL and context buffers"))
+    min_buffer_size: int = field(default=1000, metadata=check(ge=1, help="RL transitions collected before gradient steps start"))
+    utd_ratio: float = field(default=0.5, metadata=check(ge=0, help="gradient steps per new environment step"))
     gradient_steps: Optional[int] = field(
-        default=None, metadata={"help": "fixed gradient steps per epoch (overrides utd_ratio when set)"}
+        default=None, metadata=check(ge=1, help="fixed gradient steps per epoch (overrides utd_ratio when set)")
     )
     auto_entropy: bool = field(default=True, metadata={"help": "learn the temperature alpha to reach target_entropy"})
-    initial_alpha: float = field(default=1.0, metadata={"help": "starting temperature (fixed one when auto_entropy=false)"})
-    target_entropy: Optional[float] = field(default=None, metadata={"help": "entropy target (null: -action_dim)"})
-    qf_hidden_sizes: list[int] = field(default_factory=lambda: [300, 300, 300], metadata={"help": "Q network widths"})
-    n_train_tasks: int = field(default=100, metadata={"help": "meta-train tasks (drawn once with task_seed)"})
-    n_test_tasks: int = field(default=30, metadata={"help": "held-out meta-test tasks (0: meta-test on meta-train tasks)"})
-    task_seed: int = field(default=0, metadata={"help": "seed of the task split (independent of the run's seed)"})
-    meta_eval_episodes: int = field(default=3, metadata={"help": "episodes per meta-test task (posterior updated after each)"})
-    meta_eval_trials: int = field(default=1, metadata={"help": "trials per meta-test task at each evaluation"})
+    initial_alpha: float = field(default=1.0, metadata=check(gt=0, help="starting temperature (fixed one when auto_entropy=false)"))
+    target_entropy: Optional[float] = field(default=None, metadata=check(help="entropy target (null: -action_dim)"))
+    qf_hidden_sizes: list[int] = field(default_factory=lambda: [300, 300, 300], metadata=check(ge=1, help="Q network widths"))
+    n_train_tasks: int = field(default=100, metadata=check(ge=1, help="meta-train tasks (drawn once with task_seed)"))
+    n_test_tasks: int = field(default=30, metadata=check(ge=0, help="held-out meta-test tasks (0: meta-test on meta-train tasks)"))
+    task_seed: int = field(default=0, metadata=check(ge=0, help="seed of the task split (independent of the run's seed)"))
+    meta_eval_episodes: int = field(default=3, metadata=check(ge=1, help="episodes per meta-test task (posterior updated after each)"))
+    meta_eval_trials: int = field(default=1, metadata=check(ge=1, help="trials per meta-test task at each evaluation"))
     meta_eval_deterministic: bool = field(default=True, metadata={"help": "meta-evaluate with mean actions"})
     meta_eval_sample_z: bool = field(
         default=True, metadata={"help": "meta-evaluate with z drawn from the prior/posterior (false: their mean)"}

@@ -16,6 +16,7 @@ import torch
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
@@ -26,18 +27,18 @@ from corral.rl.on_policy import OnPolicyAlgorithm
 class PPOConfig:
     """PPO hyperparameters."""
 
-    discount: float = field(default=0.99, metadata={"help": "discount factor gamma"})
-    gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda"})
-    learning_rate: float = field(default=3e-4, metadata={"help": "Adam learning rate (policy and value)"})
-    n_epochs: int = field(default=10, metadata={"help": "passes over each batch"})
-    minibatch_size: int = field(default=64, metadata={"help": "steps per gradient step"})
-    clip_range: float = field(default=0.2, metadata={"help": "probability-ratio clip epsilon"})
-    vf_coef: float = field(default=0.5, metadata={"help": "value-loss weight"})
-    ent_coef: float = field(default=0.0, metadata={"help": "entropy-bonus weight"})
-    max_grad_norm: float = field(default=0.5, metadata={"help": "gradient-norm clip"})
+    discount: float = field(default=0.99, metadata=check(ge=0, le=1, help="discount factor gamma"))
+    gae_lambda: float = field(default=0.95, metadata=check(ge=0, le=1, help="GAE lambda"))
+    learning_rate: float = field(default=3e-4, metadata=check(gt=0, help="Adam learning rate (policy and value)"))
+    n_epochs: int = field(default=10, metadata=check(ge=1, help="passes over each batch"))
+    minibatch_size: int = field(default=64, metadata=check(ge=2, help="steps per gradient step"))
+    clip_range: float = field(default=0.2, metadata=check(gt=0, help="probability-ratio clip epsilon"))
+    vf_coef: float = field(default=0.5, metadata=check(ge=0, help="value-loss weight"))
+    ent_coef: float = field(default=0.0, metadata=check(ge=0, help="entropy-bonus weight"))
+    max_grad_norm: float = field(default=0.5, metadata=check(gt=0, help="gradient-norm clip"))
     normalize_advantages: bool = field(default=True, metadata={"help": "standardise advantages per minibatch"})
-    target_kl: Optional[float] = field(default=None, metadata={"help": "stop the epoch loop early above this KL"})
-    vf_hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "value network widths"})
+    target_kl: Optional[float] = field(default=None, metadata=check(gt=0, help="stop the epoch loop early above this KL"))
+    vf_hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=check(ge=1, help="value network widths"))
 
 
 class PPO(OnPolicyAlgorithm):

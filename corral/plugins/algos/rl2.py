@@ -29,6 +29,7 @@ from torch import nn
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
@@ -44,16 +45,16 @@ from corral.plugins.algos.ppo import PPO, PPOConfig
 class RL2PPOConfig(PPOConfig):
     """PPO hyperparameters plus the meta-RL task split and meta-evaluation settings."""
 
-    minibatch_size: int = field(default=1000, metadata={"help": "steps per gradient step, rounded to whole trials"})
+    minibatch_size: int = field(default=1000, metadata=check(ge=2, help="steps per gradient step, rounded to whole trials"))
     vf_hidden_sizes: list[int] = field(
-        default_factory=lambda: [64, 64], metadata={"help": "value network: GRU width, then MLP head widths"}
+        default_factory=lambda: [64, 64], metadata=check(ge=1, help="value network: GRU width, then MLP head widths")
     )
-    n_train_tasks: int = field(default=1000, metadata={"help": "meta-train tasks (drawn once with task_seed)"})
+    n_train_tasks: int = field(default=1000, metadata=check(ge=1, help="meta-train tasks (drawn once with task_seed)"))
     n_test_tasks: int = field(
-        default=50, metadata={"help": "held-out meta-test tasks, disjoint from the meta-train ones (0: evaluate on meta-train tasks)"}
+        default=50, metadata=check(ge=0, help="held-out meta-test tasks, disjoint from the meta-train ones (0: evaluate on meta-train tasks)")
     )
-    task_seed: int = field(default=0, metadata={"help": "seed of the task split (independent of the run's seed)"})
-    meta_eval_trials: int = field(default=2, metadata={"help": "trials per meta-test task at each evaluation"})
+    task_seed: int = field(default=0, metadata=check(ge=0, help="seed of the task split (independent of the run's seed)"))
+    meta_eval_trials: int = field(default=2, metadata=check(ge=1, help="trials per meta-test task at each evaluation"))
     normalize_values: bool = field(
         default=True, metadata={"help": "fit the value function to returns standardised by their running mean and std"}
     )

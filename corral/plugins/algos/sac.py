@@ -23,11 +23,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
-from corral.rl.networks import flat_dim, mlp
+from corral.rl.networks import ACTIVATIONS, flat_dim, mlp
 from corral.rl.off_policy import OffPolicyAlgorithm, polyak_update
 
 
@@ -47,24 +48,24 @@ class SACConfig:
     (``trainer.batch_size`` environment steps) instead of after every step.
     """
 
-    discount: float = field(default=0.99, metadata={"help": "discount factor gamma"})
-    tau: float = field(default=0.005, metadata={"help": "Polyak coefficient of the target Q networks"})
-    learning_rate: float = field(default=3e-4, metadata={"help": "Adam learning rate (actor, critics, temperature)"})
-    buffer_size: int = field(default=1_000_000, metadata={"help": "replay buffer capacity (transitions)"})
+    discount: float = field(default=0.99, metadata=check(ge=0, le=1, help="discount factor gamma"))
+    tau: float = field(default=0.005, metadata=check(gt=0, le=1, help="Polyak coefficient of the target Q networks"))
+    learning_rate: float = field(default=3e-4, metadata=check(gt=0, help="Adam learning rate (actor, critics, temperature)"))
+    buffer_size: int = field(default=1_000_000, metadata=check(ge=1, help="replay buffer capacity (transitions)"))
     min_buffer_size: int = field(
-        default=100, metadata={"help": "transitions collected (uniformly random actions) before gradient steps start"}
+        default=100, metadata=check(ge=1, help="transitions collected (uniformly random actions) before gradient steps start")
     )
-    batch_size: int = field(default=256, metadata={"help": "transitions per gradient step"})
-    utd_ratio: float = field(default=1.0, metadata={"help": "gradient steps per new environment step"})
+    batch_size: int = field(default=256, metadata=check(ge=1, help="transitions per gradient step"))
+    utd_ratio: float = field(default=1.0, metadata=check(ge=0, help="gradient steps per new environment step"))
     gradient_steps: Optional[int] = field(
-        default=None, metadata={"help": "fixed gradient steps per epoch (overrides utd_ratio when set)"}
+        default=None, metadata=check(ge=1, help="fixed gradient steps per epoch (overrides utd_ratio when set)")
     )
-    target_update_interval: int = field(default=1, metadata={"help": "gradient steps between target updates"})
+    target_update_interval: int = field(default=1, metadata=check(ge=1, help="gradient steps between target updates"))
     auto_entropy: bool = field(default=True, metadata={"help": "learn the temperature alpha to reach target_entropy"})
-    initial_alpha: float = field(default=1.0, metadata={"help": "starting temperature (fixed one when auto_entropy=false)"})
-    target_entropy: Optional[float] = field(default=None, metadata={"help": "entropy target (null: -action_dim)"})
-    qf_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256], metadata={"help": "Q network widths"})
-    qf_activation: str = field(default="relu", metadata={"help": "Q network activation"})
+    initial_alpha: float = field(default=1.0, metadata=check(gt=0, help="starting temperature (fixed one when auto_entropy=false)"))
+    target_entropy: Optional[float] = field(default=None, metadata=check(help="entropy target (null: -action_dim)"))
+    qf_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256], metadata=check(ge=1, help="Q network widths"))
+    qf_activation: str = field(default="relu", metadata=check(choices=tuple(ACTIVATIONS), help="Q network activation"))
 
 
 class SAC(OffPolicyAlgorithm):

@@ -35,6 +35,7 @@ from torch import nn
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
@@ -46,18 +47,18 @@ from corral.rl.on_policy import OnPolicyAlgorithm
 class TRPOConfig:
     """TRPO hyperparameters (defaults follow sb3-contrib's TRPO; see the module docstring)."""
 
-    discount: float = field(default=0.99, metadata={"help": "discount factor gamma"})
-    gae_lambda: float = field(default=0.95, metadata={"help": "GAE lambda"})
-    max_kl: float = field(default=0.01, metadata={"help": "trust region: largest mean KL(old || new) per update"})
-    cg_iters: int = field(default=15, metadata={"help": "conjugate-gradient iterations for the natural gradient"})
-    cg_damping: float = field(default=0.1, metadata={"help": "damping added to the Fisher-vector product"})
-    backtrack_ratio: float = field(default=0.8, metadata={"help": "line search: step shrink factor per try"})
-    max_backtracks: int = field(default=10, metadata={"help": "line search: tries before keeping the old policy"})
-    vf_lr: float = field(default=1e-3, metadata={"help": "Adam learning rate of the value function"})
-    vf_epochs: int = field(default=10, metadata={"help": "passes of value-function minibatch steps per batch"})
-    vf_minibatch_size: int = field(default=128, metadata={"help": "steps per value-function gradient step"})
+    discount: float = field(default=0.99, metadata=check(ge=0, le=1, help="discount factor gamma"))
+    gae_lambda: float = field(default=0.95, metadata=check(ge=0, le=1, help="GAE lambda"))
+    max_kl: float = field(default=0.01, metadata=check(gt=0, help="trust region: largest mean KL(old || new) per update"))
+    cg_iters: int = field(default=15, metadata=check(ge=1, help="conjugate-gradient iterations for the natural gradient"))
+    cg_damping: float = field(default=0.1, metadata=check(ge=0, help="damping added to the Fisher-vector product"))
+    backtrack_ratio: float = field(default=0.8, metadata=check(gt=0, lt=1, help="line search: step shrink factor per try"))
+    max_backtracks: int = field(default=10, metadata=check(ge=1, help="line search: tries before keeping the old policy"))
+    vf_lr: float = field(default=1e-3, metadata=check(gt=0, help="Adam learning rate of the value function"))
+    vf_epochs: int = field(default=10, metadata=check(ge=1, help="passes of value-function minibatch steps per batch"))
+    vf_minibatch_size: int = field(default=128, metadata=check(ge=1, help="steps per value-function gradient step"))
     normalize_advantages: bool = field(default=True, metadata={"help": "standardise advantages per batch"})
-    vf_hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "value network widths"})
+    vf_hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=check(ge=1, help="value network widths"))
 
     def __post_init__(self) -> None:
         positive = {"max_kl": self.max_kl, "cg_iters": self.cg_iters, "vf_lr": self.vf_lr,

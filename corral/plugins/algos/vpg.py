@@ -14,6 +14,7 @@ import torch
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
@@ -24,14 +25,14 @@ from corral.rl.on_policy import OnPolicyAlgorithm
 class VPGConfig:
     """VPG hyperparameters."""
 
-    discount: float = field(default=0.99, metadata={"help": "discount factor gamma"})
-    gae_lambda: float = field(default=0.97, metadata={"help": "GAE lambda"})
-    policy_lr: float = field(default=1e-2, metadata={"help": "Adam learning rate of the policy"})
-    vf_lr: float = field(default=1e-3, metadata={"help": "Adam learning rate of the value function"})
-    vf_iters: int = field(default=80, metadata={"help": "value-function steps per epoch"})
-    ent_coef: float = field(default=0.0, metadata={"help": "entropy-bonus weight"})
+    discount: float = field(default=0.99, metadata=check(ge=0, le=1, help="discount factor gamma"))
+    gae_lambda: float = field(default=0.97, metadata=check(ge=0, le=1, help="GAE lambda"))
+    policy_lr: float = field(default=1e-2, metadata=check(gt=0, help="Adam learning rate of the policy"))
+    vf_lr: float = field(default=1e-3, metadata=check(gt=0, help="Adam learning rate of the value function"))
+    vf_iters: int = field(default=80, metadata=check(ge=0, help="value-function steps per epoch"))
+    ent_coef: float = field(default=0.0, metadata=check(ge=0, help="entropy-bonus weight"))
     normalize_advantages: bool = field(default=True, metadata={"help": "standardise advantages per batch"})
-    vf_hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "value network widths"})
+    vf_hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=check(ge=1, help="value network widths"))
 
 
 class VPG(OnPolicyAlgorithm):

@@ -15,6 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.env import EnvFactory
 from corral.framework.errors import ConfigError
 from corral.meta.task_envs import TaskEnvConfig, task_env_factory
@@ -68,8 +69,8 @@ class BernoulliBanditEnv(gym.Env):
 class BanditsEnvConfig(TaskEnvConfig):
     """Multi-armed Bernoulli bandits."""
 
-    n_arms: int = field(default=5, metadata={"help": "arms per bandit (k)"})
-    n_pulls: int = field(default=1, metadata={"help": "pulls per episode (the trial length is n_pulls * n_episodes_per_trial)"})
+    n_arms: int = field(default=5, metadata=check(ge=1, help="arms per bandit (k)"))
+    n_pulls: int = field(default=1, metadata=check(ge=1, help="pulls per episode (the trial length is n_pulls * n_episodes_per_trial)"))
 
 
 def build_bandits(config: BanditsEnvConfig) -> EnvFactory:

@@ -8,6 +8,7 @@ from typing import Any, Optional
 from omegaconf import MISSING
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.env import EnvFactory
 
 
@@ -17,7 +18,7 @@ class GymEnvConfig:
 
     id: str = field(default=MISSING, metadata={"help": "gymnasium environment id, e.g. CartPole-v1"})
     max_episode_length: Optional[int] = field(
-        default=None, metadata={"help": "cut episodes here (default: the environment's own time limit)"}
+        default=None, metadata=check(ge=1, help="cut episodes here (default: the environment's own time limit)")
     )
     kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "keyword arguments for gymnasium.make"})
 

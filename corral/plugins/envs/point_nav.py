@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.env import EnvFactory
 from corral.framework.errors import ConfigError
 from corral.meta.task_envs import TaskEnvConfig, task_env_factory
@@ -85,8 +86,8 @@ class PointNavEnvConfig(TaskEnvConfig):
     """Point-robot navigation to a goal on a half circle."""
 
     sparse: bool = field(default=False, metadata={"help": "sparse reward (only within goal_radius of the goal)"})
-    goal_radius: float = field(default=0.2, metadata={"help": "success radius around the goal (sparse reward)"})
-    goal_distance: float = field(default=1.0, metadata={"help": "radius of the half circle the goals lie on"})
+    goal_radius: float = field(default=0.2, metadata=check(gt=0, help="success radius around the goal (sparse reward)"))
+    goal_distance: float = field(default=1.0, metadata=check(gt=0, help="radius of the half circle the goals lie on"))
 
 
 def build_point_nav(config: PointNavEnvConfig) -> EnvFactory:

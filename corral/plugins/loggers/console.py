@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Mapping, TextIO
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.logger import Logger
 
 
@@ -15,7 +16,7 @@ from corral.framework.logger import Logger
 class ConsoleLoggerConfig:
     """Settings of the console logger."""
 
-    every: int = field(default=1, metadata={"help": "print every N epochs"})
+    every: int = field(default=1, metadata=check(ge=1, help="print every N epochs"))
     losses: bool = field(default=True, metadata={"help": "also print loss/* entries"})
 
 

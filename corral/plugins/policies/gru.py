@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
@@ -41,8 +42,8 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 class GRUPolicyConfig:
     """Settings of the GRU policy."""
 
-    hidden_size: int = field(default=64, metadata={"help": "GRU hidden-state width"})
-    init_log_std: float = field(default=0.0, metadata={"help": "initial log standard deviation (Box actions)"})
+    hidden_size: int = field(default=64, metadata=check(ge=1, help="GRU hidden-state width"))
+    init_log_std: float = field(default=0.0, metadata=check(help="initial log standard deviation (Box actions)"))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

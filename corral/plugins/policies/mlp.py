@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
@@ -34,9 +35,9 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 class MLPPolicyConfig:
     """Settings of the MLP policy."""
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "hidden layer widths"})
-    activation: str = field(default="tanh", metadata={"help": "tanh, relu, elu, gelu or silu"})
-    init_log_std: float = field(default=0.0, metadata={"help": "initial log standard deviation (Box actions)"})
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=check(ge=1, help="hidden layer widths"))
+    activation: str = field(default="tanh", metadata=check(choices=tuple(networks.ACTIVATIONS), help="tanh, relu, elu, gelu or silu"))
+    init_log_std: float = field(default=0.0, metadata=check(help="initial log standard deviation (Box actions)"))
 
 
 class _NumpyForward:

@@ -29,11 +29,12 @@ import torch
 from torch import nn
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec, child_seed
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.meta.context_encoder import MIN_VARIANCE, ContextEncoder
-from corral.rl.networks import batch_invariant_forward, flat_dim, numpy_to_params, params_to_numpy
+from corral.rl.networks import ACTIVATIONS, batch_invariant_forward, flat_dim, numpy_to_params, params_to_numpy
 from corral.rl.noise import NoiseStreams
 from corral.plugins.policies.tanh_gaussian import TanhGaussianPolicy
 
@@ -45,13 +46,13 @@ Z_NOISE_BRANCH = 2
 class PEARLPolicyConfig:
     """Settings of PEARL's agent (the paper's widths: actor 3 x 300, encoder 3 x 200, 5 latent dims)."""
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [300, 300, 300], metadata={"help": "actor widths"})
+    hidden_sizes: list[int] = field(default_factory=lambda: [300, 300, 300], metadata=check(ge=1, help="actor widths"))
     encoder_hidden_sizes: list[int] = field(default_factory=lambda: [200, 200, 200],
-                                            metadata={"help": "context encoder widths"})
-    latent_size: int = field(default=5, metadata={"help": "dimensions of the latent task variable z"})
-    activation: str = field(default="relu", metadata={"help": "tanh, relu, elu, gelu or silu"})
-    log_std_min: float = field(default=-20.0, metadata={"help": "lower clip of the actor's log standard deviation"})
-    log_std_max: float = field(default=2.0, metadata={"help": "upper clip of the actor's log standard deviation"})
+                                            metadata=check(ge=1, help="context encoder widths"))
+    latent_size: int = field(default=5, metadata=check(ge=1, help="dimensions of the latent task variable z"))
+    activation: str = field(default="relu", metadata=check(choices=tuple(ACTIVATIONS), help="tanh, relu, elu, gelu or silu"))
+    log_std_min: float = field(default=-20.0, metadata=check(help="lower clip of the actor's log standard deviation"))
+    log_std_max: float = field(default=2.0, metadata=check(help="upper clip of the actor's log standard deviation"))
 
 
 def softplus(x: np.ndarray) -> np.ndarray:

@@ -19,11 +19,13 @@ import torch
 from torch import nn
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.rl.networks import activation as activation_class
 from corral.rl.networks import (
+    ACTIVATIONS,
     batch_invariant_forward,
     flat_dim,
     mlp,
@@ -37,8 +39,8 @@ from corral.parallel.slot_noise import SlotNoiseMixin
 class QNetworkPolicyConfig:
     """Settings of the Q-network (SB3's DQN default is ``net_arch=[64, 64]``, ReLU)."""
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "hidden layer widths"})
-    activation: str = field(default="relu", metadata={"help": "tanh, relu, elu, gelu or silu"})
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=check(ge=1, help="hidden layer widths"))
+    activation: str = field(default="relu", metadata=check(choices=tuple(ACTIVATIONS), help="tanh, relu, elu, gelu or silu"))
     dueling: bool = field(default=False, metadata={"help": "dueling head: Q = V + A - mean(A)"})
 
 

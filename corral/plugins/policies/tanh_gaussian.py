@@ -21,10 +21,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.rl.networks import (
+    ACTIVATIONS,
     batch_invariant_forward,
     flat_dim,
     mlp,
@@ -40,10 +42,10 @@ _LOG_2 = math.log(2.0)
 class TanhGaussianPolicyConfig:
     """Settings of the tanh-Gaussian policy (SB3's SAC actor: ``net_arch=[256, 256]``, ReLU)."""
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256], metadata={"help": "hidden layer widths"})
-    activation: str = field(default="relu", metadata={"help": "tanh, relu, elu, gelu or silu"})
-    log_std_min: float = field(default=-20.0, metadata={"help": "lower clip of the log standard deviation"})
-    log_std_max: float = field(default=2.0, metadata={"help": "upper clip of the log standard deviation"})
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256], metadata=check(ge=1, help="hidden layer widths"))
+    activation: str = field(default="relu", metadata=check(choices=tuple(ACTIVATIONS), help="tanh, relu, elu, gelu or silu"))
+    log_std_min: float = field(default=-20.0, metadata=check(help="lower clip of the log standard deviation"))
+    log_std_max: float = field(default=2.0, metadata=check(help="upper clip of the log standard deviation"))
 
 
 class TanhGaussianPolicy(SlotNoiseMixin, Policy, nn.Module):

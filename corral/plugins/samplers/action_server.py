@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.worker import WorkerFactory
@@ -41,17 +42,17 @@ DEVICES_HELP = "where the server's policy runs: auto (cuda when available, else 
 class ActionServerSamplerConfig(MultiprocessingSamplerConfig):
     """Settings of the action-server sampler (the multiprocessing sampler's, plus the server's)."""
 
-    device: str = field(default="auto", metadata={"help": DEVICES_HELP})
+    device: str = field(default="auto", metadata=check(pattern=r"auto|cpu|cuda(:[0-9]+)?", describe="auto, cpu, cuda or cuda:N", help=DEVICES_HELP))
     slot_mib: int = field(
         default=16,
-        metadata={"help": "MiB reserved per worker for its observations and for its actions and agent infos "
-                          "(shared memory; only what is used takes memory)"},
+        metadata=check(ge=1, help="MiB reserved per worker for its observations and for its actions and agent infos "
+                          "(shared memory; only what is used takes memory)"),
     )
     spin_us: int = field(
         default=200,
-        metadata={"help": "microseconds a waiting worker (and the server) polls for its answer, yielding the CPU "
+        metadata=check(ge=0, help="microseconds a waiting worker (and the server) polls for its answer, yielding the CPU "
                           "between polls, before sleeping on its semaphore; saves a process wake-up per step "
-                          "(0: sleep at once)"},
+                          "(0: sleep at once)"),
     )
 
 

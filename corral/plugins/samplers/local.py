@@ -8,6 +8,7 @@ from typing import Any, Mapping
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
+from corral.framework.checks import check
 from corral.framework.sampler import Sampler, collect_share, split_steps
 from corral.framework.worker import Worker
 
@@ -16,7 +17,7 @@ from corral.framework.worker import Worker
 class LocalSamplerConfig:
     """Settings of the local sampler."""
 
-    n_workers: int = field(default=1, metadata={"help": "workers, run one after another in this process"})
+    n_workers: int = field(default=1, metadata=check(ge=1, help="workers, run one after another in this process"))
 
 
 class LocalSampler(Sampler):

@@ -41,6 +41,7 @@ from typing import Any, Mapping, Sequence
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
+from corral.framework.checks import check
 from corral.framework.env import is_new_env
 from corral.framework.errors import ConfigError, WorkerError
 from corral.framework.policy import Policy
@@ -61,25 +62,25 @@ FAILURE_POLICIES = ("raise", "restart")
 class MultiprocessingSamplerConfig:
     """Settings of the multiprocessing sampler."""
 
-    n_workers: int = field(default=2, metadata={"help": "worker processes (one worker each)"})
+    n_workers: int = field(default=2, metadata=check(ge=1, help="worker processes (one worker each)"))
     start_method: str = field(
         default="spawn",
-        metadata={"help": "how worker processes start: spawn (default: a fresh interpreter, safe with torch's "
+        metadata=check(choices=("spawn", "forkserver", "fork"), help="how worker processes start: spawn (default: a fresh interpreter, safe with torch's "
                           "thread pools and with threads in this process), forkserver (spawn-like), or fork "
-                          "(fastest, but unsafe once torch or other threads are running)"},
+                          "(fastest, but unsafe once torch or other threads are running)"),
     )
     timeout: float = field(
         default=120.0,
-        metadata={"help": "seconds a worker may show no progress (no answer and no environment step) before it "
-                          "counts as stuck and is stopped; checked once a second, so use a few seconds at least"},
+        metadata=check(gt=0, help="seconds a worker may show no progress (no answer and no environment step) before it "
+                          "counts as stuck and is stopped; checked once a second, so use a few seconds at least"),
     )
     on_worker_failure: str = field(
         default="raise",
-        metadata={"help": "when a worker dies, raises or is stuck: raise (a WorkerError; the sampler shuts "
-                          "down) or restart (rebuild it with an advanced seed stream and resample its share)"},
+        metadata=check(choices=("raise", "restart"), help="when a worker dies, raises or is stuck: raise (a WorkerError; the sampler shuts "
+                          "down) or restart (rebuild it with an advanced seed stream and resample its share)"),
     )
     max_restarts: int = field(
-        default=3, metadata={"help": "restarts allowed per worker (on_worker_failure=restart) before raising"}
+        default=3, metadata=check(ge=0, help="restarts allowed per worker (on_worker_failure=restart) before raising")
     )
     cpu_affinity: bool = field(
         default=False, metadata={"help": "pin worker i to core i % cpu_count (os.sched_setaffinity; Linux)"}

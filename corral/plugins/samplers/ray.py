@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
+from corral.framework.checks import check
 from corral.framework.errors import ConfigError, WorkerError
 from corral.framework.sampler import Sampler, collect_share, split_steps
 from corral.framework.worker import WorkerFactory
@@ -29,14 +30,14 @@ log = logging.getLogger(__name__)
 class RaySamplerConfig:
     """Settings of the Ray sampler."""
 
-    n_workers: int = field(default=2, metadata={"help": "Ray actors, one worker each"})
+    n_workers: int = field(default=2, metadata=check(ge=1, help="Ray actors, one worker each"))
     address: str = field(default="", metadata={"help": "'' = start a local Ray runtime; 'auto' or ray://host:port = join a cluster"})
-    num_cpus: float = field(default=1.0, metadata={"help": "CPUs reserved per actor"})
-    num_gpus: float = field(default=0.0, metadata={"help": "GPUs reserved per actor"})
-    timeout: float = field(default=120.0, metadata={"help": "seconds without any result before a worker counts as stuck"})
-    start_timeout: float = field(default=120.0, metadata={"help": "seconds to wait for the actors to be placed and built"})
-    on_worker_failure: str = field(default="raise", metadata={"help": "raise | restart"})
-    max_restarts: int = field(default=3, metadata={"help": "restarts allowed per obtain call before giving up"})
+    num_cpus: float = field(default=1.0, metadata=check(ge=0, help="CPUs reserved per actor"))
+    num_gpus: float = field(default=0.0, metadata=check(ge=0, help="GPUs reserved per actor"))
+    timeout: float = field(default=120.0, metadata=check(gt=0, help="seconds without any result before a worker counts as stuck"))
+    start_timeout: float = field(default=120.0, metadata=check(gt=0, help="seconds to wait for the actors to be placed and built"))
+    on_worker_failure: str = field(default="raise", metadata=check(choices=("raise", "restart"), help="raise | restart"))
+    max_restarts: int = field(default=3, metadata=check(ge=0, help="restarts allowed per obtain call before giving up"))
 
 
 class _RayWorker:

@@ -19,6 +19,7 @@ import numpy as np
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch, StepType
+from corral.framework.checks import check
 from corral.framework.worker import Worker
 from corral.rl.episode_buffer import EpisodeBuffers, action_clipper, batch_from_episodes
 
@@ -27,8 +28,8 @@ from corral.rl.episode_buffer import EpisodeBuffers, action_clipper, batch_from_
 class FragmentWorkerConfig:
     """Settings of the fragment worker."""
 
-    n_envs: int = field(default=8, metadata={"help": "environments stepped together by one worker"})
-    timesteps_per_call: int = field(default=1, metadata={"help": "steps per environment in one rollout"})
+    n_envs: int = field(default=8, metadata=check(ge=1, help="environments stepped together by one worker"))
+    timesteps_per_call: int = field(default=1, metadata=check(ge=1, help="steps per environment in one rollout"))
 
 
 class FragmentWorker(Worker):

@@ -41,6 +41,7 @@ import numpy as np
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch, StepType
+from corral.framework.checks import check
 from corral.framework.errors import ConfigError
 from corral.framework.plugins import get_registry
 from corral.framework.worker import Worker
@@ -53,9 +54,9 @@ from corral.plugins.validation import component_class
 class PEARLWorkerConfig:
     """Settings of the PEARL worker."""
 
-    n_episodes_per_trial: int = field(default=3, metadata={"help": "episodes per task (context kept across them)"})
-    n_prior_episodes: int = field(default=1, metadata={"help": "first episodes of a trial, acting with z from the prior"})
-    n_envs: int = field(default=1, metadata={"help": "environments stepped together by one worker"})
+    n_episodes_per_trial: int = field(default=3, metadata=check(ge=1, help="episodes per task (context kept across them)"))
+    n_prior_episodes: int = field(default=1, metadata=check(ge=0, help="first episodes of a trial, acting with z from the prior"))
+    n_envs: int = field(default=1, metadata=check(ge=1, help="environments stepped together by one worker"))
     context_reward: Optional[str] = field(
         default=None, metadata={"help": "info key whose value the encoder sees as the reward (null: the reward)"}
     )

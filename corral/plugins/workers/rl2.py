@@ -30,6 +30,7 @@ import numpy as np
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch, StepType
+from corral.framework.checks import check
 from corral.framework.env import child_seed, current_task_id, seed_int
 from corral.framework.errors import ConfigError
 from corral.framework.plugins import get_registry
@@ -43,8 +44,8 @@ from corral.meta.trial_tasks import TrialTasksMixin
 class RL2WorkerConfig:
     """Settings of the RL2 worker."""
 
-    n_episodes_per_trial: int = field(default=2, metadata={"help": "episodes per trial on one task (hidden state kept)"})
-    n_envs: int = field(default=1, metadata={"help": "environments stepped together by one worker"})
+    n_episodes_per_trial: int = field(default=2, metadata=check(ge=1, help="episodes per trial on one task (hidden state kept)"))
+    n_envs: int = field(default=1, metadata=check(ge=1, help="environments stepped together by one worker"))
 
 
 class RL2Worker(TrialTasksMixin, Worker):

@@ -9,6 +9,7 @@ import numpy as np
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
+from corral.framework.checks import check
 from corral.framework.worker import Worker
 from corral.rl.episode_buffer import StepLog, action_clipper
 
@@ -17,7 +18,7 @@ from corral.rl.episode_buffer import StepLog, action_clipper
 class VecWorkerConfig:
     """Settings of the vectorised worker."""
 
-    n_envs: int = field(default=8, metadata={"help": "environments stepped together by one worker"})
+    n_envs: int = field(default=8, metadata=check(ge=1, help="environments stepped together by one worker"))
 
 
 class VecWorker(Worker):

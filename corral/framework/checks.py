@@ -1,0 +1,297 @@
+"""Valid ranges and choices of config fields, declared next to the field and checked at composition.
+
+A plugin's config dataclass declares what each numeric or enumerated field accepts in the field's
+metadata, with :func:`check`::
+
+    from dataclasses import dataclass, field
+    from corral import check
+
+    @dataclass
+    class MyAlgoConfig:
+        learning_rate: float = field(default=3e-4, metadata=check(gt=0, help="Adam step size"))
+        discount: float = field(default=0.99, metadata=check(ge=0, le=1, help="discount factor"))
+        mode: str = field(default="mean", metadata=check(choices=("mean", "sum"), help="reduction"))
+        hidden_sizes: list[int] = field(default_factory=lambda: [64], metadata=check(ge=1, help="widths"))
+
+When a run is composed, corral checks every value of every chosen option against these
+declarations (:func:`check_values`) and rejects a key that is not a field of the option
+(:func:`unknown_key_message`), before anything is built: ``corral: error: algo.learning_rate must
+be > 0, got -1.0``. ``None`` is accepted for an ``Optional`` field; a list is checked item by item.
+``corral plugins`` shows the declarations, and the contract kit checks that a plugin's defaults
+satisfy its own (:func:`check_defaults`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import typing
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+#: The metadata key under which :func:`check` stores its :class:`Check`.
+CHECK_KEY = "check"
+
+
+@dataclass(frozen=True)
+class Check:
+    """What one config field accepts: numeric bounds, a set of choices, or a regular expression.
+
+    Bounds apply to numbers (and to each item of a list of numbers); a number must also be finite
+    unless ``finite=False``. ``choices`` lists the accepted values; ``pattern`` is a regular
+    expression a string must match in full (``describe`` says what it means to a user).
+    """
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+    choices: tuple[Any, ...] | None = None
+    pattern: str | None = None
+    describe_pattern: str | None = None
+    finite: bool = True
+
+    def describe(self) -> str:
+        """The accepted values in words: ``> 0``, ``>= 0 and <= 1``, ``one of 'spawn', 'fork'``."""
+        parts = [f"{op} {_num(bound)}" for op, bound in
+                 ((">", self.gt), (">=", self.ge), ("<", self.lt), ("<=", self.le)) if bound is not None]
+        if self.choices is not None:
+            parts.append("one of " + ", ".join(repr(c) for c in self.choices))
+        if self.pattern is not None:
+            parts.append(self.describe_pattern or f"matching {self.pattern!r}")
+        return " and ".join(parts) if parts else ("any finite number" if self.finite else "any number")
+
+    def problem(self, value: Any) -> str | None:
+        """Why ``value`` is not accepted (``"must be > 0"``), or None when it is."""
+        if self.choices is not None and value not in self.choices:
+            return "must be " + self.describe()
+        if self.pattern is not None and not (isinstance(value, str) and re.fullmatch(self.pattern, value)):
+            return "must be " + self.describe()
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if self.choices is None and self.pattern is None and _has_bounds(self):
+                return "must be a number " + self.describe()
+            return None
+        if self.finite and not math.isfinite(value):
+            return "must be a finite number" + ("" if not _has_bounds(self) else " " + self.describe())
+        if ((self.gt is not None and not value > self.gt) or (self.ge is not None and not value >= self.ge)
+                or (self.lt is not None and not value < self.lt) or (self.le is not None and not value <= self.le)):
+            return "must be " + self.describe()
+        return None
+
+
+def check(*, gt: float | None = None, ge: float | None = None, lt: float | None = None, le: float | None = None,
+          choices: Iterable[Any] | None = None, pattern: str | None = None, describe: str | None = None,
+          finite: bool = True, help: str = "") -> dict[str, Any]:
+    """Field metadata declaring what a config field accepts (and its help line).
+
+    ``field(default=3e-4, metadata=check(gt=0, help="Adam step size"))``. ``gt``/``ge``/``lt``/``le``
+    bound a number (each item of a list of numbers); ``choices`` lists the accepted values;
+    ``pattern`` is a regular expression a string must match in full, ``describe`` says in words
+    what it accepts. With no argument but ``help`` it declares "any finite number".
+    """
+    spec = Check(gt=gt, ge=ge, lt=lt, le=le, choices=tuple(choices) if choices is not None else None,
+                 pattern=pattern, describe_pattern=describe, finite=finite)
+    metadata: dict[str, Any] = {CHECK_KEY: spec}
+    if help:
+        metadata["help"] = help
+    return metadata
+
+
+def field_check(f: dataclasses.Field) -> Check | None:
+    """The :class:`Check` declared on a dataclass field, if any."""
+    spec = f.metadata.get(CHECK_KEY)
+    return spec if isinstance(spec, Check) else None
+
+
+def describe_field(f: dataclasses.Field) -> str:
+    """What a field accepts in words (``""`` when it declares nothing)."""
+    spec = field_check(f)
+    return spec.describe() if spec is not None else ""
+
+
+def field_problems(config: type, values: Mapping[str, Any], prefix: str) -> list[str]:
+    """Every declared field of ``config`` whose value in ``values`` is out of range, as messages
+    ``"<prefix>.<field> must be > 0, got -1.0"``. Fields absent from ``values`` are not checked."""
+    problems = []
+    hints = _hints(config)
+    for f in dataclasses.fields(config):
+        spec = field_check(f)
+        if spec is None or f.name not in values:
+            continue
+        value = values[f.name]
+        if value is None and _allows_none(hints.get(f.name)):
+            continue
+        items = list(enumerate(value)) if isinstance(value, (list, tuple)) else [(None, value)]
+        for index, item in items:
+            why = spec.problem(item)
+            if why is not None:
+                key = f"{prefix}.{f.name}" + (f"[{index}]" if index is not None else "")
+                problems.append(f"{key} {why}, got {item!r}")
+    return problems
+
+
+def check_values(config: type, values: Mapping[str, Any], prefix: str) -> None:
+    """Raise :class:`~corral.framework.errors.ConfigError` naming every out-of-range field."""
+    problems = field_problems(config, values, prefix)
+    if problems:
+        from corral.framework.errors import ConfigError
+
+        raise ConfigError("; ".join(problems))
+
+
+def check_defaults(config: type, prefix: str = "config") -> list[str]:
+    """The problems of a config dataclass's own defaults against its own declarations (``[]`` = fine).
+
+    Also reports a field whose ``check`` metadata is not a :class:`Check` (built by hand instead of
+    with :func:`check`).
+    """
+    problems = []
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        raw = f.metadata.get(CHECK_KEY)
+        if raw is not None and not isinstance(raw, Check):
+            problems.append(f"{prefix}.{f.name}: metadata[{CHECK_KEY!r}] must come from corral.check(...), "
+                            f"got {raw!r}")
+        if f.default is not dataclasses.MISSING:
+            values[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            values[f.name] = f.default_factory()  # type: ignore[misc]
+    return problems + field_problems(config, values, prefix)
+
+
+def unchecked_fields(config: type) -> list[str]:
+    """Numeric fields (int, float, lists of them) that declare no :func:`check`; bools and strings
+    without declared choices are not counted."""
+    hints = _hints(config)
+    out = []
+    for f in dataclasses.fields(config):
+        if field_check(f) is None and _is_numeric(hints.get(f.name)):
+            out.append(f.name)
+    return out
+
+
+def unknown_key_message(prefix: str, option: str, key: str, fields: list[str],
+                        elsewhere: list[str] | None = None) -> str:
+    """The message for a key that is not a field of the chosen option.
+
+    ``prefix`` is the path of the group (``algo``, ``logger.csv``), ``option`` the group choice as a
+    user writes it (``algo=ppo``), ``fields`` the option's fields, ``elsewhere`` the other options
+    of the group that do have ``key`` (written ``worker=vec``; the first is the example given).
+    """
+    where = f"{option} has no setting {key!r}"
+    if fields:
+        where += f"; its settings are {', '.join(f'{prefix}.{f}' for f in fields)}"
+    else:
+        where += " (it has no settings)"
+    close = difflib.get_close_matches(key, fields, n=1)
+    hint = f"; did you mean {prefix}.{close[0]}?" if close else ""
+    if elsewhere:
+        named = elsewhere[0] if len(elsewhere) == 1 else ", ".join(elsewhere[:-1]) + " and " + elsewhere[-1]
+        hint += (f"; {named} {'has' if len(elsewhere) == 1 else 'have'} {key!r}: choose "
+                 f"{'it' if len(elsewhere) == 1 else 'one of them'} (e.g. {elsewhere[0]} {prefix}.{key}=...)")
+    return f"{prefix}.{key} is not a setting: {where}{hint} (`corral plugins` lists every option's settings)"
+
+
+def _has_bounds(spec: Check) -> bool:
+    return any(b is not None for b in (spec.gt, spec.ge, spec.lt, spec.le))
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def _hints(config: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(config)
+    except Exception:  # noqa: BLE001 - an unresolvable annotation: fall back to no type information
+        return {}
+
+
+def _allows_none(hint: Any) -> bool:
+    return hint is None or hint is Any or type(None) in typing.get_args(hint)
+
+
+def _is_numeric(hint: Any) -> bool:
+    if hint in (int, float):
+        return True
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    origin = typing.get_origin(hint)
+    if origin in (list, tuple):
+        return any(a in (int, float) for a in args)
+    return bool(args) and all(_is_numeric(a) for a in args)
+
+
+__all__ = [
+    "CHECK_KEY",
+    "Check",
+    "check",
+    "check_defaults",
+    "check_values",
+    "composed_problems",
+    "describe_field",
+    "field_check",
+    "field_problems",
+    "unchecked_fields",
+    "unknown_key_message",
+]
+
+
+def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str]) -> list[str]:
+    """Every problem of a composed run config: a key that is not a field of its option (or of the
+    primary ``schema``), and every value outside its field's declared range.
+
+    ``registry`` is the plugin :class:`~corral.framework.registry.Registry`; ``kinds`` the config
+    groups (the ``logger`` group holds one node per selected logger, under ``logger.<name>``).
+    Options that are not registered are left to the caller's lookup.
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    problems: list[str] = []
+    kinds = tuple(kinds)
+    top = {f.name for f in dataclasses.fields(schema)}
+    for key in cfg:
+        if key not in top:
+            problems.append(_unknown_top_level(str(key), top, registry, kinds))
+    top_values = {k: cfg.get(k) for k in top if k not in kinds and not isinstance(cfg.get(k), DictConfig)}
+    for problem in field_problems(schema, top_values, ""):
+        problems.append(problem.lstrip("."))
+
+    def check_node(prefix: str, option: str, kind: str, name: str, node: Any) -> None:
+        key = (kind, name)
+        if key not in registry.entries or not isinstance(node, DictConfig):
+            return
+        reg = registry.entries[key]
+        values = OmegaConf.to_container(node, resolve=True)
+        assert isinstance(values, dict)
+        fields = [f.name for f in dataclasses.fields(reg.config)] if reg.config is not None else []
+        for extra in [k for k in values if k not in fields and k != "name"]:
+            owners = [other for other in registry if other.kind == kind and other.name != name
+                      and other.config is not None and extra in {f.name for f in dataclasses.fields(other.config)}]
+            # The simplest option that has the key (fewest settings) is the example: worker=vec for n_envs.
+            owners.sort(key=lambda other: (len(dataclasses.fields(other.config)), other.name))
+            elsewhere = [f"{kind}={other.name}" for other in owners]
+            problems.append(unknown_key_message(prefix, option, str(extra), fields, elsewhere))
+        if reg.config is not None:
+            problems.extend(field_problems(reg.config, values, prefix))
+
+    for kind in kinds:
+        node = cfg.get(kind)
+        if kind == "logger":
+            for name, sub in (node or {}).items():
+                check_node(f"logger.{name}", f"logger {name}", kind, str(name), sub)
+        elif isinstance(node, DictConfig) and "name" in node:
+            check_node(kind, f"{kind}={node.name}", kind, str(node.name), node)
+    return problems
+
+
+def _unknown_top_level(key: str, top: set[str], registry: Any, kinds: tuple[str, ...]) -> str:
+    owners = sorted({f"{reg.kind}.{key}" for reg in registry if reg.config is not None
+                     and key in {f.name for f in dataclasses.fields(reg.config)}})
+    hint = f"; did you mean {' or '.join(owners[:3])}?" if owners else ""
+    if not hint:
+        close = difflib.get_close_matches(key, sorted(top), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+    return (f"{key} is not a setting: the top-level settings are {', '.join(sorted(top - set(kinds)))} and the "
+            f"groups {', '.join(kinds)}{hint}")
