@@ -219,6 +219,9 @@ def main() -> None:
                         help="where the table and the plot go")
     parser.add_argument("--peer", choices=sorted(PEERS), default=None,
                         help="also run this framework's same algorithm (seeds interleaved) and compare")
+    parser.add_argument("--time-target", type=float, default=1.2,
+                        help="with --peer: the target ratio of corral's wall time per step to the peer's "
+                             "(issue 6: 1.2; issue 22, MuJoCo PPO: 0.7)")
     parser.add_argument("overrides", nargs="*", help="train.py overrides (after --)")
     args = parser.parse_args()
 
@@ -256,7 +259,7 @@ def main() -> None:
     lines += ["", f"Result{' (corral)' if args.peer else ''}: {verdict}"
               + (f"; slowest at {max(reached):,.0f} env steps." if all(reached) else ".")]
     if args.peer:
-        lines += ["", *peer_summary(results, peer_results, args.metric, args.peer)]
+        lines += ["", *peer_summary(results, peer_results, args.metric, args.peer, args.time_target)]
         lines += ["", f"{args.peer} runs: `python {PEERS[args.peer].relative_to(ROOT)} --config "
                   f"<corral seed run>/.hydra/config.yaml --seed <seed> --out <dir>`; its mapping of the config:",
                   "", "    " + str(peer_results[0].get("log", "")).strip().replace("\n", "\n    ")]

@@ -8,7 +8,10 @@
 hyperparameters, the same environment id, the same number of environments, the same step budget
 and the same evaluation protocol: every ``trainer.eval_every`` rows of ``trainer.batch_size``
 environment steps, ``trainer.eval_episodes`` deterministic episodes from the same reset seeds
-corral's evaluation uses. It writes ``progress.csv`` with corral's column names
+corral's evaluation uses. When corral's run normalises (``normalize.obs`` / ``normalize.reward``), SB3's
+environments are wrapped in ``VecNormalize`` with the same clips, discount and epsilon, and its
+evaluation normalises observations with that wrapper's current statistics (frozen, as corral's).
+It writes ``progress.csv`` with corral's column names
 (``env_steps``, ``train/return_mean``, ``eval/return_mean``, ``time/total_s``).
 
 This is benchmark code: it needs the ``bench`` extra (``pip install -e .[bench]``); the corral
@@ -50,6 +53,9 @@ class SB3Spec:
     eval_every: int = 5  # rows between evaluations (corral's trainer.eval_every; 0: never)
     eval_episodes: int = 10
     torch_threads: int = 1
+    #: ``VecNormalize`` keyword arguments when corral's ``normalize.obs`` / ``normalize.reward`` is on
+    #: (None: no normalisation).
+    normalize: dict[str, Any] | None = None
     unmapped: list[str] = field(default_factory=list)  # corral settings SB3 has no counterpart for
 
     @property
@@ -76,6 +82,24 @@ def _budget(trainer: Mapping[str, Any]) -> int:
     by_epochs = int(trainer["n_epochs"]) * int(trainer["batch_size"])
     limit = trainer.get("max_env_steps")
     return by_epochs if not limit else min(int(limit), by_epochs)
+
+
+def _normalize_kwargs(cfg: Mapping[str, Any], unmapped: list[str]) -> dict[str, Any] | None:
+    """``VecNormalize`` arguments for corral's ``normalize`` node (None when it normalises nothing):
+    ``norm_obs`` = ``obs``, ``norm_reward`` = ``reward``, ``clip_obs`` = ``clip``, ``clip_reward`` =
+    ``clip_reward``, ``gamma`` = ``gamma`` (null: the algorithm's discount, as rl-zoo passes it),
+    ``epsilon`` = ``epsilon``."""
+    node = cfg.get("normalize") or {}
+    if not (node.get("obs") or node.get("reward")):
+        return None
+    gamma = node.get("gamma")
+    if gamma is None:
+        gamma = cfg["algo"].get("discount", 0.99)
+    if not node.get("update", True):
+        unmapped.append("normalize.update=false (VecNormalize always updates while training)")
+    return {"norm_obs": bool(node.get("obs")), "norm_reward": bool(node.get("reward")),
+            "clip_obs": float(node.get("clip", 10.0)), "clip_reward": float(node.get("clip_reward", 10.0)),
+            "gamma": float(gamma), "epsilon": float(node.get("epsilon", 1e-8))}
 
 
 def sb3_spec(cfg: Mapping[str, Any]) -> SB3Spec:
@@ -123,6 +147,7 @@ def sb3_spec(cfg: Mapping[str, Any]) -> SB3Spec:
         eval_every=int(trainer.get("eval_every", 0) or 0),
         eval_episodes=int(trainer.get("eval_episodes", 10)),
         torch_threads=int(trainer.get("torch_threads", 1) or 0),
+        normalize=_normalize_kwargs(cfg, unmapped),
         unmapped=unmapped,
     )
 
@@ -183,13 +208,15 @@ def make_env(spec: SB3Spec) -> Any:
 
 
 def evaluate(model: Any, spec: SB3Spec, seed: int) -> float:
-    """Mean return of ``eval_episodes`` deterministic episodes, reset with corral's evaluation seeds."""
+    """Mean return of ``eval_episodes`` deterministic episodes, reset with corral's evaluation seeds
+    (observations normalised with the training ``VecNormalize``'s current, frozen statistics)."""
     import numpy as np
 
     from corral.framework.env import child_seed, seed_int
     from corral.framework.evaluation import EVAL_BRANCH
 
     root = child_seed(np.random.SeedSequence(seed), EVAL_BRANCH)
+    norm = model.get_vec_normalize_env()
     env = make_env(spec)
     returns = []
     try:
@@ -197,6 +224,8 @@ def evaluate(model: Any, spec: SB3Spec, seed: int) -> float:
             obs, _ = env.reset(seed=seed_int(child_seed(root, i, 0)))
             total = 0.0
             while True:
+                if norm is not None:
+                    obs = norm.normalize_obs(obs)
                 action, _ = model.predict(obs, deterministic=True)
                 obs, reward, terminated, truncated, _ = env.step(action)
                 total += float(reward)
@@ -275,6 +304,11 @@ def run(spec: SB3Spec, seed: int, out_dir: Path) -> Path:
     module, cls = spec.sb3_class
     algo_class = getattr(importlib.import_module(module), cls)
     env = make_vec_env(lambda: make_env(spec), n_envs=spec.n_envs, seed=seed)
+    if spec.normalize is not None:
+        from stable_baselines3.common.vec_env import VecNormalize
+
+        # Outside make_vec_env's Monitor: the logged training returns stay the environment's.
+        env = VecNormalize(env, **spec.normalize)
     model = algo_class("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **spec.kwargs)
     callback = Progress()
     model.learn(total_timesteps=spec.total_steps, callback=callback)
@@ -301,7 +335,8 @@ def main(argv: list[str] | None = None) -> None:
     for line in spec.unmapped:
         print(f"sb3_runner: not mapped: {line}", flush=True)
     shown = repr(spec.kwargs).replace("<class 'torch.nn.modules.activation.", "nn.").replace("'>", "")
-    print(f"sb3_runner: {spec.sb3_class[0]}.{spec.sb3_class[1]}({shown}) on {spec.env_id} x{spec.n_envs}, "
+    wrapped = f" in VecNormalize({spec.normalize})" if spec.normalize is not None else ""
+    print(f"sb3_runner: {spec.sb3_class[0]}.{spec.sb3_class[1]}({shown}) on {spec.env_id} x{spec.n_envs}{wrapped}, "
           f"{spec.total_steps} steps", flush=True)
     run(spec, args.seed, args.out)
 
