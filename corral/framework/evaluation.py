@@ -1,17 +1,143 @@
-"""Deterministic evaluation episodes, independent of the training sampler's RNG streams."""
+"""Evaluation is sampling with deterministic actions, through the run's own workers.
+
+There is no second environment-stepping loop: evaluation builds workers from the run's
+:class:`~corral.framework.worker.WorkerFactory` (same worker class, worker settings and episode
+limit, so the same environment construction, wrappers and action clipping as training), gives them
+a deterministic copy of the policy (``policy.deterministic = True``, the :class:`Policy` contract)
+and collects whole episodes with a sampler (``local`` by default).
+
+Seeds: an evaluation worker's stream is a branch of the run's ``SeedSequence`` of its own,
+``SeedSequence(seed).spawn_key + (EVAL_BRANCH, worker)``; training workers use ``(worker,)`` and
+``(worker, restart)``. Evaluation therefore never draws from a training stream, never changes a
+training episode, and gives the same episodes every time it is called with the same parameters.
+
+Workers that return fragments (``worker=fragment``) are stitched back into whole episodes: the
+evaluation takes each slot's first, second, ... episode, slot by slot, so which episodes count does
+not depend on their lengths.
+"""
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+import inspect
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
+import gymnasium as gym
 import numpy as np
 
-from corral.framework.env import child_seed, make_env, seed_int
+from corral.framework.batch import EpisodeBatch, StepType
+from corral.framework.env import EnvFactory, child_seed, make_env
+from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
+from corral.framework.worker import WorkerFactory
 
-#: Spawn-key branch reserved for evaluation seeds (workers use 0, 1, ...).
+#: Spawn-key branch reserved for evaluation seeds (training workers use 0, 1, ...).
 EVAL_BRANCH = 2**31 - 1
+
+#: The extra that brings what gymnasium's RecordVideo needs to write MP4 files.
+VIDEO_EXTRA = "corral[video]"
+
+
+@dataclass
+class EvalWorkerFactory(WorkerFactory):
+    """A run's :class:`WorkerFactory` moved onto a seed branch of its own.
+
+    Worker ``i`` is seeded with ``child_seed(SeedSequence(seed), *branch, i)``; everything else
+    (worker class, worker settings, episode limit) is the run's.
+    """
+
+    branch: tuple[int, ...] = (EVAL_BRANCH,)
+
+    @property
+    def root_seed(self) -> np.random.SeedSequence:
+        """The evaluation branch of the run's seed sequence."""
+        return child_seed(np.random.SeedSequence(self.seed), *self.branch)
+
+
+def evaluation_factory(
+    factory: WorkerFactory,
+    *,
+    seed: int | None = None,
+    n_workers: int = 1,
+    max_episode_length: int | None = None,
+    branch: Sequence[int] = (EVAL_BRANCH,),
+) -> EvalWorkerFactory:
+    """The evaluation twin of a run's ``factory``: same workers, ``n_workers`` of them, seeded from
+    ``branch`` of ``seed`` (default: the run's seed). ``max_episode_length`` replaces the run's limit
+    (e.g. for another environment id); None keeps it."""
+    return EvalWorkerFactory(
+        seed=factory.seed if seed is None else int(seed),
+        max_episode_length=factory.max_episode_length if max_episode_length is None else max_episode_length,
+        n_workers=int(n_workers),
+        worker_class=factory.worker_class,
+        worker_args=dict(factory.worker_args),
+        branch=tuple(int(b) for b in branch),
+    )
+
+
+def run_worker_factory(algo: Any, *, seed: int, max_episode_length: int | None) -> WorkerFactory:
+    """The WorkerFactory a run samples with: its sampler's, or (an algorithm without a sampler, in
+    library use) the default worker with ``max_episode_length``."""
+    factory = getattr(getattr(algo, "sampler", None), "worker_factory", None)
+    if isinstance(factory, WorkerFactory):
+        return factory
+    return WorkerFactory(seed=seed, max_episode_length=max_episode_length)
+
+
+def deterministic_copy(policy: Policy, deterministic: bool = True) -> Policy:
+    """A copy of ``policy`` acting in deterministic (mode) or sampling mode; ``policy`` is untouched."""
+    agent = copy.deepcopy(policy)
+    agent.deterministic = bool(deterministic)
+    return agent
+
+
+def evaluation_episodes(
+    policy: Policy,
+    env: Any,
+    worker_factory: WorkerFactory,
+    n_episodes: int,
+    *,
+    deterministic: bool = True,
+    sampler: str | type = "local",
+    sampler_options: Mapping[str, Any] | None = None,
+    env_update: Any = None,
+) -> EpisodeBatch:
+    """``n_episodes`` whole episodes of ``policy`` on ``env`` (an Env, an EnvFactory or a list of one
+    per worker), collected by ``sampler`` with workers from ``worker_factory`` (pass an
+    :func:`evaluation_factory` to stay off the training seeds). Episodes are in worker order;
+    ``n_episodes`` is spread evenly over the workers. ``env_update`` (e.g. a task schedule) is sent
+    with the first request, after ``env``."""
+    if n_episodes < 1:
+        raise ConfigError(f"evaluation needs at least one episode, got {n_episodes}")
+    sampler_cls = _sampler_class(sampler)
+    agent = deterministic_copy(policy, deterministic)
+    n_workers = worker_factory.n_workers
+    per_worker = math.ceil(n_episodes / n_workers)
+    with sampler_cls.from_worker_factory(worker_factory, agents=agent, envs=env, **dict(sampler_options or {})) as s:
+        if getattr(worker_factory.worker_class, "returns_fragments", False):
+            episodes = _whole_episodes_from_fragments(s, worker_factory, per_worker, env_update)
+        else:
+            episodes = s.obtain_exact_episodes(per_worker, None, env_update).split()
+    if len(episodes) < n_episodes:  # pragma: no cover - a sampler that broke its contract
+        raise RuntimeError(f"evaluation asked for {n_episodes} episodes and got {len(episodes)}")
+    # Worker by worker, so that the first n_episodes take ceil(n/W) from the first workers.
+    return EpisodeBatch.concatenate(*episodes[: n_episodes])
+
+
+def episode_statistics(episodes: EpisodeBatch, prefix: str = "eval") -> dict[str, float]:
+    """``{prefix}/return_mean``, ``return_std``, ``return_min``, ``return_max`` and ``episode_length``
+    (the mean length) of whole episodes."""
+    r = episodes.episode_returns.astype(np.float64)
+    return {
+        f"{prefix}/return_mean": float(r.mean()),
+        f"{prefix}/return_std": float(r.std()),
+        f"{prefix}/return_min": float(r.min()),
+        f"{prefix}/return_max": float(r.max()),
+        f"{prefix}/episode_length": float(episodes.lengths.mean()),
+    }
 
 
 def evaluate(
@@ -19,44 +145,210 @@ def evaluate(
     envs: Any,
     *,
     n_episodes: int,
-    seed: int,
-    max_episode_length: int,
+    seed: int | None = None,
+    worker_factory: WorkerFactory | None = None,
+    max_episode_length: int | None = None,
+    deterministic: bool = True,
+    n_workers: int = 1,
+    sampler: str | type = "local",
+    sampler_options: Mapping[str, Any] | None = None,
 ) -> dict[str, float]:
-    """Run ``n_episodes`` with a deterministic copy of ``policy``; same seeds every call.
+    """Run ``n_episodes`` with a deterministic copy of ``policy`` through the run's workers; the same
+    episodes every call. ``worker_factory`` is the run's (None: the default worker with
+    ``max_episode_length``); ``seed`` defaults to its seed.
 
     Returns ``eval/return_mean``, ``eval/return_std``, ``eval/return_min``, ``eval/return_max``
     and ``eval/episode_length``.
     """
-    agent = copy.deepcopy(policy)
-    agent.deterministic = True
-    root = child_seed(np.random.SeedSequence(seed), EVAL_BRANCH)
-    agent.seed([child_seed(root, i, 1) for i in range(1)])
-    env = make_env(envs)
-    returns, lengths = [], []
+    if worker_factory is None:
+        if seed is None:
+            raise ConfigError("evaluate() needs a seed or the run's worker_factory")
+        worker_factory = WorkerFactory(seed=seed, max_episode_length=max_episode_length)
+    factory = evaluation_factory(worker_factory, seed=seed, n_workers=n_workers, max_episode_length=max_episode_length)
+    episodes = evaluation_episodes(policy, envs, factory, n_episodes, deterministic=deterministic,
+                                   sampler=sampler, sampler_options=sampler_options)
+    return episode_statistics(episodes)
+
+
+# ---------------------------------------------------------------------- video
+@dataclass
+class RecordedEnvFactory(EnvFactory):
+    """An environment recipe whose environments render ``rgb_array`` frames and record every episode
+    to MP4 files in ``video_folder`` through gymnasium's ``RecordVideo``.
+
+    ``fn`` is the run's environment (an EnvFactory, a callable or a live Env). Slot ``j`` of worker
+    ``w`` writes ``{name_prefix}-w{w}-s{j}-episode-{k}.mp4`` for its ``k``-th episode.
+    """
+
+    video_folder: str = "videos"
+    name_prefix: str = "eval"
+    worker: int = 0
+    _made: int = field(default=0, repr=False)
+
+    def __call__(self) -> gym.Env:
+        """A fresh recording environment (the next slot)."""
+        require_video()
+        from gymnasium.wrappers import RecordVideo
+
+        env = _rgb_array_env(self.fn, self.kwargs)
+        slot = self._made
+        self._made += 1
+        return RecordVideo(env, self.video_folder, episode_trigger=_always,
+                           name_prefix=f"{self.name_prefix}-w{self.worker}-s{slot}", disable_logger=True)
+
+
+def recording_envs(env: Any, video_folder: str | Path, n_workers: int = 1, name_prefix: str = "eval") -> Any:
+    """``env`` as recording environments for :func:`evaluation_episodes` (one recipe per worker)."""
+    Path(video_folder).mkdir(parents=True, exist_ok=True)
+    recipes = [RecordedEnvFactory(env, {}, video_folder=str(video_folder), name_prefix=name_prefix, worker=w)
+               for w in range(n_workers)]
+    return recipes if n_workers > 1 else recipes[0]
+
+
+def require_video() -> None:
+    """Raise a one-line ConfigError naming the extra when gymnasium's RecordVideo cannot write MP4s."""
     try:
-        for i in range(n_episodes):
-            obs, _ = env.reset(seed=seed_int(child_seed(root, i, 0)))
-            agent.reset()
-            total, steps = 0.0, 0
-            while True:
-                action, _ = agent.get_action(obs)
-                obs, reward, terminated, truncated, _ = env.step(action)
-                total += float(reward)
-                steps += 1
-                if terminated or truncated or steps >= max_episode_length:
-                    break
-            returns.append(total)
-            lengths.append(steps)
-    finally:
+        import moviepy  # noqa: F401  (gymnasium's RecordVideo writes MP4 files with it)
+    except ImportError:
+        raise ConfigError(
+            f"recording videos needs moviepy, which is not installed; install the extra: pip install '{VIDEO_EXTRA}'"
+        ) from None
+
+
+def record_video(
+    policy: Policy,
+    env: Any,
+    worker_factory: WorkerFactory,
+    video_folder: str | Path,
+    *,
+    name_prefix: str = "eval",
+    seed: int | None = None,
+    deterministic: bool = True,
+) -> tuple[Path, EpisodeBatch]:
+    """Record the first evaluation episode (the same one :func:`evaluate` runs first) to an MP4 file
+    in ``video_folder``; return its path and the episode."""
+    require_video()
+    folder = Path(video_folder)
+    before = set(folder.glob("*.mp4")) if folder.is_dir() else set()
+    factory = evaluation_factory(worker_factory, seed=seed)
+    episode = evaluation_episodes(policy, recording_envs(env, folder, 1, name_prefix), factory, 1,
+                                  deterministic=deterministic)
+    new = sorted(set(folder.glob("*.mp4")) - before)
+    if not new:  # pragma: no cover - RecordVideo writes on reset/close
+        raise RuntimeError(f"no video was written to {folder}")
+    keep = new[0]
+    for extra in new[1:]:  # a fragment worker's slots run on past the episode
+        extra.unlink(missing_ok=True)
+    return keep, episode
+
+
+def read_video_frames(path: str | Path) -> np.ndarray:
+    """The frames of an MP4 file as a ``[T, H, W, 3]`` uint8 array (imageio with ffmpeg)."""
+    import imageio.v2 as imageio
+
+    with imageio.get_reader(str(path), format="ffmpeg") as reader:  # type: ignore[arg-type]
+        return np.stack([np.asarray(frame) for frame in reader])
+
+
+def _always(episode_id: int) -> bool:
+    return True
+
+
+def _rgb_array_env(source: Any, kwargs: Mapping[str, Any]) -> gym.Env:
+    """An environment from ``source`` that renders ``rgb_array`` frames, or a clear error."""
+    if isinstance(source, EnvFactory) and not isinstance(source, RecordedEnvFactory):
+        try:
+            env = EnvFactory(source.fn, {**dict(source.kwargs), "render_mode": "rgb_array"})()
+        except TypeError:  # a callable recipe that takes no render_mode
+            env = source()
+    elif isinstance(source, str):
+        env = EnvFactory(source, {**dict(kwargs), "render_mode": "rgb_array"})()
+    else:
+        env = make_env(source)
+    if env.render_mode not in ("rgb_array", "rgb_array_list"):
+        name = getattr(env.spec, "id", None) or type(env.unwrapped).__name__
         env.close()
-    r = np.asarray(returns)
-    return {
-        "eval/return_mean": float(r.mean()),
-        "eval/return_std": float(r.std()),
-        "eval/return_min": float(r.min()),
-        "eval/return_max": float(r.max()),
-        "eval/episode_length": float(np.mean(lengths)),
-    }
+        raise ConfigError(
+            f"environment {name} does not render rgb_array frames (render_mode={env.render_mode!r}), so it "
+            "cannot be recorded; give it render_mode='rgb_array' (env.kwargs.render_mode=rgb_array)"
+        )
+    return env
 
 
-__all__ = ["evaluate", "EVAL_BRANCH"]
+# ---------------------------------------------------------------------- internals
+def _sampler_class(sampler: str | type) -> Any:
+    if isinstance(sampler, str):
+        from corral.framework.plugins import get_registry
+
+        return get_registry().get("sampler", sampler).factory
+    return sampler
+
+
+def _worker_arg(factory: WorkerFactory, name: str) -> int:
+    """A worker setting: from ``worker_args``, else the worker class's default."""
+    if name in factory.worker_args:
+        return int(factory.worker_args[name])
+    param = inspect.signature(factory.worker_class).parameters.get(name)  # type: ignore[arg-type]
+    if param is None or param.default is inspect.Parameter.empty:
+        raise ConfigError(
+            f"evaluation needs whole episodes, but worker {getattr(factory.worker_class, '__name__', '?')} returns "
+            f"fragments and has no '{name}' setting to stitch them by; evaluate with worker=vec"
+        )
+    return int(param.default)
+
+
+def _whole_episodes_from_fragments(sampler: Any, factory: WorkerFactory, per_worker: int,
+                                   env_update: Any = None) -> list[EpisodeBatch]:
+    """Whole episodes from a worker that returns ``n_envs * timesteps_per_call`` steps per rollout as
+    fragments, slot by slot: per worker, episode ``e`` of slot ``j`` is its ``e * n_envs + j``-th."""
+    k = _worker_arg(factory, "n_envs")
+    steps = _worker_arg(factory, "timesteps_per_call")
+    n_workers = factory.n_workers
+    need = [math.ceil((per_worker - j) / k) for j in range(k)]
+    done: list[list[list[EpisodeBatch]]] = [[[] for _ in range(k)] for _ in range(n_workers)]
+    open_: list[list[list[EpisodeBatch]]] = [[[] for _ in range(k)] for _ in range(n_workers)]
+    limit = factory.max_episode_length or 10**6
+    max_calls = (max(need) + 1) * math.ceil(limit / steps) + 2
+    for _ in range(max_calls):
+        if all(len(done[w][j]) >= need[j] for w in range(n_workers) for j in range(k)):
+            break
+        pieces = iter(sampler.obtain_exact_episodes(1, None, env_update).split())
+        env_update = None
+        for w in range(n_workers):
+            for j in range(k):
+                got = 0
+                while got < steps:
+                    piece = next(pieces)
+                    got += len(piece)
+                    open_[w][j].append(piece)
+                    if piece.step_types[-1] in (StepType.TERMINAL, StepType.TIMEOUT):
+                        done[w][j].append(_join(open_[w][j]))
+                        open_[w][j] = []
+                if got != steps:
+                    raise RuntimeError(f"fragment worker slot {j} returned {got} steps, expected {steps}")
+    else:  # pragma: no cover - every episode ends at the episode limit
+        raise RuntimeError("evaluation could not collect whole episodes from the fragment worker")
+    out = []
+    for w in range(n_workers):
+        ordered = [done[w][j][e] for e in range(max(need)) for j in range(k) if e < need[j]]
+        out.extend(ordered[:per_worker])
+    return out
+
+
+def _join(pieces: list[EpisodeBatch]) -> EpisodeBatch:
+    """One whole episode from its fragments, in order."""
+    infos = {k: v for k, v in pieces[0].episode_infos.items() if k not in ("prior_length", "prior_return")}
+    if len(pieces) == 1:
+        return EpisodeBatch(pieces[0].observations, pieces[0].actions, pieces[0].rewards, pieces[0].step_types,
+                            pieces[0].lengths, pieces[0].last_observations, pieces[0].env_infos,
+                            pieces[0].agent_infos, infos)
+    cat = EpisodeBatch.concatenate(*pieces)
+    return EpisodeBatch(cat.observations, cat.actions, cat.rewards, cat.step_types, [len(cat)],
+                        pieces[-1].last_observations, cat.env_infos, cat.agent_infos, infos)
+
+
+__all__ = [
+    "EVAL_BRANCH", "EvalWorkerFactory", "RecordedEnvFactory", "VIDEO_EXTRA", "deterministic_copy", "episode_statistics",
+    "evaluate", "evaluation_episodes", "evaluation_factory", "read_video_frames", "record_video", "recording_envs",
+    "require_video", "run_worker_factory",
+]

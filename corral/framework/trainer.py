@@ -21,7 +21,7 @@ from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.checks import check
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError, SnapshotError
-from corral.framework.evaluation import evaluate
+from corral.framework.evaluation import evaluate, record_video, run_worker_factory
 from corral.framework.logger import Logger
 from corral.framework.progress import ProgressBar
 
@@ -39,6 +39,9 @@ class TrainerConfig:
     batch_size: int = field(default=2048, metadata=check(ge=1, help="environment steps collected per epoch (at least)"))
     eval_every: int = field(default=5, metadata=check(ge=0, help="run deterministic evaluation every N epochs (0: never)"))
     eval_episodes: int = field(default=10, metadata=check(ge=1, help="episodes per evaluation"))
+    video_every: int = field(default=0, metadata=check(
+        ge=0, help="record one evaluation episode as MP4 every K evaluations to <run dir>/videos and TensorBoard "
+                   "(needs corral[video]; 0: never)"))
     snapshot_every: int = field(default=1, metadata=check(ge=0, help="write a snapshot every N epochs (0: only at the end)"))
     keep_snapshots: int = field(default=3, metadata=check(ge=0, help="how many recent snapshots to keep (0: all)"))
     resume: Optional[str] = field(default=None, metadata={"help": "run directory (or snapshot file) to resume from"})
@@ -95,6 +98,9 @@ class Trainer:
         self.algo: Algorithm | None = None
         self.env: Any = None
         self.env_spec: EnvSpec | None = None
+        #: The video the last evaluation recorded (``trainer.video_every``), else None; loggers get it
+        #: through ``Logger.log_video`` and hooks can read it in ``corral_epoch_end``.
+        self.last_video: Path | None = None
         self.epoch = 0
         self.total_env_steps = 0
         self.elapsed = 0.0
@@ -115,7 +121,9 @@ class Trainer:
         self.env = env
         probe = make_env(env)
         try:
-            self.env_spec = EnvSpec.from_env(probe)
+            # The episode limit the workers use (env.max_episode_length), not only the env's own.
+            factory = run_worker_factory(algo, seed=self.seed, max_episode_length=None)
+            self.env_spec = EnvSpec.from_env(probe, factory.max_episode_length)
         finally:
             probe.close()
 
@@ -201,8 +209,9 @@ class Trainer:
         stats: dict[str, float] = {"epoch": float(epoch), "env_steps": float(self.total_env_steps)}
         stats.update(episode_stats(episodes))
         stats.update({k: float(v) for k, v in (train_stats or {}).items()})
+        self.last_video = None
         if self.config.eval_every and (self.epoch % self.config.eval_every == 0):
-            stats.update(self.evaluate())
+            stats.update(self.evaluate(video=self._video_due()))
         t_end = time.perf_counter()
         self.elapsed += t_end - t0
         stats["time/sample_s"] = t_sampled - t0
@@ -219,27 +228,34 @@ class Trainer:
             self._progress.clear()
         for logger in self.loggers:
             logger.log(epoch, stats)
+            if self.last_video is not None and callable(getattr(logger, "log_video", None)):
+                logger.log_video(epoch, self.last_video, stats)
         if self._progress is not None:
             self._progress.update(self.epoch, self.total_env_steps, stats)
         every = self.config.snapshot_every
         if self.snapshot_dir is not None and every and self.epoch % every == 0:
             self.save_snapshot()
 
-    def evaluate(self) -> dict[str, float]:
-        """Deterministic evaluation episodes with fixed seeds, plus, when the algorithm has one,
-        its ``meta_evaluate(env, seed=...)`` statistics (meta-RL: adaptation on held-out tasks)."""
+    def evaluate(self, video: bool = False) -> dict[str, float]:
+        """Deterministic evaluation episodes with fixed seeds, through workers built like the run's
+        own (:mod:`corral.framework.evaluation`), plus, when the algorithm has one, its
+        ``meta_evaluate(env, seed=...)`` statistics (meta-RL: adaptation on held-out tasks).
+        ``video``: also record the first evaluation episode to ``<run dir>/videos`` (``last_video``)."""
         assert self.algo is not None and self.env_spec is not None
-        stats = evaluate(
-            self.algo.eval_policy,
-            self.env,
-            n_episodes=self.config.eval_episodes,
-            seed=self.seed,
-            max_episode_length=self.env_spec.max_episode_length or 10**9,
-        )
+        factory = run_worker_factory(self.algo, seed=self.seed, max_episode_length=self.env_spec.max_episode_length)
+        stats = evaluate(self.algo.eval_policy, self.env, n_episodes=self.config.eval_episodes, worker_factory=factory)
+        if video and self.log_dir is not None:
+            self.last_video, _ = record_video(self.algo.eval_policy, self.env, factory, self.log_dir / "videos",
+                                              name_prefix=f"epoch_{self.epoch:06d}")
         meta_evaluate = getattr(self.algo, "meta_evaluate", None)
         if callable(meta_evaluate):
             stats.update(meta_evaluate(self.env, seed=self.seed))
         return stats
+
+    def _video_due(self) -> bool:
+        """True at every ``video_every``-th evaluation (counted from the epoch, so resume keeps the rhythm)."""
+        every, eval_every = self.config.video_every, self.config.eval_every
+        return bool(every and eval_every and (self.epoch // eval_every) % every == 0)
 
     def shutdown(self) -> None:
         """Stop the sampler and close the loggers (idempotent)."""

@@ -9,7 +9,6 @@ second and later ones acting on the posterior over the trial's earlier episodes.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from corral.framework.batch import EpisodeBatch
 from corral.framework.env import child_seed, make_env
-from corral.framework.evaluation import EVAL_BRANCH
+from corral.framework.evaluation import EVAL_BRANCH, evaluation_episodes, evaluation_factory
 from corral.framework.policy import Policy
 from corral.framework.worker import Worker, WorkerFactory
 from corral.meta.tasks import TaskSchedule, TaskSplit
@@ -68,20 +67,14 @@ def run_meta_test(
         n_tasks = len(split.tasks(probe, which))
     finally:
         probe.close()
+    # Evaluation's path (corral.framework.evaluation): the run's workers on an evaluation seed branch.
     eval_seed = int(child_seed(np.random.SeedSequence(seed), EVAL_BRANCH, 1).generate_state(1, np.uint32)[0])
-    factory = WorkerFactory(seed=eval_seed, max_episode_length=max_episode_length, n_workers=1,
-                            worker_class=worker_class, worker_args=dict(worker_args))
-    worker = factory(0)
-    try:
-        worker.update_env(env)
-        agent = copy.deepcopy(policy)
-        agent.deterministic = deterministic
-        worker.update_agent(agent)
-        indices = tuple(i for i in range(n_tasks) for _ in range(trials_per_task))
-        worker.update_env(TaskSchedule(split, indices, which))
-        return worker.rollout(n_episodes=len(indices) * episodes_per_trial)
-    finally:
-        worker.shutdown()
+    run_factory = WorkerFactory(seed=seed, max_episode_length=max_episode_length, n_workers=1,
+                                worker_class=worker_class, worker_args=dict(worker_args))
+    factory = evaluation_factory(run_factory, seed=eval_seed, branch=())
+    indices = tuple(i for i in range(n_tasks) for _ in range(trials_per_task))
+    return evaluation_episodes(policy, env, factory, len(indices) * episodes_per_trial,
+                               deterministic=deterministic, env_update=TaskSchedule(split, indices, which))
 
 
 def curve_stats(returns: np.ndarray, prefix: str = "meta_eval", name: str = "return") -> dict[str, float]:
