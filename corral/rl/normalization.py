@@ -121,9 +121,17 @@ def normalize_observations(obs: np.ndarray, mean: np.ndarray, var: np.ndarray, c
     is the same whether a batch travelled as float64 or float32 (shared memory, episode logs), and
     the same for one row or a batch of rows: workers and the algorithm agree bit for bit.
     """
+    return _normalize(obs, mean, np.sqrt(var + epsilon), clip)
+
+
+def _normalize(obs: np.ndarray, mean: np.ndarray, std: np.ndarray, clip: float) -> np.ndarray:
+    """:func:`normalize_observations` with ``std = sqrt(var + epsilon)`` given (same operations, in
+    place: the same bits)."""
     x = np.asarray(obs, np.float32).astype(np.float64)
-    x = (x - mean) / np.sqrt(var + epsilon)
-    return np.clip(x, -clip, clip).astype(np.float32)
+    x -= mean
+    x /= std
+    np.clip(x, -clip, clip, out=x)
+    return x.astype(np.float32)
 
 
 def discounted_returns(episodes: EpisodeBatch, gamma: float) -> np.ndarray:
@@ -145,6 +153,16 @@ def discounted_returns(episodes: EpisodeBatch, gamma: float) -> np.ndarray:
         running[alive] = gamma * running[alive] + rewards[idx]
         out[idx] = running[alive]
     return out
+
+
+def reject_normalized_state(state: Mapping[str, Any]) -> None:
+    """Refuse to load an algorithm snapshot that was trained under normalisation into an algorithm
+    that runs without it (its networks expect normalised observations)."""
+    if "normalization" in state:
+        raise ConfigError(
+            "this snapshot was trained with running normalisation (normalize.obs / normalize.reward); "
+            "resume or evaluate it with the same normalize settings"
+        )
 
 
 class Normalizer:
@@ -278,7 +296,11 @@ class NormalizedPolicy(Policy):
 
     def normalize(self, observations: np.ndarray) -> np.ndarray:
         """Observations as the policy sees them."""
-        return normalize_observations(observations, self.obs_rms.mean, self.obs_rms.var, self.clip, self.epsilon)
+        rms = self.obs_rms
+        cached = self.__dict__.get("_std")
+        if cached is None or cached[0] is not rms.var:  # statistics replaced (an update): recompute once
+            cached = self._std = (rms.var, np.sqrt(rms.var + self.epsilon))
+        return _normalize(observations, rms.mean, cached[1], self.clip)
 
     def get_actions(self, observations: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The policy's actions for the normalised observations."""
@@ -451,5 +473,5 @@ def build_normalization(config: NormalizeConfig, *, env_spec: EnvSpec) -> Normal
 
 __all__ = [
     "NormalizeConfig", "Normalization", "NormalizedAlgorithm", "NormalizedPolicy", "Normalizer", "RunningMeanStd",
-    "build_normalization", "discounted_returns", "normalize_observations",
+    "build_normalization", "discounted_returns", "normalize_observations", "reject_normalized_state",
 ]

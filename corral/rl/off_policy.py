@@ -28,6 +28,7 @@ from corral.framework.env import EnvSpec, child_seed
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
+from corral.rl.normalization import reject_normalized_state
 from corral.rl.replay_buffer import ReplayBuffer
 
 #: Spawn-key branches of the off-policy algorithm's own RNGs (workers use 0, 1, ...).
@@ -198,6 +199,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
+        reject_normalized_state(state)
         load_networks_state(self.modules, self.optimizers, state)
         self.replay_buffer.load_state_dict(state["replay_buffer"])
         self.torch_rng.set_state(state["torch_rng"])

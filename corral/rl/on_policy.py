@@ -14,6 +14,7 @@ from corral.framework.env import EnvSpec, child_seed
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
 from corral.rl.networks import flat_dim, mlp
+from corral.rl.normalization import reject_normalized_state
 from corral.rl.returns import gae
 
 #: Spawn-key branch of the algorithm's own RNG (minibatch shuffling).
@@ -90,6 +91,7 @@ class OnPolicyAlgorithm(Algorithm):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
+        reject_normalized_state(state)
         self.policy.load_state_dict(state["policy"])  # type: ignore[attr-defined]
         self.value_function.load_state_dict(state["value_function"])
         for k, o in self.optimizers.items():
