@@ -46,6 +46,20 @@ def test_lint_imports_passes() -> None:
     assert "0 broken" in result.stdout
 
 
+def contracts() -> dict[str, dict]:
+    """The import-linter contracts of pyproject.toml, by id."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11+")
+    config = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]
+    return {c["id"]: c for c in config["contracts"]}
+
+
+def test_every_plugin_family_is_in_the_independence_contract() -> None:
+    """A new family under corral/plugins/ must be added to the contract, not silently left out."""
+    families = {f"corral.plugins.{p.name}" for p in (ROOT / "corral" / "plugins").iterdir()
+                if (p / "__init__.py").exists()}
+    assert families == set(contracts()["plugin-families"]["modules"])
+
+
 @pytest.mark.parametrize(
     ("module", "line", "named"),
     [
