@@ -116,7 +116,7 @@ def test_train_with_the_third_party_sampler_and_worker(tmp_path: Path, sites: di
     proc = train(tmp_path, sites, "sampler=testlocal", "worker=testworker", "worker.noise_std=0.1",
                  f"sampler.calls_file={calls}", *SMALL, visible=["corral-testplugin"])
     assert proc.returncode == 0, output(proc)
-    assert "PluginWarning" not in proc.stderr
+    assert "corral: warning:" not in proc.stderr and "PluginWarning" not in proc.stderr
     assert (tmp_path / "run" / "progress.csv").stat().st_size > 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["config"]["sampler"] == {"n_workers": 1, "calls_file": str(calls), "name": "testlocal"}
@@ -129,7 +129,9 @@ def test_train_with_the_third_party_sampler_and_worker(tmp_path: Path, sites: di
 def test_broken_plugin_warns_once_and_training_goes_on(tmp_path: Path, sites: dict[str, Path]) -> None:
     proc = train(tmp_path, sites, *SMALL, visible=["corral-brokenimport"])
     assert proc.returncode == 0, output(proc)
-    assert proc.stderr.count("PluginWarning") == 1, output(proc)
+    # one clean line, no Python warning format and no source line
+    assert proc.stderr.count("corral: warning: corral plugin from corral-brokenimport") == 1, output(proc)
+    assert "PluginWarning" not in proc.stderr and "self._load_one" not in proc.stderr
     assert proc.stderr.count("corral-brokenimport 0.2.0") == 1
     assert "ImportError: corral_brokenimport needs the package 'definitely_not_installed_xyz'" in proc.stderr
     assert (tmp_path / "run" / "progress.csv").stat().st_size > 0
@@ -200,8 +202,12 @@ def test_corral_plugins_json(tmp_path: Path, sites: dict[str, Path]) -> None:
     worker = components[("worker", "testworker")]
     assert (worker["distribution"], worker["version"], worker["plugin"]) == ("corral-testplugin", "0.1.0", "testplugin")
     assert worker["config"] == [
-        {"name": "noise_std", "type": "float", "default": 0.0, "help": "std of Gaussian noise added to every observation"}
+        {"name": "noise_std", "path": "worker.noise_std", "type": "float", "default": 0.0,
+         "help": "std of Gaussian noise added to every observation", "accepts": ""}
     ]
+    csv_fields = {f["path"]: f for f in components[("logger", "csv")]["config"]}
+    assert "logger.csv.filename" in csv_fields  # the path a user types
+    assert {f["path"]: f["accepts"] for f in components[("algo", "ppo")]["config"]}["algo.learning_rate"] == "> 0"
     assert components[("sampler", "local")]["distribution"] == "corral"
     assert ("sampler", "brokenpartial") not in components
     failed = {f["distribution"]: f for f in data["failed"]}

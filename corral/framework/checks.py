@@ -31,6 +31,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from corral.framework.errors import ConfigError
+
 #: The metadata key under which :func:`check` stores its :class:`Check`.
 CHECK_KEY = "check"
 
@@ -136,8 +138,6 @@ def check_values(config: type, values: Mapping[str, Any], prefix: str) -> None:
     """Raise :class:`~corral.framework.errors.ConfigError` naming every out-of-range field."""
     problems = field_problems(config, values, prefix)
     if problems:
-        from corral.framework.errors import ConfigError
-
         raise ConfigError("; ".join(problems))
 
 
@@ -263,8 +263,9 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
         if key not in registry.entries or not isinstance(node, DictConfig):
             return
         reg = registry.entries[key]
-        values = OmegaConf.to_container(node, resolve=True)
-        assert isinstance(values, dict)
+        container = OmegaConf.to_container(node, resolve=True)
+        assert isinstance(container, dict)
+        values = {str(k): v for k, v in container.items()}
         fields = [f.name for f in dataclasses.fields(reg.config)] if reg.config is not None else []
         for extra in [k for k in values if k not in fields and k != "name"]:
             owners = [other for other in registry if other.kind == kind and other.name != name

@@ -55,14 +55,15 @@ def plugins_command(argv: Sequence[str]) -> int:
     """``corral plugins``: a table (or ``--json``) of components and failed plugins."""
     parser = argparse.ArgumentParser(prog="corral plugins", description="List corral's registered components.")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--check", action="store_true", help="exit 1 when any plugin failed to load")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when a plugin failed to load or registers nothing, or an option name clashed")
     opts = parser.parse_args(list(argv))
 
     import warnings
 
     from corral.framework.plugins import PluginWarning, get_plugin_manager
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # listed below instead (FAILED PLUGINS, NAME CLASHES)
         warnings.simplefilter("ignore", PluginWarning)
         manager = get_plugin_manager()
     registry = manager.registry
@@ -83,12 +84,16 @@ def plugins_command(argv: Sequence[str]) -> int:
         for f in registry.failed
     ]
     if opts.json:
-        print(json.dumps({"components": components, "failed": failed}, indent=2))
+        print(json.dumps({"components": components, "failed": failed, "clashes": clashes}, indent=2))
     else:
-        _print_table(components, failed)
-    return 1 if (opts.check and failed) else 0
+        _print_table(components, failed, clashes)
+    return 1 if (opts.check and (failed or clashes)) else 0
 
 
+    clashes = [
+        {"kind": c.kind, "name": c.name, "kept": str(c.kept), "skipped": str(c.skipped), "message": c.message()}
+        for c in registry.clashes
+    ]
 def results_command(argv: Sequence[str]) -> int:
     """``corral results <dir>``: the grouped table of every run under a run or multirun directory."""
     parser = argparse.ArgumentParser(prog="corral results", description="Summarise the runs under a directory.")
@@ -136,7 +141,8 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
-def _print_table(components: list[dict[str, Any]], failed: list[dict[str, Any]]) -> None:
+def _print_table(components: list[dict[str, Any]], failed: list[dict[str, Any]],
+                 clashes: list[dict[str, Any]] | None = None) -> None:
     kind_w = max((len(c["kind"]) for c in components), default=4)
     name_w = max((len(c["name"]) for c in components), default=4)
     src_w = max((len(f"{c['distribution']} {c['version']}") for c in components), default=4)
@@ -144,8 +150,10 @@ def _print_table(components: list[dict[str, Any]], failed: list[dict[str, Any]])
     for c in components:
         src = f"{c['distribution']} {c['version']}"
         print(f"{c['kind']:<{kind_w}}  {c['name']:<{name_w}}  {src:<{src_w}}  {c['help']}")
-        for f in c["config"]:
-            line = f"{'':<{kind_w}}  {'':<{name_w}}    {c['kind']}.{f['name']}: {f['type']} = {f['default']!r}"
+        for f in c["config"]:  # under the path a user types: algo.learning_rate, logger.csv.filename
+            line = f"{'':<{kind_w}}  {'':<{name_w}}    {f['path']}: {f['type']} = {f['default']!r}"
+            if f["accepts"]:
+                line += f"  [{f['accepts']}]"
             if f["help"]:
                 line += f"  # {f['help']}"
             print(line)
@@ -157,3 +165,7 @@ def _print_table(components: list[dict[str, Any]], failed: list[dict[str, Any]])
 
 if __name__ == "__main__":  # pragma: no cover
     raise SystemExit(main())
+    if clashes:  # the option kept its first registration; the plugin's other options loaded
+        print("\nNAME CLASHES (the second registration was skipped)")
+        for c in clashes:
+            print(f"  {c['message']}")

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.config import CONFIG_NAME, register_configs
 from corral.framework.errors import CorralError
-from corral.framework.plugins import get_plugin_manager
+from corral.framework.plugins import get_plugin_manager, warnings_as_lines
 
 # corral/conf/hydra/launcher/joblib.yaml sets corral's defaults for the launcher and so shares the
 # name of the joblib plugin's own schema node, which Hydra merges in with a deprecation warning
@@ -35,7 +35,8 @@ def prepare(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> Any:
     """Run ``train.py``: compose the config from ``argv`` (default ``sys.argv[1:]``) and train."""
     try:
-        args = prepare(sys.argv[1:] if argv is None else argv)
+        with warnings_as_lines():  # a broken or clashing plugin: one `corral: warning: ...` line each
+            args = prepare(sys.argv[1:] if argv is None else argv)
     except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
         print(f"corral: error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None

@@ -10,20 +10,22 @@ reported in one warning naming its distribution, version and error. Environment 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
 import re
+import sys
 import traceback
 import warnings
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, TextIO
 
 import pluggy
 
 from corral.framework import hookspecs
 from corral.framework.errors import PluginError
-from corral.framework.registry import KINDS, FailedPlugin, Registration, Registry, Source
+from corral.framework.registry import KINDS, Clash, DuplicateRegistration, FailedPlugin, Registration, Registry, Source
 
 ENTRY_POINT_GROUP = "corral"
 
@@ -74,7 +76,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
 )
 
 class PluginWarning(UserWarning):
-    """A plugin failed to load or register and was skipped."""
+    """A plugin failed to load or register and was skipped, or one of its options clashed with another's."""
 
 
 class PluginManager:
@@ -129,6 +131,7 @@ class PluginManager:
             self.pm.register(plugin, name=source.plugin)
             self.sources[source.plugin] = source
             _check_hook_names(self.pm, plugin)
+            _check_hooks_marked(self.pm, plugin)
 
             def register(kind: str, name: str, factory: Any, config: type | None = None, help: str = "") -> None:
                 if not help:
@@ -136,7 +139,15 @@ class PluginManager:
                     help_ = doc.splitlines()[0] if doc else ""
                 else:
                     help_ = help
-                self.registry.add(Registration(kind, name, factory, config, help_, source))
+                try:
+                    self.registry.add(Registration(kind, name, factory, config, help_, source))
+                except DuplicateRegistration as clash:
+                    if _strict():
+                        raise
+                    # Only the clashing option is dropped: the plugin's other options still load.
+                    self.registry.clashes.append(clash.clash)
+                    warnings.warn(clash.clash.message(), PluginWarning, stacklevel=2)
+                    return
                 added.append((kind, name))
 
             for impl in self.pm.hook.corral_register.get_hookimpls():
@@ -149,7 +160,7 @@ class PluginManager:
                 self.pm.unregister(plugin)
             self.sources.pop(source.plugin, None)
             message = f"corral plugin from {source} failed to load and was skipped: {type(exc).__name__}: {exc}"
-            if os.environ.get("CORRAL_STRICT_PLUGINS", "").strip().lower() not in ("", "0", "false", "no", "off"):
+            if _strict():
                 raise PluginError(message + " (CORRAL_STRICT_PLUGINS is set)") from exc
             self.registry.failed.append(FailedPlugin(source, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
             warnings.warn(message + f". Disable it with CORRAL_DISABLE_PLUGINS={source.plugin}", PluginWarning, stacklevel=2)
@@ -163,6 +174,29 @@ class PluginManager:
             if reg.source.plugin == plugin_name:
                 del self.registry.entries[key]
         self.sources.pop(plugin_name, None)
+
+
+def _strict() -> bool:
+    return os.environ.get("CORRAL_STRICT_PLUGINS", "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _check_hooks_marked(pm: pluggy.PluginManager, plugin: Any) -> None:
+    """A function named like a corral hook but without ``@hookimpl`` is never called: an error. So is a
+    plugin that implements no hook at all (it would be loaded and do nothing, without a word)."""
+    hooks = sorted(name for name in dir(hookspecs) if name.startswith("corral_"))
+    unmarked = [name for name in hooks if callable(getattr(plugin, name, None))
+                and not hasattr(getattr(plugin, name), "corral_impl")]
+    if unmarked:
+        raise PluginError(
+            f"{', '.join(unmarked)} {'is' if len(unmarked) == 1 else 'are'} not decorated with @corral.hookimpl, so "
+            f"corral never calls {'it' if len(unmarked) == 1 else 'them'} and the plugin registers nothing; add "
+            "`from corral import hookimpl` and put `@hookimpl` above each hook function"
+        )
+    if not pm.get_hookcallers(plugin):
+        raise PluginError(
+            f"implements no corral hook, so it registers nothing; decorate its hook functions with @corral.hookimpl "
+            f"(corral's hooks are {', '.join(hooks)})"
+        )
 
 
 def _check_hook_names(pm: pluggy.PluginManager, plugin: Any) -> None:
@@ -213,6 +247,24 @@ def get_plugin_manager() -> PluginManager:
     return _MANAGER
 
 
+@contextlib.contextmanager
+def warnings_as_lines(stream: TextIO | None = None) -> Iterator[None]:
+    """Print each :class:`PluginWarning` raised in the block as one ``corral: warning: ...`` line
+    (on stderr by default) instead of Python's warning format with its source line. For command-line
+    entry points; library users and tests see ordinary warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PluginWarning)
+        try:
+            yield
+        finally:
+            out = stream if stream is not None else sys.stderr
+            for w in caught:
+                if issubclass(w.category, PluginWarning):
+                    print(f"corral: warning: {w.message}", file=out, flush=True)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+
+
 def get_registry() -> Registry:
     """The registry of the process-wide plugin manager."""
     return get_plugin_manager().registry
@@ -227,6 +279,7 @@ def reset_plugin_manager() -> None:
 __all__ = [
     "BUILTIN_PLUGINS",
     "KINDS",
+    "Clash",
     "PluginManager",
     "PluginWarning",
     "Registration",
@@ -236,4 +289,5 @@ __all__ = [
     "get_plugin_manager",
     "get_registry",
     "reset_plugin_manager",
+    "warnings_as_lines",
 ]

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 
 from omegaconf import MISSING
 
+from corral.framework.checks import describe_field
 from corral.framework.errors import PluginError
 
 #: The kinds of component a plugin may register (one Hydra config group each).
@@ -42,8 +43,14 @@ class Registration:
     help: str
     source: Source
 
+    @property
+    def path(self) -> str:
+        """Where this option's settings live on the command line: ``algo``, ``logger.csv``."""
+        return f"logger.{self.name}" if self.kind == "logger" else self.kind
+
     def config_fields(self) -> list[dict[str, Any]]:
-        """The config dataclass's fields: name, type, default and help."""
+        """The config dataclass's fields: name, the full ``path`` a user types (``logger.csv.filename``),
+        type, default, help and ``accepts`` (the declared range or choices, ``""`` when none)."""
         if self.config is None:
             return []
         out = []
@@ -55,7 +62,8 @@ class Registration:
             else:
                 default = "???"
             typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
-            out.append({"name": f.name, "type": typ, "default": default, "help": f.metadata.get("help", "")})
+            out.append({"name": f.name, "path": f"{self.path}.{f.name}", "type": typ, "default": default,
+                        "help": f.metadata.get("help", ""), "accepts": describe_field(f)})
         return out
 
 
@@ -68,12 +76,38 @@ class FailedPlugin:
     traceback: str
 
 
+@dataclass(frozen=True)
+class Clash:
+    """An option registered twice: the first registration was kept, the second skipped."""
+
+    kind: str
+    name: str
+    kept: Source
+    skipped: Source
+
+    def message(self) -> str:
+        """One line for the plugin's author: what clashed, what was kept, and to rename."""
+        return (f"{self.skipped} registers {self.kind} {self.name!r}, which {self.kept} already registers; "
+                f"{self.kind}={self.name} stays {self.kept.distribution}'s and this plugin's other options still load. "
+                f"Plugin author: rename the option (e.g. register({self.kind!r}, "
+                f"{_suggested_name(self.skipped, self.name)!r}, ...))")
+
+
+class DuplicateRegistration(PluginError):
+    """A (kind, name) that is already registered; names both plugins."""
+
+    def __init__(self, kind: str, name: str, kept: Source, skipped: Source) -> None:
+        super().__init__(f"duplicate registration of {kind} {name!r}: by {kept} and by {skipped}")
+        self.clash = Clash(kind, name, kept, skipped)
+
+
 @dataclass
 class Registry:
-    """All registered components, by (kind, name)."""
+    """All registered components, by (kind, name), with the plugins that failed and the clashes."""
 
     entries: dict[tuple[str, str], Registration] = field(default_factory=dict)
     failed: list[FailedPlugin] = field(default_factory=list)
+    clashes: list[Clash] = field(default_factory=list)
 
     def add(self, reg: Registration) -> None:
         """Add a registration; a duplicate (kind, name) is an error naming both plugins."""
@@ -83,11 +117,7 @@ class Registry:
             )
         key = (reg.kind, reg.name)
         if key in self.entries:
-            other = self.entries[key].source
-            raise PluginError(
-                f"duplicate registration of {reg.kind} {reg.name!r}: by {other} and by {reg.source}. "
-                f"Uninstall one, or disable it with CORRAL_DISABLE_PLUGINS={reg.source.plugin}"
-            )
+            raise DuplicateRegistration(reg.kind, reg.name, self.entries[key].source, reg.source)
         if reg.config is not None:
             if not (isinstance(reg.config, type) and dataclasses.is_dataclass(reg.config)):
                 raise PluginError(
@@ -116,6 +146,12 @@ class Registry:
 
     def __iter__(self) -> Iterator[Registration]:
         return iter(sorted(self.entries.values(), key=lambda r: (r.kind, r.name)))
+
+
+def _suggested_name(source: Source, name: str) -> str:
+    prefix = source.distribution.lower().removeprefix("corral-").removeprefix("corral_")
+    prefix = "".join(c if c.isalnum() else "_" for c in prefix) or "my"
+    return f"{prefix}_{name}"
 
 
 @dataclass
@@ -163,4 +199,4 @@ def check_structured(reg: Registration) -> None:
         ) from exc
 
 
-__all__ = ["KINDS", "FailedPlugin", "Registration", "Registry", "Source", "check_structured", "node_class"]
+__all__ = ["KINDS", "Clash", "DuplicateRegistration", "FailedPlugin", "Registration", "Registry", "Source", "check_structured", "node_class"]

@@ -124,7 +124,8 @@ def test_test_plugin_components_registered_with_their_distribution(plugins_visib
     assert sampler.help == "sampler=local that counts its calls"
     worker = manager.registry.get("worker", "testworker")
     assert worker.config_fields() == [
-        {"name": "noise_std", "type": "float", "default": 0.0, "help": "std of Gaussian noise added to every observation"}
+        {"name": "noise_std", "path": "worker.noise_std", "type": "float", "default": 0.0,
+         "help": "std of Gaussian noise added to every observation", "accepts": ""}
     ]
     # its other hooks are live too
     assert manager.hook.corral_config_searchpath() == [["pkg://corral_testplugin.conf"]]
@@ -351,21 +352,25 @@ def test_register_object_default_source() -> None:
     assert manager.registry.get("worker", "inline2").source.plugin == "named"
 
 
-def test_duplicate_registration_names_both_plugins(monkeypatch: pytest.MonkeyPatch) -> None:
-    plugin = Plugin(("sampler", "mine", InlineSampler), ("sampler", "local", InlineSampler))
+def test_name_clash_drops_only_the_clashing_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    plugin = Plugin(("sampler", "mine", InlineSampler), ("sampler", "local", InlineSampler),
+                    ("worker", "mine", InlineSampler))
     manager, messages = register_inline(plugin, Source("dup", "corral-dup", "9.9"))
     (message,) = messages
-    expected = (
-        "duplicate registration of sampler 'local': by corral 0.1.0 (plugin 'corral.plugins.samplers.local') "
-        "and by corral-dup 9.9 (plugin 'dup')"
+    assert message == (
+        "corral-dup 9.9 (plugin 'dup') registers sampler 'local', which corral 0.1.0 (plugin "
+        "'corral.plugins.samplers.local') already registers; sampler=local stays corral's and this plugin's other "
+        "options still load. Plugin author: rename the option (e.g. register('sampler', 'dup_local', ...))"
     )
-    assert expected in message
-    (failed,) = manager.registry.failed
-    assert failed.error.startswith("PluginError: " + expected)
-    # the original stays, the clashing plugin is gone entirely
+    assert message.count("rename") == 1 and "CORRAL_DISABLE_PLUGINS" not in message
+    # the original stays, the plugin's other options are there, and the clash is recorded (not a failure)
     assert manager.registry.get("sampler", "local").source.distribution == "corral"
-    assert "mine" not in manager.registry.names("sampler")
-    assert manager.pm.get_plugin("dup") is None
+    assert manager.registry.get("sampler", "mine").source.distribution == "corral-dup"
+    assert manager.registry.get("worker", "mine").source.distribution == "corral-dup"
+    assert manager.pm.get_plugin("dup") is not None and not manager.registry.failed
+    (clash,) = manager.registry.clashes
+    assert (clash.kind, clash.name, clash.kept.plugin, clash.skipped.plugin) == (
+        "sampler", "local", "corral.plugins.samplers.local", "dup")
 
     monkeypatch.setenv("CORRAL_STRICT_PLUGINS", "1")
     manager, _ = load()
@@ -389,8 +394,43 @@ def test_duplicate_between_two_third_party_distributions(plugins_visible: Visibl
 def test_registry_add_duplicate_is_a_plugin_error() -> None:
     registry = Registry()
     registry.add(Registration("sampler", "x", InlineSampler, None, "", Source("a", "dist-a", "1")))
-    with pytest.raises(PluginError, match=r"by dist-a 1 \(plugin 'a'\) and by dist-b 2 \(plugin 'b'\)"):
+    with pytest.raises(PluginError, match=r"by dist-a 1 \(plugin 'a'\) and by dist-b 2 \(plugin 'b'\)$"):
         registry.add(Registration("sampler", "x", InlineSampler, None, "", Source("b", "dist-b", "2")))
+
+
+class UndecoratedPlugin:
+    """A plugin whose author forgot ``@hookimpl``."""
+
+    def corral_register(self, register: Any) -> None:
+        register("algo", "forgotten", InlineSampler)
+
+
+class NoHooksPlugin:
+    """A plugin object with no hook at all."""
+
+    def register(self, register: Any) -> None:
+        register("algo", "nohooks", InlineSampler)
+
+
+def test_corral_register_without_hookimpl_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    manager, messages = register_inline(UndecoratedPlugin(), Source("undecorated", "corral-undecorated", "1.0"))
+    (message,) = messages
+    assert message.startswith("corral plugin from corral-undecorated 1.0 (plugin 'undecorated') failed to load")
+    assert ("corral_register is not decorated with @corral.hookimpl, so corral never calls it and the plugin "
+            "registers nothing; add `from corral import hookimpl` and put `@hookimpl` above each hook function") in message
+    (failed,) = manager.registry.failed
+    assert failed.source.plugin == "undecorated"
+    assert "forgotten" not in manager.registry.names("algo")
+    monkeypatch.setenv("CORRAL_STRICT_PLUGINS", "1")
+    with pytest.raises(PluginError, match="not decorated with @corral.hookimpl"):
+        load()[0].register_object(UndecoratedPlugin(), "undecorated")
+
+
+def test_plugin_without_any_hook_is_named() -> None:
+    manager, messages = register_inline(NoHooksPlugin(), "nohooks")
+    (message,) = messages
+    assert "implements no corral hook, so it registers nothing" in message
+    assert manager.registry.failed[0].source.plugin == "nohooks"
 
 
 def test_unknown_kind_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
