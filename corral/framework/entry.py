@@ -40,7 +40,9 @@ def main(argv: Sequence[str] | None = None) -> Any:
     except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
         print(f"corral: error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    sys.argv = [sys.argv[0]] + args
+    from corral.framework.resume import in_place_overrides
+
+    sys.argv = [sys.argv[0]] + args + in_place_overrides(args)  # trainer.resume=<dir> continues in <dir>
     try:
         return _hydra_main()
     except KeyboardInterrupt:  # Ctrl-C outside a trainer, e.g. in a multirun: the launcher has stopped its jobs
@@ -79,34 +81,30 @@ def snapshot_config(source: str | Path) -> DictConfig | None:
 def resolve_resume(cfg: DictConfig) -> DictConfig:
     """With ``trainer.resume=<dir>``, continue with the config the run was started with.
 
-    Only ``trainer.*`` settings given explicitly on the new command line (``trainer.n_epochs=200``,
-    ``trainer.max_env_steps=...``) replace the original ones.
+    ``trainer.*`` settings, the loggers and the sampler given on the new command line replace the
+    original ones (see :mod:`corral.framework.resume`); any other override that would change the
+    run is a ``ConfigError`` naming it.
     """
+    from corral.framework.resume import check_overrides
+
     resume = cfg.trainer.get("resume")
     if not resume:
         return cfg
     old = snapshot_config(resume)
     if old is None:
         return cfg
-    with open_dict(old):
-        old.trainer.resume = str(resume)
-        for key in _explicit_trainer_overrides():
-            OmegaConf.update(old, key, OmegaConf.select(cfg, key), force_add=True)
-    return old
+    resolved = check_overrides(old, cfg, _task_overrides())
+    with open_dict(resolved):
+        resolved.trainer.resume = str(resume)
+    return resolved
 
 
-def _explicit_trainer_overrides() -> list[str]:
-    """``trainer.*`` keys set on the command line of this job."""
+def _task_overrides() -> list[str]:
+    """The overrides on the command line of this job (none outside Hydra)."""
     try:
-        overrides = HydraConfig.get().overrides.task
+        return [str(o) for o in HydraConfig.get().overrides.task]
     except ValueError:  # not running under Hydra
         return []
-    keys = []
-    for item in overrides:
-        key = item.split("=", 1)[0].lstrip("+~")
-        if key.startswith("trainer.") and key != "trainer.resume":
-            keys.append(key)
-    return keys
 
 
 def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
@@ -120,11 +118,23 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
     """
     import time
 
+    from corral.framework import resume as resuming
     from corral.framework.compose import build
 
-    cfg = resolve_resume(cfg)
     started = time.time()
     t0 = time.perf_counter()
+    cfg = resolve_resume(cfg)
+    plan = resuming.plan(cfg.trainer.resume, log_dir) if cfg.trainer.get("resume") else None
+    previous = None
+    if plan is not None:
+        previous = _read_summary(plan.origin) if plan.origin is not None else None
+        resuming.copy_history(plan)
+        if plan.in_place:
+            resuming.say(f"corral: resuming the run in {plan.run_dir}: its progress.csv, TensorBoard events, "
+                         "corral.log and summary.json continue")
+        elif plan.run_dir is not None:
+            resuming.say(f"corral: resuming into {plan.run_dir}, a branch of {plan.origin or plan.snapshot} "
+                         "(its history up to the snapshot is copied; the original stays as it was)")
     built = None
     stats: dict[str, float] = {}
     status, error = "failed", None
@@ -132,6 +142,12 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
         built = build(cfg, log_dir=log_dir)
         try:
             stats = dict(built.train())
+            trainer = built.trainer
+            if trainer.already_finished:
+                resuming.say(resuming.finished_message(plan.run_dir if plan else log_dir, trainer.stop_reason,
+                                                       trainer.epoch, trainer.total_env_steps))
+                status = "finished"
+                return stats.get("eval/return_mean", stats.get("train/return_mean"))
             if "eval/return_mean" not in stats and built.trainer.config.eval_every and built.trainer.epoch > 0:
                 stats.update(built.trainer.evaluate())
                 best = built.trainer.best_eval_return
@@ -147,15 +163,68 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
         error = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        if log_dir is not None and (built is not None or status != "failed"):
-            _write_summary(cfg, log_dir, built, stats, status, started, time.perf_counter() - t0, error)
+        wall = time.perf_counter() - t0
+        if status != "finished":
+            summary = None
+            if log_dir is not None and (built is not None or status != "failed"):
+                summary = _write_summary(cfg, log_dir, built, stats, status, started, wall, error, previous, plan)
+            if built is not None:
+                _closing_line(built.trainer, status, stats, summary, wall, log_dir)
     objective = stats.get("eval/return_mean", stats.get("train/return_mean"))
     return objective
 
 
+def _read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """A run directory's ``summary.json`` (None when it has none or it cannot be read)."""
+    import json
+
+    try:
+        return json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _closing_line(trainer: Any, status: str, stats: dict[str, float], summary: dict[str, Any] | None,
+                  wall_time: float, log_dir: str | Path | None) -> None:
+    """The run's last line: status (and the limit that ended it), final and best evaluation
+    return, environment steps, wall time and the run directory; on stderr and in ``corral.log``."""
+    from corral.framework.logger import job_prefix, run_log
+
+    final = stats.get("eval/return_mean", trainer.last_stats.get("eval/return_mean") if status != "completed" else None)
+    best = trainer.best_eval_return
+    head = f"{status} ({trainer.stop_reason} reached)" if status == "completed" and trainer.stop_reason else status
+    parts = [
+        f"corral: {head} after {trainer.epoch} epochs",
+        f"final eval {final:.2f}" if final is not None else "final eval n/a",
+        f"best eval {best:.2f}" if best is not None else "best eval n/a",
+        f"{trainer.total_env_steps:,} env steps",
+        f"wall time {_duration(wall_time)}",
+    ]
+    if log_dir is not None:
+        parts.append(str(log_dir))
+    line = " | ".join(parts)
+    print(job_prefix() + line, file=sys.stderr, flush=True)
+    run_log(log_dir).info(line)
+
+
+def _duration(seconds: float) -> str:
+    """``42.1s``, ``3m05s``, ``2h01m``."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
 def _write_summary(cfg: DictConfig, log_dir: str | Path, built: Any, stats: dict[str, float], status: str,
-                   started: float, wall_time: float, error: str | None = None) -> None:
-    """Write the run's ``summary.json`` (see :mod:`corral.results.summary`)."""
+                   started: float, wall_time: float, error: str | None = None,
+                   previous: dict[str, Any] | None = None, plan: Any = None) -> dict[str, Any]:
+    """Write the run's ``summary.json`` (see :mod:`corral.results.summary`) and return it.
+
+    A resumed run keeps its first session's start time, overrides and job, adds its wall time to
+    theirs, and records each resume in ``resumes``."""
     import datetime as dt
     import os
     import socket
@@ -168,7 +237,8 @@ def _write_summary(cfg: DictConfig, log_dir: str | Path, built: Any, stats: dict
     try:
         hydra_cfg = HydraConfig.get()
         overrides = [str(o) for o in hydra_cfg.overrides.task]
-        job = {"name": hydra_cfg.job.name, "num": hydra_cfg.job.get("num"), "id": hydra_cfg.job.get("id"),
+        job_cfg: Any = hydra_cfg.job  # a DictConfig at run time (`.get`), typed as the JobConf dataclass
+        job = {"name": job_cfg.name, "num": job_cfg.get("num"), "id": job_cfg.get("id"),
                "mode": str(hydra_cfg.mode).rsplit(".", 1)[-1]}
     except ValueError:  # not running under Hydra (library use)
         pass
@@ -191,6 +261,21 @@ def _write_summary(cfg: DictConfig, log_dir: str | Path, built: Any, stats: dict
         "pid": os.getpid(),
         "overrides": overrides,
         "job": job,
+        "stop_reason": trainer.stop_reason if trainer is not None and status == "completed" else None,
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
+    if plan is not None:  # a resumed run: one run across its sessions
+        first = previous or {}
+        resumes = list(first.get("resumes") or [])
+        resumes.append({"started_utc": summary["started_utc"], "snapshot": str(plan.snapshot),
+                        "from_epoch": trainer.resumed_epoch if trainer is not None else None,
+                        "overrides": overrides, "in_place": plan.in_place,
+                        **({} if plan.in_place or plan.origin is None else {"branch_of": str(plan.origin)})})
+        for key in ("started_at", "started_utc", "overrides", "job"):
+            if key in first:
+                summary[key] = first[key]
+        summary["wall_time_s"] = float(first.get("wall_time_s") or 0.0) + wall_time
+        summary["resumes"] = resumes
     write_summary(log_dir, summary)
+    get_plugin_manager().hook.corral_run_summary(log_dir=Path(log_dir), summary=summary)
+    return summary

@@ -1,20 +1,80 @@
-"""The Logger contract: where per-epoch statistics go."""
+"""The Logger contract: where per-epoch statistics go; and the run's own log file (``corral.log``)."""
 
 from __future__ import annotations
 
+import logging
+import os
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Mapping
+
+#: Name of the run's text log inside its directory (Hydra's job log for ``hydra.job.name=corral``).
+RUN_LOG = "corral.log"
 
 
 class Logger(ABC):
-    """Receives one dictionary of statistics per epoch."""
+    """Receives one dictionary of statistics per epoch.
+
+    ``stats`` holds ``epoch`` and ``env_steps`` (environment steps so far), ``train/*`` episode
+    statistics, the algorithm's entries (``loss/*`` and such), ``eval/*`` on evaluation epochs and
+    ``time/*`` wall-clock figures. A row is logged only when its epoch is committed (with its
+    snapshot, when one is due), so a logger never sees an epoch twice in one process.
+    """
 
     @abstractmethod
     def log(self, epoch: int, stats: Mapping[str, float]) -> None:
         """Record the statistics of ``epoch``."""
 
+    def resume(self, epoch: int, env_steps: int) -> None:
+        """A resumed run continues here: keep what was recorded for epochs before ``epoch`` (up to
+        ``env_steps`` environment steps) and drop anything later, which the run will log again.
+        The default does nothing (right for loggers that only print)."""
+
+    def log_video(self, epoch: int, path: Path, stats: Mapping[str, float]) -> None:
+        """A video of ``epoch``'s first evaluation episode (``trainer.video_every``): an MP4 file at
+        ``path`` in ``<run dir>/videos``. Called right after :meth:`log` on epochs that recorded
+        one (the path is also ``trainer.last_video`` in ``corral_epoch_end``). Default: nothing."""
+
     def close(self) -> None:
         """Flush and release files."""
 
 
-__all__ = ["Logger"]
+def run_log(log_dir: str | os.PathLike | None) -> logging.Logger:
+    """A logger whose records go to ``<log_dir>/corral.log`` only (not to the console).
+
+    The console logger writes its epoch lines here, the trainer its interrupt line and ``train.py``
+    its closing line; Hydra's own records go to the same file. Without a ``log_dir`` the records
+    are dropped.
+    """
+    log = logging.getLogger("corral.run")
+    log.propagate = False
+    log.setLevel(logging.INFO)
+    path = str(Path(log_dir) / RUN_LOG) if log_dir is not None else None
+    for handler in list(log.handlers):
+        if getattr(handler, "baseFilename", None) != (os.path.abspath(path) if path else None):
+            log.removeHandler(handler)
+            handler.close()
+    if path is not None and not log.handlers:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)  # type: ignore[arg-type]
+        handler = logging.FileHandler(path, mode="a", delay=True)
+        handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+        log.addHandler(handler)
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
+    return log
+
+
+def job_prefix() -> str:
+    """``[job 3] `` inside job 3 of a Hydra multirun (so parallel jobs' lines can be told apart), else ``""``."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc = HydraConfig.get()
+    except (ImportError, ValueError):
+        return ""
+    num = hc.job.get("num")
+    multirun = str(hc.mode).rsplit(".", 1)[-1] == "MULTIRUN"
+    return f"[job {num}] " if multirun and num is not None else ""
+
+
+__all__ = ["Logger", "RUN_LOG", "job_prefix", "run_log"]

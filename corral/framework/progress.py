@@ -4,38 +4,50 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 from typing import Mapping, TextIO
 
 
 class ProgressBar:
-    """``epoch 12/50 [#######.....] 24,576 steps | 8,120 steps/s | return 187.3``."""
+    """``epoch 12/50 [#######.....] 24,576 steps | 8,120 steps/s | return 187.3``.
 
-    def __init__(self, total: int, start: int = 0, stream: TextIO | None = None) -> None:
-        self.total = max(total, 1)
+    The bar counts toward whichever limit ends the run first: with ``max_env_steps`` the binding
+    one it reads ``epoch 12 [###....] 24,576/100,000 steps``. "steps/s" is the last epoch's
+    ``time/steps_per_s`` (environment steps per second of the epoch's wall time), the same figure
+    the console logger prints.
+    """
+
+    def __init__(self, n_epochs: int | None = None, max_env_steps: int | None = None, start_epoch: int = 0,
+                 start_env_steps: int = 0, stream: TextIO | None = None) -> None:
+        self.n_epochs = n_epochs
+        self.max_env_steps = max_env_steps
         self.stream = stream or sys.stderr
-        self._t0 = time.perf_counter()
-        self._steps0: int | None = None
         self._line = ""
-        self.update(start, 0, {})
+        self.update(start_epoch, start_env_steps, {})
+
+    def fraction(self, epoch: int, env_steps: int) -> tuple[float, str]:
+        """How far the run is toward the limit it reaches first (0 to 1), and which limit that is."""
+        by_epochs = epoch / self.n_epochs if self.n_epochs else 0.0
+        by_steps = env_steps / self.max_env_steps if self.max_env_steps else 0.0
+        return (by_steps, "max_env_steps") if by_steps > by_epochs else (by_epochs, "n_epochs")
 
     def update(self, epoch: int, env_steps: int, stats: Mapping[str, float]) -> None:
         """Redraw with the latest counters."""
-        if self._steps0 is None:
-            self._steps0 = env_steps
-        elapsed = max(time.perf_counter() - self._t0, 1e-9)
-        rate = (env_steps - self._steps0) / elapsed
         width = 24
-        filled = int(width * min(epoch, self.total) / self.total)
+        fraction, limit = self.fraction(epoch, env_steps)
+        filled = int(width * min(max(fraction, 0.0), 1.0))
+        bar = f"[{'#' * filled}{'.' * (width - filled)}]"
+        if limit == "max_env_steps":
+            parts = [f"epoch {epoch} {bar}", f"{env_steps:,}/{self.max_env_steps:,} steps"]
+        else:
+            total = f"/{self.n_epochs}" if self.n_epochs else ""
+            parts = [f"epoch {epoch}{total} {bar}", f"{env_steps:,} steps"]
+        if "time/steps_per_s" in stats:
+            parts.append(f"{stats['time/steps_per_s']:,.0f} steps/s")
         ret = stats.get("train/return_mean")
-        parts = [
-            f"epoch {epoch}/{self.total} [{'#' * filled}{'.' * (width - filled)}]",
-            f"{env_steps:,} steps",
-            f"{rate:,.0f} steps/s",
-        ]
         if ret is not None:
             parts.append(f"return {ret:.1f}")
         line = " | ".join(parts)[: shutil.get_terminal_size((100, 20)).columns - 1]
+        self.clear()
         self._line = line
         self.stream.write("\r" + line)
         self.stream.flush()

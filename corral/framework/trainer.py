@@ -22,7 +22,7 @@ from corral.framework.checks import check
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError, SnapshotError
 from corral.framework.evaluation import evaluate, record_video, run_worker_factory
-from corral.framework.logger import Logger
+from corral.framework.logger import Logger, run_log
 from corral.framework.progress import ProgressBar
 
 SNAPSHOT_FORMAT = 1
@@ -45,6 +45,9 @@ class TrainerConfig:
     snapshot_every: int = field(default=1, metadata=check(ge=0, help="write a snapshot every N epochs (0: only at the end)"))
     keep_snapshots: int = field(default=3, metadata=check(ge=0, help="how many recent snapshots to keep (0: all)"))
     resume: Optional[str] = field(default=None, metadata={"help": "run directory (or snapshot file) to resume from"})
+    trust_snapshot: bool = field(default=False, metadata={
+        "help": "also load a snapshot's objects part (state only pickle can hold), which can run code: only for "
+                "snapshots you trust"})
     progress: bool = field(default=True, metadata={"help": "live progress bar when stderr is a terminal"})
     torch_threads: int = field(
         default=1, metadata=check(ge=0, help="torch intra-op threads in the training process (0: torch's default)")
@@ -65,6 +68,10 @@ class TrainingInterrupted(KeyboardInterrupt):
         self.exit_code = exit_code
 
 
+#: What :attr:`Trainer.phase` can be: between epochs, or where in an epoch the trainer is.
+PHASES = ("idle", "sampling", "training", "evaluating", "committing")
+
+
 class Trainer:
     """Runs an algorithm for epochs of ``batch_size`` environment steps.
 
@@ -73,6 +80,16 @@ class Trainer:
         trainer = Trainer(snapshot_dir="runs/ppo")
         trainer.setup(algo, env)
         trainer.train(n_epochs=50, batch_size=2048)
+
+    Without a ``config``, a limit applies only when the caller sets it: ``train(n_epochs=50)``
+    runs 50 epochs, ``train(max_env_steps=100_000)`` runs until 100,000 environment steps.
+    With a config (``train.py``), ``trainer.n_epochs`` and ``trainer.max_env_steps`` both apply
+    and whichever is reached first ends the run (:attr:`stop_reason` names it).
+
+    Each epoch ends with a *commit*, done with Ctrl-C and SIGTERM held back: the
+    ``corral_epoch_end`` hooks, every logger's row and, when one is due, the snapshot. A run
+    interrupted anywhere else keeps every committed epoch; resuming continues after the last
+    snapshot and first drops the rows of epochs it will run again (:meth:`Logger.resume`).
     """
 
     def __init__(
@@ -85,7 +102,9 @@ class Trainer:
         run_config: Any = None,
         hooks: Any = None,
     ) -> None:
-        self.config = config or TrainerConfig()
+        #: Library use (no config): only the limits passed to :meth:`train` apply.
+        self._limits_from_config = config is not None
+        self.config = config or TrainerConfig(max_env_steps=None)
         self.log_dir = Path(snapshot_dir) if snapshot_dir is not None else None
         if loggers is None:
             from corral.framework.plugins import get_registry
@@ -108,6 +127,18 @@ class Trainer:
         self.best_eval_return: float | None = None
         self._sampler_state: Any = None
         self._progress: ProgressBar | None = None
+        #: Where the trainer is now (one of :data:`PHASES`).
+        self.phase = "idle"
+        #: Epochs held by the newest snapshot written or restored (None: no snapshot yet).
+        self.snapshot_epoch: int | None = None
+        #: The limit that ended the last :meth:`train` call, e.g. ``"n_epochs=50"`` (None while running).
+        self.stop_reason: str | None = None
+        #: True when :meth:`train` found its limits already reached (a finished run resumed).
+        self.already_finished = False
+        self._restored = False
+        #: The epoch a resumed run continued from (None: not resumed).
+        self.resumed_epoch: int | None = None
+        self._committed = (0, 0)  # (epochs, env steps) of the last committed epoch
         if self.config.torch_threads > 0:
             # Small networks are fastest single-threaded, and extra threads spin against workers.
             import torch
@@ -142,50 +173,87 @@ class Trainer:
         return self._hooks
 
     # ------------------------------------------------------------------ training
-    def train(self, n_epochs: int | None = None, batch_size: int | None = None) -> dict[str, float]:
-        """Train until epoch ``n_epochs``; return the last epoch's statistics.
+    def limits(self, n_epochs: int | None = None, max_env_steps: int | None = None) -> tuple[int | None, int | None]:
+        """The ``(n_epochs, max_env_steps)`` a :meth:`train` call stops at (None: no such limit).
 
-        The sampler stays up afterwards so ``train`` can be called again to continue; call
-        :meth:`shutdown` (or use the trainer as a context manager) when done. On an error or
-        Ctrl-C the sampler is shut down before the exception propagates.
+        An argument wins; otherwise the config's value applies when the trainer was given a config
+        (``train.py`` always gives one). A library ``Trainer()`` has only the limits passed to it.
+        """
+        if n_epochs is None and self._limits_from_config:
+            n_epochs = self.config.n_epochs
+        if max_env_steps is None and (self._limits_from_config or self.config.max_env_steps is not None):
+            max_env_steps = self.config.max_env_steps
+        return (None if n_epochs is None else int(n_epochs)), (int(max_env_steps) if max_env_steps else None)
+
+    def limit_reached(self, n_epochs: int | None, max_env_steps: int | None) -> str | None:
+        """The limit the run has reached, as ``"n_epochs=50"`` or ``"max_env_steps=100000"`` (None: neither)."""
+        if n_epochs is not None and self.epoch >= n_epochs:
+            return f"n_epochs={n_epochs}"
+        if max_env_steps is not None and self.total_env_steps >= max_env_steps:
+            return f"max_env_steps={max_env_steps}"
+        return None
+
+    def train(self, n_epochs: int | None = None, batch_size: int | None = None,
+              max_env_steps: int | None = None) -> dict[str, float]:
+        """Train until ``n_epochs`` epochs or ``max_env_steps`` environment steps, whichever comes
+        first (both count from the start of the run); return the last epoch's statistics.
+
+        See :meth:`limits` for which limits apply. :attr:`stop_reason` names the limit that ended
+        the call. The sampler stays up afterwards so ``train`` can be called again with a larger
+        limit to continue; call :meth:`shutdown` (or use the trainer as a context manager) when
+        done. On an error or Ctrl-C the sampler is shut down before the exception propagates.
         """
         if self.algo is None:
             raise RuntimeError("call trainer.setup(algo, env) before trainer.train()")
-        n_epochs = int(n_epochs if n_epochs is not None else self.config.n_epochs)
+        epochs_limit, steps_limit = self.limits(n_epochs, max_env_steps)
+        if epochs_limit is None and steps_limit is None:
+            raise ConfigError("Trainer.train() needs a limit: pass n_epochs= or max_env_steps= "
+                              "(or give the Trainer a TrainerConfig)")
         batch_size = int(batch_size if batch_size is not None else self.config.batch_size)
         if batch_size < 1:
             raise ConfigError(f"trainer.batch_size must be >= 1, got {batch_size}")
-        if self.config.resume and self.epoch == 0 and self.total_env_steps == 0:
+        if self.config.resume and not self._restored and self.epoch == 0 and self.total_env_steps == 0:
             self.restore(self.config.resume)
+        self.stop_reason = self.limit_reached(epochs_limit, steps_limit)
+        self.already_finished = self.stop_reason is not None
+        if self.already_finished:
+            return self.last_stats
         sampler = self.algo.sampler
         if self._sampler_state is None and sampler is not None:
             self._sampler_state = _try_state(sampler)
         if self.config.progress and sys.stderr.isatty():
-            self._progress = ProgressBar(total=n_epochs, start=self.epoch)
+            self._progress = ProgressBar(n_epochs=epochs_limit, max_env_steps=steps_limit, start_epoch=self.epoch,
+                                         start_env_steps=self.total_env_steps)
+        self._committed = (self.epoch, self.total_env_steps)
         error: BaseException | None = None
-        self.hooks.corral_run_start(trainer=self, cfg=self.run_config)
         try:
             with sigterm_as_interrupt():
-                limit = self.config.max_env_steps
-                while self.epoch < n_epochs and (not limit or self.total_env_steps < limit):
+                self.hooks.corral_run_start(trainer=self, cfg=self.run_config)
+                while (reason := self.limit_reached(epochs_limit, steps_limit)) is None:
                     self._run_epoch(batch_size)
-                if self.snapshot_dir is not None and self.last_stats:
-                    self.save_snapshot()
+                self.stop_reason = reason
+                if self.snapshot_dir is not None and self.epoch > 0 and self.snapshot_epoch != self.epoch:
+                    with defer_interrupts():
+                        self.save_snapshot()
         except KeyboardInterrupt as exc:
             error = exc
             terminated = isinstance(exc, Terminated)
-            path = self.save_snapshot() if self.snapshot_dir is not None else None
-            where = f"snapshot saved to {path}; resume with trainer.resume={self.log_dir}" if path else "no snapshot dir"
-            by = " by SIGTERM" if terminated else ""
-            print(f"\ncorral: interrupted{by} at epoch {self.epoch} ({self.total_env_steps} env steps); {where}",
-                  file=sys.stderr, flush=True)
-            raise TrainingInterrupted(path, 143 if terminated else 130) from None
+            if self._progress is not None:
+                self._progress.clear()
+            message = self.interrupt_message(terminated)
+            # An epoch that was not committed is not part of the run: its counters go back.
+            self.epoch, self.total_env_steps = self._committed
+            print(f"\n{message}", file=sys.stderr, flush=True)
+            run_log(self.log_dir).info(message)
+            raise TrainingInterrupted(self.snapshot_path(), 143 if terminated else 130) from None
         except BaseException as exc:
             error = exc
             raise
         finally:
+            self.phase = "idle"
             if self._progress is not None:
                 self._progress.close()
+                self._progress = None
             try:
                 self.hooks.corral_run_end(trainer=self, error=error)
             finally:
@@ -193,32 +261,77 @@ class Trainer:
                     self.shutdown()
         return self.last_stats
 
+    def snapshot_path(self) -> Path | None:
+        """The newest snapshot of this run (None when there is none)."""
+        if self.snapshot_dir is None or self.snapshot_epoch is None:
+            return None
+        return self.snapshot_dir / f"epoch_{self.snapshot_epoch:06d}.pt"
+
+    def interrupt_message(self, terminated: bool = False) -> str:
+        """The line printed when Ctrl-C or SIGTERM stops training: where it stopped and what a
+        resume continues from."""
+        by = " by SIGTERM" if terminated else ""
+        done, steps = self._committed
+        where = f"while {self.phase} epoch {done}" if self.phase not in ("idle", "committing") else f"after epoch {done - 1}"
+        head = f"corral: interrupted{by} {where} ({steps:,} env steps)"
+        if done == 0:
+            return f"{head}; no epoch finished, so there is nothing to resume"
+        if self.snapshot_dir is None:
+            return f"{head}; this trainer has no snapshot directory, so there is nothing to resume"
+        saved = self.snapshot_epoch
+        if not saved:
+            return (f"{head}; no snapshot was written yet (trainer.snapshot_every={self.config.snapshot_every}), "
+                    "so there is nothing to resume")
+        resume = f"resume with trainer.resume={self.log_dir}"
+        if saved == done:
+            return f"{head}; epochs 0-{done - 1} are saved (progress rows and snapshot); {resume}"
+        return (f"{head}; progress rows hold epochs 0-{done - 1}, the last snapshot epochs 0-{saved - 1} "
+                f"(trainer.snapshot_every={self.config.snapshot_every}); {resume}, which runs epochs "
+                f"{saved}-{done - 1} again and gets the same rows")
+
     def _run_epoch(self, batch_size: int) -> None:
+        """One epoch: sample, train, evaluate when due, then commit (see the class docstring)."""
         assert self.algo is not None
         epoch = self.epoch
         t0 = time.perf_counter()
+        self.phase = "sampling"
         episodes = self.algo.sample(epoch, batch_size)
         t_sampled = time.perf_counter()
         with defer_interrupts():
+            self.phase = "training"
             train_stats = self.algo.train_once(epoch, episodes)
+            # Counted now (evaluation reads them); not committed until _commit, and put back on an interrupt.
             self.epoch = epoch + 1
             self.total_env_steps += len(episodes)
             if self.algo.sampler is not None:
                 self._sampler_state = _try_state(self.algo.sampler)
         t_trained = time.perf_counter()
-        stats: dict[str, float] = {"epoch": float(epoch), "env_steps": float(self.total_env_steps)}
+        stats: dict[str, float] = {"epoch": int(epoch), "env_steps": int(self.total_env_steps)}  # ints, as documented
         stats.update(episode_stats(episodes))
         stats.update({k: float(v) for k, v in (train_stats or {}).items()})
         self.last_video = None
         if self.config.eval_every and (self.epoch % self.config.eval_every == 0):
+            self.phase = "evaluating"
             stats.update(self.evaluate(video=self._video_due()))
         t_end = time.perf_counter()
-        self.elapsed += t_end - t0
         stats["time/sample_s"] = t_sampled - t0
         stats["time/train_s"] = t_trained - t_sampled
         stats["time/epoch_s"] = t_end - t0
-        stats["time/total_s"] = self.elapsed
-        stats["time/steps_per_s"] = len(episodes) / max(t_sampled - t0, 1e-9)
+        stats["time/total_s"] = self.elapsed + (t_end - t0)
+        # "steps/s" everywhere (console line, progress bar): this epoch's steps per second of wall time.
+        stats["time/steps_per_s"] = len(episodes) / max(t_end - t0, 1e-9)
+        stats["time/sample_steps_per_s"] = len(episodes) / max(t_sampled - t0, 1e-9)
+        with defer_interrupts():
+            self.phase = "committing"
+            self._commit(epoch, t_end - t0, stats)
+        self.phase = "idle"
+        if self._progress is not None:
+            self._progress.update(self.epoch, self.total_env_steps, stats)
+
+    def _commit(self, epoch: int, seconds: float, stats: dict[str, float]) -> None:
+        """Make epoch ``epoch`` part of the run: hooks, every logger's row, the snapshot when one
+        is due. Called with interrupts held back, so it is done wholly or not at all."""
+        self.elapsed += seconds
         if "eval/return_mean" in stats:
             best = self.best_eval_return
             self.best_eval_return = stats["eval/return_mean"] if best is None else max(best, stats["eval/return_mean"])
@@ -230,11 +343,10 @@ class Trainer:
             logger.log(epoch, stats)
             if self.last_video is not None and callable(getattr(logger, "log_video", None)):
                 logger.log_video(epoch, self.last_video, stats)
-        if self._progress is not None:
-            self._progress.update(self.epoch, self.total_env_steps, stats)
         every = self.config.snapshot_every
         if self.snapshot_dir is not None and every and self.epoch % every == 0:
             self.save_snapshot()
+        self._committed = (self.epoch, self.total_env_steps)
 
     def evaluate(self, video: bool = False) -> dict[str, float]:
         """Deterministic evaluation episodes with fixed seeds, through workers built like the run's
@@ -310,19 +422,15 @@ class Trainer:
             raise SnapshotError("this trainer has no snapshot_dir")
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"epoch_{self.epoch:06d}.pt"
-        tmp = directory / f".{path.name}.tmp"
-        with open(tmp, "wb") as f:
-            torch.save(self.state_dict(), f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        save_snapshot(self.state_dict(), path)  # data only; objects beside it (corral.framework.snapshot)
         latest_tmp = directory / ".latest.tmp"
         latest_tmp.write_text(path.name + "\n")
         os.replace(latest_tmp, directory / "latest")
+        self.snapshot_epoch = self.epoch
         keep = self.config.keep_snapshots
         if keep:
             for old in sorted(directory.glob("epoch_*.pt"))[:-keep]:
-                old.unlink(missing_ok=True)
+                remove_snapshot(old)
         return path
 
     def restore(self, source: str | os.PathLike) -> Path:
@@ -331,10 +439,7 @@ class Trainer:
 
         assert self.algo is not None
         path = find_snapshot(source)
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
-        except (OSError, pickle.UnpicklingError, RuntimeError, EOFError) as exc:
-            raise SnapshotError(f"cannot read snapshot {path}: {exc}") from exc
+        state = load_snapshot(path, trust=self.config.trust_snapshot)  # no code runs unless trusted
         if state.get("format") != SNAPSHOT_FORMAT:
             raise SnapshotError(f"{path} has snapshot format {state.get('format')}, expected {SNAPSHOT_FORMAT}")
         self.algo.load_state_dict(state["algo"])
@@ -350,6 +455,10 @@ class Trainer:
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])
         torch.set_rng_state(rng["torch"])
+        self.snapshot_epoch = self.resumed_epoch = self.epoch
+        self._restored = True
+        for logger in self.loggers:  # drop rows of epochs this run will run again (see Logger.resume)
+            getattr(logger, "resume", lambda *a: None)(self.epoch, self.total_env_steps)
         print(f"corral: resumed from {path} at epoch {self.epoch} ({self.total_env_steps} env steps)",
               file=sys.stderr, flush=True)
         return path
@@ -456,6 +565,6 @@ def defer_interrupts() -> Iterator[None]:
 
 
 __all__ = [
-    "Terminated", "Trainer", "TrainerConfig", "TrainingInterrupted", "defer_interrupts", "episode_stats",
+    "PHASES", "Terminated", "Trainer", "TrainerConfig", "TrainingInterrupted", "defer_interrupts", "episode_stats",
     "find_snapshot", "sigterm_as_interrupt",
 ]

@@ -33,6 +33,7 @@ def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
     path = run_dir / SUMMARY_FILE
     fd, tmp = tempfile.mkstemp(prefix=".summary.", suffix=".tmp", dir=run_dir)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the other files of a run follow the umask
         with os.fdopen(fd, "w") as f:
             f.write(json.dumps(summary, indent=2, default=str) + "\n")
             f.flush()
@@ -42,6 +43,12 @@ def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @dataclass

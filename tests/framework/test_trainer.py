@@ -41,7 +41,7 @@ def test_run_writes_csv_tensorboard_snapshots_and_summary(tmp_path: Path) -> Non
     proc = train(run, *SMALL, "trainer.n_epochs=3", "trainer.keep_snapshots=2")
     assert proc.returncode == 0, proc.stderr
     rows = read_rows(run / "progress.csv")
-    assert [r["epoch"] for r in rows] == ["0.0", "1.0", "2.0"]
+    assert [r["epoch"] for r in rows] == ["0", "1", "2"]  # epoch is an int in stats
     for key in ("train/return_mean", "train/return_min", "train/return_max", "train/episode_length",
                 "env_steps", "loss/policy", "loss/value"):
         assert rows[-1][key] != "", key
@@ -80,14 +80,30 @@ def test_resume_after_sigkill_continues_bit_for_bit(tmp_path: Path) -> None:
             proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
 
+    # Resumed into another directory: a branch that starts with the killed run's rows up to its
+    # snapshot (a row logged after it is dropped and logged again), the original left as it was.
+    killed_rows = read_rows(killed / "progress.csv")
     resumed = tmp_path / "resumed"
     out = train(resumed, f"trainer.resume={killed}")
     assert out.returncode == 0, out.stderr
-    assert "resumed from" in out.stderr
-    rows = read_rows(resumed / "progress.csv")
-    first = int(float(rows[0]["epoch"]))
-    assert first >= 2, "resume must continue after the second snapshot"
-    assert rows == expected[first:], "resumed epochs differ from the uninterrupted run"
+    assert "resumed from" in out.stderr and "a branch of" in out.stderr
+    assert read_rows(resumed / "progress.csv") == expected, "the branch differs from the uninterrupted run"
+    assert read_rows(killed / "progress.csv") == killed_rows
+
+    # Resumed in place (no hydra.run.dir): the killed run itself becomes the uninterrupted one.
+    cmd = [sys.executable, str(ROOT / "train.py"), f"trainer.resume={killed}"]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert read_rows(killed / "progress.csv") == expected
+    assert list(tmp_path.glob("outputs")) == [], "an in-place resume writes no new run directory"
+    assert list((killed / ".hydra").glob("resume-*/overrides.yaml")), "Hydra's record of the resume"
+
+
+def default_signals() -> None:
+    """In the child: SIGINT and SIGTERM as a terminal would deliver them, even when the test run
+    itself ignores SIGINT (started with ``cmd &`` from a script)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def signal_after_first_snapshot(run: Path, sig: int, *overrides: str) -> tuple[subprocess.Popen, str, set[int]]:
@@ -96,7 +112,8 @@ def signal_after_first_snapshot(run: Path, sig: int, *overrides: str) -> tuple[s
     from corral.testing import descendants
 
     cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run}", *SMALL, "trainer.n_epochs=1000", *overrides]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)
     try:
         deadline = time.monotonic() + 180
         while not (run / "snapshots" / "latest").exists():
@@ -117,7 +134,7 @@ def test_ctrl_c_writes_snapshot_and_exits_with_a_clear_line(tmp_path: Path) -> N
     run = tmp_path / "run"
     proc, err, _ = signal_after_first_snapshot(run, signal.SIGINT)
     assert proc.returncode == 130
-    assert "corral: interrupted at epoch" in err and "trainer.resume=" in err
+    assert "corral: interrupted" in err and "trainer.resume=" in err
     assert "Traceback" not in err
     latest = (run / "snapshots" / "latest").read_text().strip()
     assert (run / "snapshots" / latest).is_file()
@@ -137,7 +154,7 @@ def test_sigterm_takes_the_ctrl_c_path_and_leaves_no_worker_behind(tmp_path: Pat
                                                      "sampler.n_workers=2")
     assert workers, "the multiprocessing sampler's workers should have been running"
     assert proc.returncode == 143, err[-2000:]
-    assert "corral: interrupted by SIGTERM at epoch" in err and "trainer.resume=" in err
+    assert "corral: interrupted by SIGTERM" in err and "trainer.resume=" in err
     assert "Traceback" not in err
     assert not wait_gone(workers, timeout=15), "worker processes outlived the run"
     summary = json.loads((run / "summary.json").read_text())

@@ -9,7 +9,7 @@ from typing import Any, Mapping, TextIO
 
 from corral import hookimpl
 from corral.framework.checks import check
-from corral.framework.logger import Logger
+from corral.framework.logger import Logger, job_prefix, run_log
 
 
 @dataclass
@@ -23,9 +23,14 @@ class ConsoleLoggerConfig:
 class ConsoleLogger(Logger):
     """``epoch   3 | steps    8,192 | return  45.3 [12, 120] | len  45.3 | eval 80.1 | 8,123 steps/s``."""
 
-    def __init__(self, config: ConsoleLoggerConfig | None = None, stream: TextIO | None = None) -> None:
+    def __init__(self, config: ConsoleLoggerConfig | None = None, stream: TextIO | None = None,
+                 log_dir: Path | None = None, prefix: str = "") -> None:
         self.config = config or ConsoleLoggerConfig()
         self.stream = stream or sys.stdout
+        #: Put before every line: ``[job 3] `` for a job of a multirun, so parallel jobs' lines can be told apart.
+        self.prefix = prefix
+        #: The same lines go to ``<log_dir>/corral.log``.
+        self.log_dir = log_dir
 
     def log(self, epoch: int, stats: Mapping[str, float]) -> None:
         """Print one line."""
@@ -43,12 +48,15 @@ class ConsoleLogger(Logger):
             parts.append(f"{stats['time/steps_per_s']:>8,.0f} steps/s")
         if self.config.losses:
             parts += [f"{k.split('/', 1)[1]} {v:.4g}" for k, v in stats.items() if k.startswith("loss/")]
-        print(" | ".join(parts), file=self.stream, flush=True)
+        line = " | ".join(parts)
+        print(self.prefix + line, file=self.stream, flush=True)
+        if self.log_dir is not None:
+            run_log(self.log_dir).info(line)
 
 
 def build_console_logger(config: ConsoleLoggerConfig | None, *, log_dir: Path | None = None) -> ConsoleLogger:
-    """Build the console logger."""
-    return ConsoleLogger(config)
+    """Build the console logger (its lines also go to ``<log_dir>/corral.log``)."""
+    return ConsoleLogger(config, log_dir=log_dir, prefix=job_prefix())
 
 
 @hookimpl

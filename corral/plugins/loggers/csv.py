@@ -20,14 +20,19 @@ class CSVLoggerConfig:
 
 
 class CSVLogger(Logger):
-    """Writes every epoch's statistics; when a new column appears the file is rewritten with it."""
+    """Writes every epoch's statistics; when a new column appears the file is rewritten with it.
+
+    Each row is flushed and fsynced before the trainer writes the epoch's snapshot, so a snapshot
+    never holds an epoch whose row is missing. On :meth:`resume` the rows already in the file are
+    kept up to the resumed epoch and the run appends after them: one file, one continuous curve.
+    """
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.columns: list[str] = []
         self.rows: list[dict[str, Any]] = []
-        self._file = None
+        self._file: Any = None
         self._writer: csv.DictWriter | None = None
 
     def log(self, epoch: int, stats: Mapping[str, float]) -> None:
@@ -40,17 +45,38 @@ class CSVLogger(Logger):
             self._rewrite()
         else:
             self._writer.writerow(row)
-            assert self._file is not None
-            self._file.flush()
+            self._sync()
+
+    def resume(self, epoch: int, env_steps: int) -> None:
+        """Keep the file's rows of epochs before ``epoch``; later rows are dropped (the run logs them again)."""
+        self.close()
+        self.columns, self.rows = [], []
+        if self.path.is_file():
+            with open(self.path, newline="") as f:
+                reader = csv.DictReader(f)
+                self.columns = list(reader.fieldnames or [])
+                self.rows = [row for row in reader if _epoch_of(row) < epoch]
+        if self.columns:
+            self._rewrite()
 
     def _rewrite(self) -> None:
         if self._file is not None:
             self._file.close()
-        self._file = open(self.path, "w", newline="")
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=self.columns, restval="")
+            writer.writeheader()
+            writer.writerows(self.rows)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)  # a reader (or a kill) sees the old file or the new one, never half
+        self._file = open(self.path, "a", newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=self.columns, restval="")
-        self._writer.writeheader()
-        self._writer.writerows(self.rows)
+
+    def _sync(self) -> None:
+        assert self._file is not None
         self._file.flush()
+        os.fsync(self._file.fileno())
 
     def close(self) -> None:
         """Close the file."""
@@ -58,6 +84,13 @@ class CSVLogger(Logger):
             self._file.close()
             self._file = None
             self._writer = None
+
+
+def _epoch_of(row: Mapping[str, str]) -> float:
+    try:
+        return float(row.get("epoch") or "nan")
+    except ValueError:
+        return float("nan")
 
 
 def build_csv_logger(config: CSVLoggerConfig, *, log_dir: Path | None = None) -> CSVLogger:

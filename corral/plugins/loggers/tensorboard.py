@@ -18,12 +18,26 @@ class TensorBoardLoggerConfig:
 
 
 class TensorBoardLogger(Logger):
-    """Writes every statistic as a scalar against the environment-step count."""
+    """Writes every statistic as a scalar against the environment-step count.
+
+    The event file is opened at the first row. A resumed run writes into the same directory with
+    ``purge_step`` set just past the resumed environment step count, so TensorBoard hides what an
+    interrupted session logged after its last snapshot and shows one continuous curve.
+    """
 
     def __init__(self, log_dir: str | Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        self.log_dir = Path(log_dir)
+        self._purge_step: int | None = None
+        self._writer: Any = None
 
-        self.writer = SummaryWriter(log_dir=str(log_dir))
+    @property
+    def writer(self) -> Any:
+        """The ``SummaryWriter`` (opened on first use)."""
+        if self._writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=self._purge_step)
+        return self._writer
 
     def log(self, epoch: int, stats: Mapping[str, float]) -> None:
         """Add one scalar per statistic."""
@@ -33,9 +47,30 @@ class TensorBoardLogger(Logger):
                 self.writer.add_scalar(key, value, global_step=step)
         self.writer.flush()
 
+    def resume(self, epoch: int, env_steps: int) -> None:
+        """Hide events past ``env_steps`` (they belong to epochs the run logs again)."""
+        self.close()
+        self._purge_step = env_steps + 1
+
+    def log_video(self, epoch: int, path: Path, stats: Mapping[str, float]) -> None:
+        """The evaluation video as a TensorBoard video (an animated GIF, tag ``eval/video``), as
+        ``SummaryWriter.add_video`` writes it (which needs moviepy 1, this takes any corral[video])."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        from corral.framework.evaluation import encode_gif, read_video_frames
+
+        frames = read_video_frames(path)[:, ::2, ::2]  # half size: TensorBoard keeps the whole GIF in memory
+        image = Summary.Image(height=frames.shape[1], width=frames.shape[2], colorspace=3,
+                              encoded_image_string=encode_gif(frames))
+        summary = Summary(value=[Summary.Value(tag="eval/video", image=image)])
+        self.writer._get_file_writer().add_summary(summary, int(stats.get("env_steps", epoch)))
+        self.writer.flush()
+
     def close(self) -> None:
         """Close the event file."""
-        self.writer.close()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 def build_tensorboard_logger(config: TensorBoardLoggerConfig, *, log_dir: Path | None = None) -> TensorBoardLogger:

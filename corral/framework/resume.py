@@ -1,0 +1,229 @@
+"""``trainer.resume=<dir>``: continue a run as the same run, with the config it was started with.
+
+A resumed run is one run with one learning curve:
+
+- ``python train.py trainer.resume=<run dir>`` (or the run's newest snapshot file) continues *in
+  place*: the run's ``progress.csv``, TensorBoard events, ``corral.log`` and ``summary.json`` are
+  appended to; Hydra's record of the resuming command goes to ``.hydra/resume-<time>/``.
+- With another ``hydra.run.dir``, or from an older snapshot file, the run continues in the new
+  directory as a *branch*: the original's history up to the snapshot (progress rows, TensorBoard
+  events, log, the snapshot itself) is copied there first, and the original is left as it was.
+
+Either way the rows of epochs after the snapshot are dropped before the run logs them again
+(:meth:`corral.framework.logger.Logger.resume`), so every epoch appears exactly once.
+
+What a resume may change: ``trainer.*`` (e.g. a larger ``trainer.n_epochs``), the loggers, and
+the sampler type and its options as long as ``sampler.n_workers`` stays the same (every sampler
+returns the same episodes for the same seed, worker and number of workers). Any other override
+(``algo=vpg``, ``algo.learning_rate=...``, ``env.*``, ``worker.*``, ``seed``) is an error naming it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from corral.framework.errors import ConfigError
+
+#: Overrides a resume applies: these groups (and their fields) may change.
+ADJUSTABLE = ("trainer", "logger", "sampler", "hydra")
+#: What a branch leaves behind: these entries of the original run directory are not copied.
+NOT_COPIED = ("snapshots", ".hydra", "summary.json", "multirun.yaml")
+
+
+@dataclass
+class ResumePlan:
+    """Where a resumed run continues: the snapshot it starts from and the directory it writes to."""
+
+    snapshot: Path
+    origin: Path | None  # the run directory the snapshot belongs to (None: a loose snapshot file)
+    run_dir: Path | None  # where the resumed run writes (None: library use, no directory)
+
+    @property
+    def in_place(self) -> bool:
+        """True when the run continues in its own directory."""
+        return self.origin is not None and self.run_dir is not None and _same(self.origin, self.run_dir)
+
+
+def resume_arg(argv: Sequence[str]) -> str | None:
+    """The value of ``trainer.resume=...`` on a command line (None when absent or null)."""
+    value = None
+    for item in argv:
+        key, sep, val = item.partition("=")
+        if sep and key.lstrip("+~") == "trainer.resume":
+            value = val.strip("'\"") or None
+    return None if value in (None, "null", "None") else value
+
+
+def run_dir_of(snapshot: Path) -> Path | None:
+    """The run directory of a snapshot file at ``<run>/snapshots/epoch_N.pt`` (None for another layout)."""
+    parent = snapshot.resolve().parent
+    return parent.parent if parent.name == "snapshots" else None
+
+
+def is_latest(snapshot: Path) -> bool:
+    """True when ``snapshot`` is its run's newest snapshot (the one a run directory resumes from)."""
+    from corral.framework.trainer import find_snapshot
+
+    origin = run_dir_of(snapshot)
+    if origin is None:
+        return False
+    try:
+        return _same(find_snapshot(origin), snapshot)
+    except Exception:  # noqa: BLE001 - no readable pointer: not the latest
+        return False
+
+
+def in_place_overrides(argv: Sequence[str]) -> list[str]:
+    """Extra Hydra overrides that make ``train.py trainer.resume=<dir>`` continue in ``<dir>``.
+
+    Only when the command names no ``hydra.run.dir`` of its own, is not a multirun, and resumes
+    from a run directory or from its newest snapshot. Hydra's record of this command then goes to
+    ``<dir>/.hydra/resume-<UTC time>/`` so the original ``.hydra/`` stays as it was.
+    """
+    from corral.framework.trainer import find_snapshot
+
+    source = resume_arg(argv)
+    if source is None or any(a in ("-m", "--multirun") for a in argv):
+        return []
+    if any(a.partition("=")[0].lstrip("+~") in ("hydra.run.dir", "hydra.output_subdir") for a in argv):
+        return []
+    try:
+        snapshot = find_snapshot(source)
+    except Exception:  # noqa: BLE001 - reported by the run itself, with the usual message
+        return []
+    origin = run_dir_of(snapshot)
+    if origin is None or not (Path(source).is_dir() or is_latest(snapshot)):
+        return []
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d_%H-%M-%S")
+    return [f"hydra.run.dir={_quote(str(origin))}", f"hydra.output_subdir=.hydra/resume-{stamp}"]
+
+
+def plan(source: str | os.PathLike, run_dir: str | os.PathLike | None) -> ResumePlan:
+    """The :class:`ResumePlan` for ``trainer.resume=<source>`` writing to ``run_dir``."""
+    from corral.framework.trainer import find_snapshot
+
+    snapshot = find_snapshot(source)
+    return ResumePlan(snapshot=snapshot, origin=run_dir_of(snapshot),
+                      run_dir=Path(run_dir) if run_dir is not None else None)
+
+
+def copy_history(resume: ResumePlan) -> None:
+    """For a branch: copy the original run's files (progress rows, TensorBoard events, log, videos)
+    and the snapshot resumed from into the new run directory. The loggers drop rows after the
+    snapshot when the run starts (:meth:`Logger.resume`)."""
+    if resume.in_place or resume.origin is None or resume.run_dir is None:
+        return
+    dest = resume.run_dir
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in resume.origin.iterdir():
+        if entry.name in NOT_COPIED or (dest / entry.name).exists():
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, dest / entry.name)
+        elif entry.is_file():
+            shutil.copy2(entry, dest / entry.name)
+    snapshots = dest / "snapshots"
+    snapshots.mkdir(exist_ok=True)
+    shutil.copy2(resume.snapshot, snapshots / resume.snapshot.name)
+    (snapshots / "latest").write_text(resume.snapshot.name + "\n")
+
+
+def check_overrides(old: DictConfig, new: DictConfig, overrides: Sequence[str]) -> DictConfig:
+    """The config a resumed run trains with: the original ``old`` with this command's adjustable
+    overrides applied (``trainer.*``, ``logger``, the sampler); any other override that would change
+    the run is a :class:`ConfigError` naming it."""
+    refused: list[str] = []
+    explicit = {item.partition("=")[0].lstrip("+~") for item in overrides}
+    result = old.copy()
+    with open_dict(result):
+        for item in overrides:
+            key = item.partition("=")[0].lstrip("+~")
+            group = key.split(".", 1)[0].split("/", 1)[0]
+            if key == "trainer.resume" or group == "hydra":
+                continue
+            if group == "trainer":
+                if "." in key:
+                    OmegaConf.update(result, key, OmegaConf.select(new, key), force_add=True)
+                continue
+            if group == "logger":
+                result.logger = new.logger
+                continue
+            if group == "sampler":
+                continue  # below, as a whole
+            change = _change(old, new, key)
+            if change is not None:
+                refused.append(f"{item} ({change})")
+        if any(k.split(".", 1)[0] == "sampler" for k in explicit):
+            sampler = new.sampler.copy()
+            if "sampler.n_workers" not in explicit and "n_workers" in old.sampler:
+                with open_dict(sampler):
+                    sampler.n_workers = old.sampler.n_workers
+            if sampler.get("n_workers") != old.sampler.get("n_workers"):
+                refused.append(f"sampler.n_workers={sampler.get('n_workers')} (the run has "
+                               f"{old.sampler.get('n_workers')}; the episodes depend on it)")
+            result.sampler = sampler
+    if refused:
+        raise ConfigError(
+            "trainer.resume continues a run with the config it was started with, and these overrides "
+            f"would change it: {'; '.join(refused)}. A resume may change trainer.*, the loggers and the "
+            "sampler (with the same sampler.n_workers); drop the others, or start a new run without trainer.resume"
+        )
+    return result
+
+
+def finished_message(run_dir: Any, reason: str, epoch: int, env_steps: int) -> str:
+    """What resuming a run that already reached its limit says."""
+    key, _, value = reason.partition("=")
+    larger = f"trainer.{key}={int(value) * 2}" if value.isdigit() else f"a larger trainer.{key}"
+    other = "trainer.max_env_steps" if key == "n_epochs" else "trainer.n_epochs"
+    return (f"corral: the run in {run_dir} already finished: {reason} reached at epoch {epoch} "
+            f"({env_steps:,} env steps); nothing to do. To train longer, resume with a larger limit, "
+            f"e.g. trainer.resume={run_dir} {larger} (and {other} if it would stop the run first)")
+
+
+def say(message: str) -> None:
+    """Print a ``corral:`` line on stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _change(old: DictConfig, new: DictConfig, key: str) -> str | None:
+    """How an override of ``key`` would change the run (None: it would not): a group compares by
+    option name, a field by value, a preset (``experiment=``) by the sections it sets."""
+    if key == "experiment":
+        diff = [s for s in ("env", "algo", "policy", "worker", "seed") if _plain(old, s) != _plain(new, s)]
+        return f"it changes {', '.join(diff)}" if diff else None
+    before, after = OmegaConf.select(old, key, default=None), OmegaConf.select(new, key, default=None)
+    if isinstance(before, DictConfig) or isinstance(after, DictConfig):
+        before = before.get("name") if isinstance(before, DictConfig) else before
+        after = after.get("name") if isinstance(after, DictConfig) else after
+    return None if before == after else f"the run has {key}={before}"
+
+
+def _plain(cfg: DictConfig, key: str) -> Any:
+    node = OmegaConf.select(cfg, key, default=None)
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
+def _quote(value: str) -> str:
+    if all(c.isalnum() or c in "/._-+" for c in value):
+        return value
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
+
+
+__all__ = ["ResumePlan", "check_overrides", "copy_history", "finished_message", "in_place_overrides", "plan",
+           "resume_arg", "run_dir_of"]

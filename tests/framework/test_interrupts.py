@@ -1,0 +1,213 @@
+"""Ctrl-C and SIGTERM at many points of a run never lose or repeat an epoch.
+
+Each case starts ``train.py`` through a small driver that sends a real signal to its own process
+at a chosen point (while sampling, training, evaluating, logging or snapshotting a chosen epoch),
+then resumes the run with plain ``train.py trainer.resume=<dir>`` and compares ``progress.csv``
+with an uninterrupted run's (every column but the wall-clock ``time/*`` ones).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = [
+    "trainer.n_epochs=4",
+    "trainer.batch_size=200",
+    "trainer.eval_every=2",
+    "trainer.eval_episodes=2",
+    "trainer.max_env_steps=null",
+    "trainer.progress=false",
+    "logger=[console,csv,tensorboard]",
+    "seed=3",
+]
+TIMEOUT = 240
+
+#: The driver: patches nothing corral does, only watches it (Trainer.phase, CartPole steps, the CSV
+#: logger, save_snapshot) and sends the signal to its own process when the chosen point is reached.
+DRIVER = r'''
+import os, signal, sys
+
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+from corral.framework import trainer as T
+from corral.framework.entry import main
+from corral.plugins.loggers import csv as csv_logger
+
+phase, row, nth, signame = os.environ["CORRAL_TEST_INTERRUPT"].split(":")
+row, nth, sig = int(row), int(nth), getattr(signal, signame)
+now = {"trainer": None, "phase": "idle", "count": 0, "fired": False}
+
+
+def fire():
+    if not now["fired"]:
+        now["fired"] = True
+        os.kill(os.getpid(), sig)
+
+
+def current_row():
+    t = now["trainer"]
+    # the counters move on when training ends, so evaluation and the commit belong to epoch - 1
+    return t.epoch - (1 if now["phase"] in ("evaluating", "committing") else 0)
+
+
+def set_phase(self, value):
+    self.__dict__["_phase"] = value
+    now["trainer"], now["phase"] = self, value
+    if value == phase and nth == 0 and current_row() == row:
+        fire()
+
+
+T.Trainer.phase = property(lambda self: self.__dict__.get("_phase", "idle"), set_phase)
+
+step = CartPoleEnv.step
+
+
+def counting_step(self, action):
+    if now["trainer"] is not None and now["phase"] == phase and current_row() == row:
+        now["count"] += 1
+        if now["count"] == nth:
+            fire()
+    return step(self, action)
+
+
+CartPoleEnv.step = counting_step
+
+log = csv_logger.CSVLogger.log
+
+
+def logging(self, epoch, stats):
+    if phase == "logging" and epoch == row:
+        fire()
+    return log(self, epoch, stats)
+
+
+csv_logger.CSVLogger.log = logging
+
+save = T.Trainer.save_snapshot
+
+
+def snapshotting(self):
+    if phase == "snapshotting" and self.epoch - 1 == row:
+        fire()
+    return save(self)
+
+
+T.Trainer.save_snapshot = snapshotting
+sys.argv = ["train.py", *sys.argv[1:]]
+main()
+'''
+
+
+def _default_sigint() -> None:
+    # A test that sends SIGINT must not inherit an ignored SIGINT (e.g. from `cmd &` in a script).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def train(run_dir: Path, *overrides: str, interrupt: str | None = None, driver: Path | None = None
+          ) -> subprocess.CompletedProcess[str]:
+    """``train.py`` (through the driver when ``interrupt`` is given) into ``run_dir``."""
+    env = dict(os.environ)
+    if interrupt is None:
+        cmd = [sys.executable, str(ROOT / "train.py")]
+    else:
+        assert driver is not None
+        cmd = [sys.executable, str(driver)]
+        env["CORRAL_TEST_INTERRUPT"] = interrupt
+    cmd += [f"hydra.run.dir={run_dir}", *SMALL, *overrides]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT,
+                          preexec_fn=_default_sigint)
+
+
+def rows(run_dir: Path) -> list[dict[str, str]]:
+    """progress.csv rows without the wall-clock columns."""
+    with open(run_dir / "progress.csv", newline="") as f:
+        return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(f)]
+
+
+def _filled(row: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in row.items() if v != ""}
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("driver") / "interrupting_train.py"
+    path.write_text(DRIVER)
+    return path
+
+
+@pytest.fixture(scope="module")
+def expected(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]:
+    """The uninterrupted run's rows."""
+    run = tmp_path_factory.mktemp("full") / "run"
+    proc = train(run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = rows(run)
+    assert [r["epoch"] for r in got] == ["0", "1", "2", "3"]
+    return got
+
+
+CASES = [
+    # (phase, epoch row, n-th env step in that phase (0: on entering it), signal, extra overrides)
+    pytest.param("sampling", 2, 60, "SIGINT", (), id="sampling"),
+    pytest.param("training", 1, 0, "SIGINT", (), id="training"),
+    pytest.param("evaluating", 1, 40, "SIGINT", (), id="evaluating"),
+    pytest.param("logging", 1, 0, "SIGINT", (), id="logging"),
+    pytest.param("snapshotting", 2, 0, "SIGINT", (), id="snapshotting"),
+    pytest.param("evaluating", 3, 40, "SIGTERM", (), id="sigterm-evaluating-last-epoch"),
+    pytest.param("sampling", 3, 60, "SIGINT", ("trainer.snapshot_every=2",), id="sampling-between-snapshots"),
+]
+
+
+@pytest.mark.parametrize(("phase", "row", "nth", "signame", "extra"), CASES)
+def test_interrupt_then_resume_logs_every_epoch_once(tmp_path: Path, driver: Path, expected: list[dict[str, str]],
+                                                     phase: str, row: int, nth: int, signame: str,
+                                                     extra: tuple[str, ...]) -> None:
+    run = tmp_path / "run"
+    proc = train(run, *extra, interrupt=f"{phase}:{row}:{nth}:{signame}", driver=driver)
+    assert proc.returncode == (143 if signame == "SIGTERM" else 130), proc.stderr[-3000:]
+    assert "corral: interrupted" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "trainer.resume=" in proc.stderr
+    before = rows(run)
+    # what was logged is a prefix of the uninterrupted run (whose later epochs add the eval columns)
+    assert [_filled(r) for r in before] == [_filled(r) for r in expected[: len(before)]]
+    latest = (run / "snapshots" / "latest").read_text().strip()
+    assert int(latest.split("_")[1].split(".")[0]) <= len(before)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["epochs"] == len(before)
+
+    resumed = train(run, *extra, f"trainer.resume={run}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert rows(run) == expected  # every epoch exactly once, the same values as without the interrupt
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs"] == 4
+    assert len(summary["resumes"]) == 1
+
+
+def test_interrupt_before_the_first_epoch_ends_says_there_is_nothing_to_resume(tmp_path: Path, driver: Path) -> None:
+    run = tmp_path / "run"
+    proc = train(run, interrupt="sampling:0:60:SIGINT", driver=driver)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "no epoch finished, so there is nothing to resume" in proc.stderr, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert not (run / "snapshots").exists()
+
+
+def test_two_interrupts_and_two_resumes_make_one_run(tmp_path: Path, driver: Path,
+                                                     expected: list[dict[str, str]]) -> None:
+    run = tmp_path / "run"
+    assert train(run, interrupt="evaluating:1:40:SIGINT", driver=driver).returncode == 130
+    second = train(run, f"trainer.resume={run}", interrupt="sampling:2:60:SIGTERM", driver=driver)
+    assert second.returncode == 143, second.stderr[-3000:]
+    assert train(run, f"trainer.resume={run}").returncode == 0
+    assert rows(run) == expected
+    assert len(json.loads((run / "summary.json").read_text())["resumes"]) == 2
