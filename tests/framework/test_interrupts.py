@@ -152,7 +152,7 @@ def expected(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]:
     proc = train(run)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = rows(run)
-    assert [r["epoch"] for r in got] == ["0", "1", "2", "3"]
+    assert [float(r["epoch"]) for r in got] == [0.0, 1.0, 2.0, 3.0]
     return got
 
 

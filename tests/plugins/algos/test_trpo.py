@@ -137,6 +137,6 @@ def test_resume_continues_bit_for_bit(full_run: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "resumed from" in proc.stderr
     expected = rows(full_run)
-    got = rows(resumed)
-    assert [r["epoch"] for r in got] == ["2.0", "3.0"]
-    assert got == expected[2:], "resumed epochs differ from the uninterrupted run"
+    got = rows(resumed)  # the first run's rows, then the resumed epochs: one curve
+    assert [float(r["epoch"]) for r in got] == [0.0, 1.0, 2.0, 3.0]
+    assert got == expected, "resumed epochs differ from the uninterrupted run"
