@@ -66,15 +66,15 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         raise SystemExit(exc.exit_code) from None
 
 
-def snapshot_config(source: str | Path) -> DictConfig | None:
+def snapshot_config(source: str | Path, trust: bool = False) -> DictConfig | None:
     """The resolved config stored in the snapshot of a run directory or snapshot file (None for a
     snapshot without one). For a resumed run it is the original run's config, not what the
-    resuming command composed (which is what the run's ``.hydra/config.yaml`` holds)."""
-    import torch
-
+    resuming command composed (which is what the run's ``.hydra/config.yaml`` holds). The snapshot
+    is read as data only unless ``trust`` (see :func:`corral.framework.snapshot.load_snapshot`)."""
+    from corral.framework.snapshot import load_snapshot
     from corral.framework.trainer import find_snapshot
 
-    state = torch.load(find_snapshot(source), map_location="cpu", weights_only=False)
+    state = load_snapshot(find_snapshot(source), trust=trust, objects=False)  # the config is in the data part
     return OmegaConf.create(state["config"]) if state.get("config") else None
 
 
@@ -90,7 +90,7 @@ def resolve_resume(cfg: DictConfig) -> DictConfig:
     resume = cfg.trainer.get("resume")
     if not resume:
         return cfg
-    old = snapshot_config(resume)
+    old = snapshot_config(resume, trust=bool(cfg.trainer.get("trust_snapshot", False)))
     if old is None:
         return cfg
     resolved = check_overrides(old, cfg, _task_overrides())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import random
 import signal
 import sys
@@ -24,6 +23,7 @@ from corral.framework.errors import ConfigError, SnapshotError
 from corral.framework.evaluation import evaluate, record_video, run_worker_factory
 from corral.framework.logger import Logger, run_log
 from corral.framework.progress import ProgressBar
+from corral.framework.snapshot import load_snapshot, remove_snapshot, save_snapshot
 
 SNAPSHOT_FORMAT = 1
 
@@ -415,8 +415,6 @@ class Trainer:
 
     def save_snapshot(self) -> Path:
         """Write a snapshot atomically (temporary file, fsync, rename) and prune old ones."""
-        import torch
-
         directory = self.snapshot_dir
         if directory is None:
             raise SnapshotError("this trainer has no snapshot_dir")

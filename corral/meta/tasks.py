@@ -28,10 +28,12 @@ import numpy as np
 
 from corral.framework.env import child_seed, set_env_task, task_env
 from corral.framework.errors import ConfigError
+from corral.framework.snapshot import register_snapshot_dataclass
 
 SPLITS = ("train", "test")
 
 
+@register_snapshot_dataclass  # stored in snapshots as data (corral.framework.snapshot)
 @dataclass(frozen=True)
 class Task:
     """One task: its id (unique within a split, see :class:`TaskSplit`) and its description."""
@@ -49,6 +51,7 @@ def _task_key(params: Any) -> str:
     return repr(params)
 
 
+@register_snapshot_dataclass  # stored in snapshots as data (corral.framework.snapshot)
 @dataclass(frozen=True)
 class TaskSplit:
     """``n_train`` meta-train and ``n_test`` held-out meta-test tasks drawn with ``seed``.
@@ -113,6 +116,7 @@ def _check_split(split: str) -> None:
         raise ValueError(f"task split must be one of {SPLITS}, got {split!r}")
 
 
+@register_snapshot_dataclass  # stored in snapshots as data (corral.framework.snapshot)
 @dataclass(frozen=True)
 class SetTask:
     """An ``env_update`` that sets one explicit task (``task_id`` is recorded in episode infos)."""
@@ -125,6 +129,7 @@ class SetTask:
         set_env_task(env, self.task, self.task_id)
 
 
+@register_snapshot_dataclass  # stored in snapshots as data (corral.framework.snapshot)
 @dataclass(frozen=True)
 class TaskSchedule:
     """An ``env_update`` holding the tasks of successive trials: tasks ``indices`` of ``split``.
