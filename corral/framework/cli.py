@@ -18,6 +18,9 @@ commands:
                             keys, mean ± std across seeds
   plot <dir> [-o OUT.png] [--metric COLUMN]
                             learning curves (mean and spread across seeds, one line per group)
+  eval <run dir | snapshot> [overrides...] [--episodes N] [--stochastic] [--seed S] [--video DIR]
+       [--env-id ID] [--sampler NAME] [--n-workers N] [--trust]
+                            evaluate a trained run: mean ± std of return and length, eval.json
 """
 
 
@@ -41,6 +44,10 @@ def main(argv: Sequence[str] | None = None) -> Any:
         except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
             print(f"corral: error: {exc}", file=sys.stderr)
             return 2
+    if command == "eval":
+        from corral.framework.eval_run import eval_command
+
+        return eval_command(rest)
     if command in ("results", "plot"):
         try:
             return (results_command if command == "results" else plot_command)(rest)

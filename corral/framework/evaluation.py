@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import copy
 import inspect
+import io
 import math
+import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -190,11 +193,15 @@ class RecordedEnvFactory(EnvFactory):
         require_video()
         from gymnasium.wrappers import RecordVideo
 
+        if not os.environ.get("DISPLAY"):  # rgb_array frames need no display; keep SDL from looking for one
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         env = _rgb_array_env(self.fn, self.kwargs)
         slot = self._made
         self._made += 1
-        return RecordVideo(env, self.video_folder, episode_trigger=_always,
-                           name_prefix=f"{self.name_prefix}-w{self.worker}-s{slot}", disable_logger=True)
+        with warnings.catch_warnings():  # the folder is shared by every slot, and may hold earlier videos
+            warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
+            return RecordVideo(env, self.video_folder, episode_trigger=_always,
+                               name_prefix=f"{self.name_prefix}-w{self.worker}-s{slot}", disable_logger=True)
 
 
 def recording_envs(env: Any, video_folder: str | Path, n_workers: int = 1, name_prefix: str = "eval") -> Any:
@@ -225,8 +232,8 @@ def record_video(
     seed: int | None = None,
     deterministic: bool = True,
 ) -> tuple[Path, EpisodeBatch]:
-    """Record the first evaluation episode (the same one :func:`evaluate` runs first) to an MP4 file
-    in ``video_folder``; return its path and the episode."""
+    """Record the first evaluation episode (the same one :func:`evaluate` runs first) to
+    ``{video_folder}/{name_prefix}.mp4``; return its path and the episode."""
     require_video()
     folder = Path(video_folder)
     before = set(folder.glob("*.mp4")) if folder.is_dir() else set()
@@ -236,10 +243,11 @@ def record_video(
     new = sorted(set(folder.glob("*.mp4")) - before)
     if not new:  # pragma: no cover - RecordVideo writes on reset/close
         raise RuntimeError(f"no video was written to {folder}")
-    keep = new[0]
     for extra in new[1:]:  # a fragment worker's slots run on past the episode
         extra.unlink(missing_ok=True)
-    return keep, episode
+    path = folder / f"{name_prefix}.mp4"
+    new[0].replace(path)
+    return path, episode
 
 
 def read_video_frames(path: str | Path) -> np.ndarray:
@@ -248,6 +256,17 @@ def read_video_frames(path: str | Path) -> np.ndarray:
 
     with imageio.get_reader(str(path), format="ffmpeg") as reader:  # type: ignore[arg-type]
         return np.stack([np.asarray(frame) for frame in reader])
+
+
+def encode_gif(frames: np.ndarray, fps: int = 30) -> bytes:
+    """``[T, H, W, 3]`` uint8 frames as an animated GIF (what TensorBoard's video panel shows)."""
+    from PIL import Image
+
+    images = [Image.fromarray(np.ascontiguousarray(f)) for f in frames]
+    buf = io.BytesIO()
+    images[0].save(buf, format="GIF", save_all=True, append_images=images[1:], duration=max(1, round(1000 / fps)),
+                   loop=0)
+    return buf.getvalue()
 
 
 def _always(episode_id: int) -> bool:
@@ -348,7 +367,8 @@ def _join(pieces: list[EpisodeBatch]) -> EpisodeBatch:
 
 
 __all__ = [
-    "EVAL_BRANCH", "EvalWorkerFactory", "RecordedEnvFactory", "VIDEO_EXTRA", "deterministic_copy", "episode_statistics",
+    "EVAL_BRANCH", "EvalWorkerFactory", "RecordedEnvFactory", "VIDEO_EXTRA", "deterministic_copy", "encode_gif",
+    "episode_statistics",
     "evaluate", "evaluation_episodes", "evaluation_factory", "read_video_frames", "record_video", "recording_envs",
     "require_video", "run_worker_factory",
 ]

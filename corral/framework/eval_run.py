@@ -1,0 +1,272 @@
+"""``corral eval <run dir | snapshot> [overrides...]`` and its Python twin :func:`evaluate_run`.
+
+The run is rebuilt from its snapshot's own config (plus ``key=value`` overrides), the snapshot's
+weights are loaded through the trainer, and episodes are collected as training's evaluation
+collects them (:mod:`corral.framework.evaluation`): the run's workers, episode limit, wrappers and
+action clipping, deterministic actions unless ``--stochastic``, on the evaluation seed branch of
+``--seed`` (default: the run's seed, so the defaults repeat the run's own evaluation episodes).
+
+    corral eval outputs/2026-01-01/12-00-00 --episodes 20
+    corral eval runs/ppo --episodes 5 --video videos/
+    corral eval runs/ppo --env-id CartPole-v0 --sampler multiprocessing --n-workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import inspect
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from corral.framework.errors import ConfigError, CorralError
+
+#: Samplers whose workers act through proxies that do not carry the policy's deterministic mode.
+PROXY_SAMPLERS = ("action_server", "alternating")
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """What :func:`evaluate_run` measured (also what ``eval.json`` holds)."""
+
+    run: str
+    snapshot: str
+    epoch: int
+    env_steps: int
+    env_id: str | None
+    episodes: int
+    deterministic: bool
+    seed: int
+    sampler: str
+    n_workers: int
+    returns: list[float]
+    lengths: list[int]
+    videos: list[str]
+
+    @property
+    def return_mean(self) -> float:
+        """Mean undiscounted return."""
+        return float(np.mean(self.returns))
+
+    @property
+    def return_std(self) -> float:
+        """Standard deviation of the return over episodes."""
+        return float(np.std(self.returns))
+
+    @property
+    def length_mean(self) -> float:
+        """Mean episode length."""
+        return float(np.mean(self.lengths))
+
+    @property
+    def length_std(self) -> float:
+        """Standard deviation of the episode length."""
+        return float(np.std(self.lengths))
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``eval.json`` document."""
+        out = dataclasses.asdict(self)
+        out.update(return_mean=self.return_mean, return_std=self.return_std, length_mean=self.length_mean,
+                   length_std=self.length_std)
+        return out
+
+    def summary(self) -> str:
+        """The lines ``corral eval`` prints."""
+        mode = "deterministic" if self.deterministic else "stochastic"
+        lines = [
+            f"corral eval: {self.snapshot} (epoch {self.epoch}, {self.env_steps:,} env steps), "
+            f"{self.episodes} {mode} episodes on {self.env_id or 'the run env'}, seed {self.seed}",
+            f"return {self.return_mean:.2f} ± {self.return_std:.2f}   "
+            f"length {self.length_mean:.1f} ± {self.length_std:.1f}",
+        ]
+        if self.videos:
+            lines.append(f"{len(self.videos)} video(s) in {Path(self.videos[0]).parent}")
+        return "\n".join(lines)
+
+
+def evaluate_run(
+    source: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    episodes: int = 10,
+    deterministic: bool = True,
+    seed: int | None = None,
+    video_dir: str | Path | None = None,
+    env_id: str | None = None,
+    sampler: str = "local",
+    n_workers: int = 1,
+    trust: bool = False,
+    output: str | Path | None = None,
+) -> EvalResult:
+    """Evaluate a trained run (a run directory, its ``snapshots/`` or one snapshot file).
+
+    ``overrides`` are ``key=value`` changes to the run's config (``env.max_episode_length=100``);
+    ``output`` is where ``eval.json`` goes (default: ``<run dir>/eval.json``; ``""``: nowhere).
+    ``trust`` allows a snapshot that needs full unpickling (passed to the trainer's loader as
+    ``trainer.trust_snapshot`` where the trainer has that setting).
+    """
+    from corral.framework.compose import build
+    from corral.framework.config import register_configs
+    from corral.framework.evaluation import (
+        evaluation_episodes,
+        evaluation_factory,
+        recording_envs,
+        require_video,
+    )
+    from corral.framework.trainer import find_snapshot
+
+    if episodes < 1:
+        raise ConfigError(f"--episodes must be at least 1, got {episodes}")
+    if n_workers < 1:
+        raise ConfigError(f"--n-workers must be at least 1, got {n_workers}")
+    if deterministic and sampler in PROXY_SAMPLERS:
+        raise ConfigError(
+            f"--sampler {sampler} runs the policy in its own server, whose deterministic mode the workers cannot set; "
+            "evaluate in parallel with --sampler multiprocessing or ray (or pass --stochastic)"
+        )
+    if video_dir is not None:
+        require_video()
+    snapshot = find_snapshot(source)
+    run_dir = snapshot.parent.parent if snapshot.parent.name == "snapshots" else snapshot.parent
+    register_configs()
+    cfg = _run_config(snapshot, run_dir, overrides, trust)
+    run_seed = int(cfg.seed)
+    run = build(cfg)
+    try:
+        _load_weights(run, snapshot)
+        env = run.env
+        factory = evaluation_factory(run.worker_factory, seed=run_seed if seed is None else seed, n_workers=n_workers)
+        if env_id is not None:
+            env = _other_env(cfg, env_id, run.env_spec)
+            factory = dataclasses.replace(factory, max_episode_length=cfg.env.get("max_episode_length"))
+        videos_before: set[Path] = set()
+        if video_dir is not None:
+            videos_before = set(Path(video_dir).glob("*.mp4"))
+            env = recording_envs(env, video_dir, n_workers, name_prefix="eval")
+        batch = evaluation_episodes(run.algo.eval_policy, env, factory, episodes, deterministic=deterministic,
+                                    sampler=sampler)
+        epoch, env_steps = run.trainer.epoch, run.trainer.total_env_steps
+    finally:
+        run.close()
+    videos = sorted(str(p) for p in set(Path(video_dir).glob("*.mp4")) - videos_before) if video_dir else []
+    result = EvalResult(
+        run=str(run_dir), snapshot=str(snapshot), epoch=epoch, env_steps=env_steps,
+        env_id=env_id or cfg.env.get("id"), episodes=episodes, deterministic=deterministic,
+        seed=run_seed if seed is None else int(seed), sampler=sampler, n_workers=n_workers,
+        returns=[float(r) for r in batch.episode_returns], lengths=[int(n) for n in batch.lengths], videos=videos,
+    )
+    if output != "":
+        path = Path(output) if output is not None else run_dir / "eval.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    return result
+
+
+def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: bool) -> Any:
+    """The run's own config (from its snapshot, else ``.hydra/config.yaml``) with ``overrides``,
+    no loggers, no resume, and a local sampler for the build (evaluation brings its own)."""
+    from omegaconf import OmegaConf, open_dict
+
+    from corral.framework import entry
+    from corral.framework.trainer import TrainerConfig
+
+    loader = entry.snapshot_config
+    kwargs = {"trust": trust} if "trust" in inspect.signature(loader).parameters else {}
+    cfg = loader(snapshot, **kwargs)
+    if cfg is None:
+        hydra_cfg = run_dir / ".hydra" / "config.yaml"
+        if not hydra_cfg.is_file():
+            raise ConfigError(f"{snapshot} holds no config and {hydra_cfg} does not exist; corral eval cannot rebuild the run")
+        cfg = OmegaConf.load(hydra_cfg)
+    bad = [o for o in overrides if "=" not in o or o.startswith(("+", "~"))]
+    if bad:
+        raise ConfigError(f"overrides must be key=value changes of the run's config, got {bad}")
+    if overrides:
+        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+    with open_dict(cfg):
+        cfg.logger = {}
+        cfg.trainer.resume = None
+        if trust and "trust_snapshot" in {f.name for f in dataclasses.fields(TrainerConfig)}:
+            cfg.trainer.trust_snapshot = True
+        cfg.sampler = OmegaConf.create({"name": "local", "n_workers": 1})
+    return cfg
+
+
+def _load_weights(run: Any, snapshot: Path) -> None:
+    """The snapshot's parameters into the rebuilt run, through the trainer's own loader; the
+    training sampler's state is not restored (evaluation brings its own workers)."""
+    algo = run.algo
+    sampler = algo.sampler
+    algo.sampler = None
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # the trainer's "resumed from" line
+            run.trainer.restore(snapshot)
+    finally:
+        algo.sampler = sampler
+
+
+def _other_env(cfg: Any, env_id: str, spec: Any) -> Any:
+    """The run's env option with another gymnasium id; its spaces must match the trained ones."""
+    from omegaconf import OmegaConf
+
+    from corral.framework.config import config_of
+    from corral.framework.env import make_env
+    from corral.framework.plugins import get_registry
+
+    if "id" not in cfg.env:
+        raise ConfigError(f"--env-id needs a gymnasium environment option (env=gym or a preset); the run used "
+                          f"env={cfg.env.name}, which has no id")
+    node = OmegaConf.merge(cfg.env, {"id": env_id})
+    registration = get_registry().get("env", cfg.env.name)
+    env = registration.factory(config_of(registration, node))
+    probe = make_env(env)
+    try:
+        obs, act = probe.observation_space, probe.action_space
+    finally:
+        probe.close()
+    if obs.shape != spec.observation_space.shape or act != spec.action_space:
+        raise ConfigError(
+            f"--env-id {env_id} is not compatible with the run: observations {obs}, actions {act}; the policy "
+            f"was trained on observations {spec.observation_space}, actions {spec.action_space}"
+        )
+    return env
+
+
+def eval_command(argv: Sequence[str]) -> int:
+    """``corral eval``: parse the command line, evaluate, print mean ± std, write ``eval.json``."""
+    parser = argparse.ArgumentParser(
+        prog="corral eval", description="Evaluate a trained run: its snapshot's policy, through the run's workers.")
+    parser.add_argument("run", help="a run directory, its snapshots/ directory or a snapshot file")
+    parser.add_argument("overrides", nargs="*", help="key=value changes of the run's config")
+    parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
+    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the policy's mode")
+    parser.add_argument("--seed", type=int, help="evaluation seed (default: the run's seed)")
+    parser.add_argument("--video", metavar="DIR", help="record every episode as an MP4 in DIR (corral[video])")
+    parser.add_argument("--env-id", help="evaluate on another compatible gymnasium id")
+    parser.add_argument("--sampler", default="local", help="sampler that runs the evaluation (default local)")
+    parser.add_argument("--n-workers", type=int, default=1, help="evaluation workers (default 1)")
+    parser.add_argument("--trust", action="store_true",
+                        help="load a snapshot that needs full unpickling (only for snapshots you trust)")
+    parser.add_argument("-o", "--output", help="where eval.json goes (default: <run dir>/eval.json)")
+    parser.add_argument("--json", action="store_true", help="print eval.json instead of the summary")
+    opts = parser.parse_args(list(argv))
+    try:
+        result = evaluate_run(
+            opts.run, opts.overrides, episodes=opts.episodes, deterministic=not opts.stochastic, seed=opts.seed,
+            video_dir=opts.video, env_id=opts.env_id, sampler=opts.sampler, n_workers=opts.n_workers,
+            trust=opts.trust, output=opts.output,
+        )
+    except CorralError as exc:
+        print(f"corral eval: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result.to_json(), indent=2) if opts.json else result.summary())
+    return 0
+
+
+__all__ = ["EvalResult", "eval_command", "evaluate_run"]

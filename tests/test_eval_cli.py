@@ -1,0 +1,163 @@
+"""End to end: evaluation keeps training's episode rules (issue 18's repro), ``corral eval`` on a
+trained CartPole run (videos included) and its Python twin, and ``trainer.video_every``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from corral.framework.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT = 300
+
+
+def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """A command as a user runs it (bounded)."""
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **env})
+
+
+def train(run_dir: Path, *overrides: str) -> None:
+    proc = run([sys.executable, str(REPO / "train.py"), *overrides, "trainer.progress=false",
+                f"hydra.run.dir={run_dir}"], run_dir.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def corral(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return run([sys.executable, "-m", "corral.framework.cli", *args], cwd, **env)
+
+
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def test_evaluation_keeps_the_configured_episode_limit(tmp_path: Path) -> None:
+    """Issue 18's repro: Pendulum cut at 50 steps in training is cut at 50 in evaluation too."""
+    train(tmp_path / "run", "env=pendulum", "env.max_episode_length=50", "algo=ppo", "trainer.n_epochs=1",
+          "trainer.batch_size=200", "trainer.eval_every=1", "trainer.eval_episodes=2", "logger=[csv]")
+    (row,) = rows(tmp_path / "run" / "progress.csv")
+    assert float(row["train/episode_length"]) == 50
+    assert float(row["eval/episode_length"]) == 50
+    # Pendulum's reward is at most 0 and above -16.3 per step: 50 steps cannot reach the -1126 of 200
+    assert -16.3 * 50 < float(row["eval/return_mean"]) <= 0
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small trained CartPole run (two PPO epochs, no evaluation)."""
+    run_dir = tmp_path_factory.mktemp("eval_cli") / "run"
+    train(run_dir, "env=cartpole", "algo=ppo", "trainer.n_epochs=2", "trainer.batch_size=500",
+          "trainer.eval_every=0", "logger=[csv]")
+    return run_dir
+
+
+def test_corral_eval_prints_the_return_and_writes_five_videos(cartpole_run: Path, tmp_path: Path) -> None:
+    pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
+    from corral.framework.evaluation import read_video_frames
+
+    out = tmp_path / "out"
+    proc = corral("eval", str(cartpole_run), "--episodes", "5", "--video", str(out), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "5 deterministic episodes" in proc.stdout and "return " in proc.stdout and "±" in proc.stdout
+    result = json.loads((cartpole_run / "eval.json").read_text())
+    assert f"return {result['return_mean']:.2f} ± {result['return_std']:.2f}" in proc.stdout
+    videos = sorted(out.glob("*.mp4"))
+    assert len(videos) == 5 and sorted(result["videos"]) == [str(v) for v in videos]
+    for i, length in enumerate(result["lengths"]):
+        frames = read_video_frames(out / f"eval-w0-s0-episode-{i}.mp4")
+        # one frame after the reset and one after every step; CartPole renders 600 x 400
+        assert frames.shape == (length + 1, 400, 600, 3), (i, frames.shape, length)
+        assert frames.std() > 0
+
+
+def test_python_api_is_the_command(cartpole_run: Path, tmp_path: Path) -> None:
+    from corral.framework.eval_run import evaluate_run
+
+    proc = corral("eval", str(cartpole_run), "--episodes", "3", "--seed", "7", "-o", str(tmp_path / "cli.json"),
+                  cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    cli = json.loads((tmp_path / "cli.json").read_text())
+    api = evaluate_run(cartpole_run, episodes=3, seed=7, output=tmp_path / "api.json")
+    assert api.returns == cli["returns"] and api.lengths == cli["lengths"]
+    assert api.to_json()["return_mean"] == cli["return_mean"]
+    # seeded and reproducible; another seed, other episodes; sampling differs from the mode
+    assert evaluate_run(cartpole_run, episodes=3, seed=7, output="").returns == api.returns
+    assert evaluate_run(cartpole_run, episodes=3, seed=8, output="").returns != api.returns
+    stochastic = evaluate_run(cartpole_run, episodes=3, seed=7, deterministic=False, output="")
+    assert stochastic.returns != api.returns and not stochastic.deterministic
+
+
+def test_default_seed_repeats_the_runs_own_evaluation(tmp_path: Path) -> None:
+    """With the run's seed, ``corral eval`` runs the episodes the run's last evaluation ran."""
+    from corral.framework.eval_run import evaluate_run
+
+    run_dir = tmp_path / "run"
+    train(run_dir, "env=cartpole", "algo=ppo", "trainer.n_epochs=1", "trainer.batch_size=300",
+          "trainer.eval_every=1", "trainer.eval_episodes=3", "worker=vec", "worker.n_envs=2", "logger=[csv]")
+    (row,) = rows(run_dir / "progress.csv")
+    result = evaluate_run(run_dir, episodes=3)
+    assert result.return_mean == pytest.approx(float(row["eval/return_mean"]), abs=1e-9)
+    assert result.length_mean == pytest.approx(float(row["eval/episode_length"]), abs=1e-9)
+
+
+def test_env_id_and_parallel_workers(cartpole_run: Path, tmp_path: Path) -> None:
+    from corral.framework.eval_run import evaluate_run
+
+    # CartPole-v0: the same spaces, episodes cut at 200 instead of 500
+    v0 = evaluate_run(cartpole_run, episodes=2, env_id="CartPole-v0", output="")
+    assert v0.env_id == "CartPole-v0" and max(v0.lengths) <= 200
+    with pytest.raises(ConfigError, match="not compatible"):
+        evaluate_run(cartpole_run, episodes=1, env_id="Pendulum-v1", output="")
+    # two workers in parallel: four episodes, worker 0's two are the local two-worker evaluation's
+    mp = evaluate_run(cartpole_run, episodes=4, sampler="multiprocessing", n_workers=2, output="")
+    local = evaluate_run(cartpole_run, episodes=4, sampler="local", n_workers=2, output="")
+    assert mp.returns == local.returns and len(mp.returns) == 4
+    proc = corral("eval", str(cartpole_run), "--env-id", "Pendulum-v1", cwd=tmp_path)
+    assert proc.returncode == 2 and "corral eval: error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_missing_video_extra_names_it(cartpole_run: Path, tmp_path: Path) -> None:
+    fake = tmp_path / "no_moviepy" / "moviepy"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('moviepy is not installed')\n")
+    proc = corral("eval", str(cartpole_run), "--episodes", "1", "--video", str(tmp_path / "v"), cwd=tmp_path,
+                  PYTHONPATH=f"{fake.parent}{os.pathsep}{REPO}")
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'corral[video]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_video_every_records_to_the_run_and_tensorboard_without_changing_training(tmp_path: Path) -> None:
+    pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    common = ["env=cartpole", "algo=ppo", "trainer.n_epochs=3", "trainer.batch_size=300", "trainer.eval_every=1",
+              "trainer.eval_episodes=2", "seed=4"]
+    train(tmp_path / "plain", *common, "logger=[csv]")
+    train(tmp_path / "video", *common, "trainer.video_every=2", "logger=[csv,tensorboard]")
+    videos = sorted((tmp_path / "video" / "videos").glob("*.mp4"))
+    # evaluations after epochs 1, 2, 3: the 2nd is recorded (every 2 evaluations)
+    assert [v.name for v in videos] == ["epoch_000002.mp4"]
+    events = EventAccumulator(str(tmp_path / "video" / "tb"), size_guidance={"images": 0})
+    events.Reload()
+    assert "eval/video" in events.Tags()["images"]
+    (image,) = events.Images("eval/video")
+    assert (image.width, image.height) == (300, 200) and image.encoded_image_string[:3] == b"GIF"
+
+    def strip(table: list[dict[str, str]]) -> list[dict[str, str]]:
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in table]
+
+    plain, video = rows(tmp_path / "plain" / "progress.csv"), rows(tmp_path / "video" / "progress.csv")
+    assert strip(plain) == strip(video)
+    # the recorded episode is the evaluation's first one: its length is among that epoch's
+    from corral.framework.evaluation import read_video_frames
+
+    frames = read_video_frames(videos[0])
+    assert float(video[1]["eval/return_min"]) <= len(frames) - 1 <= float(video[1]["eval/return_max"])
