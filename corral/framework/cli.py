@@ -26,6 +26,16 @@ commands:
 
 def main(argv: Sequence[str] | None = None) -> Any:
     """Dispatch a ``corral`` subcommand."""
+    try:
+        return _dispatch(argv)
+    except BrokenPipeError:  # the reader left (`corral results --json | head`): stop quietly, like Unix tools
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool stopped by a closed pipe
+
+
+def _dispatch(argv: Sequence[str] | None) -> Any:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE, end="")
@@ -51,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     if command in ("results", "plot"):
         try:
             return (results_command if command == "results" else plot_command)(rest)
-        except (FileNotFoundError, ValueError) as exc:
+        except (FileNotFoundError, ValueError, ImportError) as exc:  # ImportError: a missing extra
             print(f"corral {command}: error: {exc}", file=sys.stderr)
             return 2
     print(f"corral: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
@@ -135,7 +145,8 @@ def plot_command(argv: Sequence[str]) -> int:
 
     result = plot_dir(opts.dir, out=opts.out, metric=opts.metric, ignore=opts.ignore)
     for c in result.curves:
-        print(f"{c.label}: {c.n_runs} run(s), final {result.metric} {c.mean[-1]:.1f} ± {c.std[-1]:.1f}")
+        spread = f" ± {c.std[-1]:.1f}" if c.n_runs > 1 else ""  # one run has no spread
+        print(f"{c.label}: {c.n_runs} run(s), final {result.metric} {c.mean[-1]:.1f}{spread}")
     print(f"wrote {result.path} ({len(result.curves)} line(s), {result.metric} vs environment steps)")
     return 0
 

@@ -133,6 +133,11 @@ def copy_history(resume: ResumePlan) -> None:
     snapshots = dest / "snapshots"
     snapshots.mkdir(exist_ok=True)
     shutil.copy2(resume.snapshot, snapshots / resume.snapshot.name)
+    from corral.framework.snapshot import objects_path
+
+    objects = objects_path(resume.snapshot)
+    if objects.is_file():  # the snapshot's objects part travels with it
+        shutil.copy2(objects, snapshots / objects.name)
     (snapshots / "latest").write_text(resume.snapshot.name + "\n")
 
 

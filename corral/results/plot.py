@@ -18,6 +18,8 @@ import numpy as np
 from corral.results.summary import RunRecord, find_runs
 from corral.results.table import group_runs
 
+#: How to install what ``corral plot`` needs.
+PLOT_EXTRA = 'pip install -e ".[plot]"'
 #: Default image name inside the directory that was plotted.
 DEFAULT_PNG = "learning_curves.png"
 X_KEY = "env_steps"
@@ -104,7 +106,10 @@ def learning_curves(runs: Sequence[RunRecord], metric: str, ignore: Iterable[str
 
 def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = "") -> int:
     """Draw ``curves`` (mean line, +- std band) into the PNG ``path``; return the number of lines drawn."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError(f"corral plot needs matplotlib: {PLOT_EXTRA} (or pip install matplotlib)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

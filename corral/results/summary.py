@@ -133,6 +133,13 @@ def unfinished_job_dirs(root: str | Path) -> list[Path]:
     return sorted(p.parent for p in root.rglob(".hydra") if not (p.parent / SUMMARY_FILE).is_file())
 
 
+def unfinished_record(job_dir: str | Path) -> RunRecord:
+    """A :class:`RunRecord` for a job directory without a summary (status ``unfinished``), with the
+    overrides Hydra recorded in its ``.hydra/overrides.yaml``."""
+    job_dir = Path(job_dir)
+    return RunRecord(path=job_dir, summary={"status": "unfinished"}, overrides=_overrides_from_hydra_dir(job_dir))
+
+
 __all__ = [
     "PROGRESS_FILE",
     "SUMMARY_FILE",
@@ -141,5 +148,6 @@ __all__ = [
     "parse_overrides",
     "read_run",
     "unfinished_job_dirs",
+    "unfinished_record",
     "write_summary",
 ]

@@ -1,8 +1,10 @@
 """``corral results``: one row per group of runs (the swept keys' values), mean +- std across seeds.
 
 Runs are grouped by their Hydra overrides without the ignored keys (``seed`` by default); the
-table's key columns are the keys whose values differ between runs (the swept keys). The std is
-the sample standard deviation across the group's runs (0 for a single run).
+table's key columns are the keys whose values differ between runs (the swept keys), found among
+every run of the sweep, interrupted and unfinished ones included. The std is the sample standard
+deviation across the group's runs; the table shows ``mean ± std`` only where a group has two runs
+or more (a single run shows its value).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from corral.results.summary import RunRecord, find_runs, unfinished_job_dirs
+from corral.results.summary import RunRecord, find_runs, unfinished_job_dirs, unfinished_record
 
 #: Summary fields shown by default: (field, column title).
 DEFAULT_METRICS: tuple[tuple[str, str], ...] = (
@@ -70,10 +72,12 @@ def swept_keys(runs: Iterable[RunRecord], ignore: Iterable[str] = ("seed",)) -> 
     return [k for k in keys if len({d.get(k) for d in dicts}) > 1]
 
 
-def group_runs(runs: Iterable[RunRecord], ignore: Iterable[str] = ("seed",)) -> tuple[list[str], list[Group]]:
-    """``(swept keys, groups)``: runs grouped by the values of the swept keys, in first-seen order."""
+def group_runs(runs: Iterable[RunRecord], ignore: Iterable[str] = ("seed",),
+               keys: Sequence[str] | None = None) -> tuple[list[str], list[Group]]:
+    """``(swept keys, groups)``: runs grouped by the values of the swept keys (``keys``, default
+    :func:`swept_keys` of ``runs``), in first-seen order."""
     runs = list(runs)
-    keys = swept_keys(runs, ignore)
+    keys = swept_keys(runs, ignore) if keys is None else list(keys)
     groups: dict[tuple[tuple[str, str], ...], Group] = {}
     for run in runs:
         d = run.override_dict()
@@ -102,7 +106,12 @@ class ResultsTable:
             cells.append(str(row["n"]))
             for metric, _ in self.metrics:
                 ms = row[metric]
-                cells.append("n/a" if ms is None else f"{ms[0]:,.{precision}f} ± {ms[1]:,.{precision}f}")
+                if ms is None:
+                    cells.append("n/a")
+                elif (row.get("counts") or {}).get(metric, row["n"]) < 2:  # one run has no spread to show
+                    cells.append(f"{ms[0]:,.{precision}f}")
+                else:
+                    cells.append(f"{ms[0]:,.{precision}f} ± {ms[1]:,.{precision}f}")
             lines.append(cells)
         widths = [max(len(h), *(len(c[i]) for c in lines)) if lines else len(h) for i, h in enumerate(headers)]
         out = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |",
@@ -129,17 +138,25 @@ def results_table(
     runs: Sequence[RunRecord],
     metrics: Sequence[tuple[str, str]] = DEFAULT_METRICS,
     ignore: Iterable[str] = ("seed",),
+    unfinished: Sequence[RunRecord] = (),
 ) -> ResultsTable:
-    """Group ``runs`` (completed ones only; the others are listed as skipped) and aggregate ``metrics``."""
+    """Group ``runs`` (completed ones only; the others are listed as skipped) and aggregate ``metrics``.
+
+    The swept keys come from every run, unfinished ones included (``unfinished``: job directories
+    without a summary), so an interrupted sweep's table still has one column per swept key.
+    """
+    ignore = list(ignore)
     done = [r for r in runs if r.status == "completed"]
     skipped = [f"{r.path} ({r.status})" for r in runs if r.status != "completed"]
-    keys, groups = group_runs(done, ignore)
+    keys, groups = group_runs(done, ignore, keys=swept_keys([*runs, *unfinished], ignore))
     rows = []
     for g in groups:
         row: dict[str, Any] = {"key": dict(g.key), "label": g.label, "n": len(g.runs),
-                               "runs": [str(r.path) for r in g.runs]}
+                               "runs": [str(r.path) for r in g.runs], "counts": {}}
         for metric, _ in metrics:
-            row[metric] = mean_std(g.values(metric))
+            values = g.values(metric)
+            row[metric] = mean_std(values)
+            row["counts"][metric] = len(values)
         rows.append(row)
     return ResultsTable(keys=keys, metrics=list(metrics), rows=rows, skipped=skipped)
 
@@ -147,8 +164,9 @@ def results_table(
 def results_for_dir(root: str | Path, ignore: Iterable[str] = ("seed",)) -> ResultsTable:
     """The results table of every run under ``root``, with unfinished job directories listed as skipped."""
     runs = find_runs(root)
-    table = results_table(runs, ignore=ignore)
-    table.skipped += [f"{p} (no summary.json: unfinished)" for p in unfinished_job_dirs(root)]
+    unfinished = unfinished_job_dirs(root)
+    table = results_table(runs, ignore=ignore, unfinished=[unfinished_record(p) for p in unfinished])
+    table.skipped += [f"{p} (no summary.json: unfinished)" for p in unfinished]
     return table
 
 
