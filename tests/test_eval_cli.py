@@ -161,3 +161,24 @@ def test_video_every_records_to_the_run_and_tensorboard_without_changing_trainin
 
     frames = read_video_frames(videos[0])
     assert float(video[1]["eval/return_min"]) <= len(frames) - 1 <= float(video[1]["eval/return_max"])
+
+
+def test_trust_is_passed_to_the_snapshot_loader(cartpole_run: Path, tmp_path: Path) -> None:
+    """A snapshot with an objects part (state only pickle can hold) loads only with ``--trust``."""
+    import datetime
+    import shutil
+
+    from corral.framework.snapshot import load_snapshot, objects_path, save_snapshot
+    from corral.framework.trainer import find_snapshot
+
+    copy = tmp_path / "run"
+    shutil.copytree(cartpole_run, copy)
+    path = find_snapshot(copy)
+    state = load_snapshot(path)
+    state["last_stats"] = {**state["last_stats"], "note": datetime.date(2026, 1, 1)}  # not data: pickled
+    save_snapshot(state, path)
+    assert objects_path(path).is_file()
+    refused = corral("eval", str(copy), "--episodes", "1", cwd=tmp_path)
+    assert refused.returncode == 2 and "--trust" in refused.stderr and "Traceback" not in refused.stderr
+    trusted = corral("eval", str(copy), "--episodes", "1", "--trust", cwd=tmp_path)
+    assert trusted.returncode == 0, trusted.stderr

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import inspect
 import io
 import json
 import sys
@@ -108,8 +107,8 @@ def evaluate_run(
 
     ``overrides`` are ``key=value`` changes to the run's config (``env.max_episode_length=100``);
     ``output`` is where ``eval.json`` goes (default: ``<run dir>/eval.json``; ``""``: nowhere).
-    ``trust`` allows a snapshot that needs full unpickling (passed to the trainer's loader as
-    ``trainer.trust_snapshot`` where the trainer has that setting).
+    ``trust`` allows a snapshot whose objects part needs unpickling (``trainer.trust_snapshot``,
+    see :mod:`corral.framework.snapshot`): only for snapshots you trust.
     """
     from corral.framework.compose import build
     from corral.framework.config import register_configs
@@ -173,12 +172,9 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
     no loggers, no resume, and a local sampler for the build (evaluation brings its own)."""
     from omegaconf import OmegaConf, open_dict
 
-    from corral.framework import entry
-    from corral.framework.trainer import TrainerConfig
+    from corral.framework.entry import snapshot_config
 
-    loader = entry.snapshot_config
-    kwargs = {"trust": trust} if "trust" in inspect.signature(loader).parameters else {}
-    cfg = loader(snapshot, **kwargs)
+    cfg: Any = snapshot_config(snapshot, trust=trust)
     if cfg is None:
         hydra_cfg = run_dir / ".hydra" / "config.yaml"
         if not hydra_cfg.is_file():
@@ -192,8 +188,7 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
     with open_dict(cfg):
         cfg.logger = {}
         cfg.trainer.resume = None
-        if trust and "trust_snapshot" in {f.name for f in dataclasses.fields(TrainerConfig)}:
-            cfg.trainer.trust_snapshot = True
+        cfg.trainer.trust_snapshot = bool(trust)  # what the trainer's loader reads
         cfg.sampler = OmegaConf.create({"name": "local", "n_workers": 1})
     return cfg
 
@@ -222,7 +217,7 @@ def _other_env(cfg: Any, env_id: str, spec: Any) -> Any:
     if "id" not in cfg.env:
         raise ConfigError(f"--env-id needs a gymnasium environment option (env=gym or a preset); the run used "
                           f"env={cfg.env.name}, which has no id")
-    node = OmegaConf.merge(cfg.env, {"id": env_id})
+    node: Any = OmegaConf.merge(cfg.env, {"id": env_id})
     registration = get_registry().get("env", cfg.env.name)
     env = registration.factory(config_of(registration, node))
     probe = make_env(env)

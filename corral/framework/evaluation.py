@@ -254,8 +254,11 @@ def read_video_frames(path: str | Path) -> np.ndarray:
     """The frames of an MP4 file as a ``[T, H, W, 3]`` uint8 array (imageio with ffmpeg)."""
     import imageio.v2 as imageio
 
-    with imageio.get_reader(str(path), format="ffmpeg") as reader:  # type: ignore[arg-type]
+    reader: Any = imageio.get_reader(str(path), format="ffmpeg")  # type: ignore[arg-type]
+    try:
         return np.stack([np.asarray(frame) for frame in reader])
+    finally:
+        reader.close()
 
 
 def encode_gif(frames: np.ndarray, fps: int = 30) -> bytes:
@@ -362,7 +365,7 @@ def _join(pieces: list[EpisodeBatch]) -> EpisodeBatch:
                             pieces[0].lengths, pieces[0].last_observations, pieces[0].env_infos,
                             pieces[0].agent_infos, infos)
     cat = EpisodeBatch.concatenate(*pieces)
-    return EpisodeBatch(cat.observations, cat.actions, cat.rewards, cat.step_types, [len(cat)],
+    return EpisodeBatch(cat.observations, cat.actions, cat.rewards, cat.step_types, np.array([len(cat)]),
                         pieces[-1].last_observations, cat.env_infos, cat.agent_infos, infos)
 
 
