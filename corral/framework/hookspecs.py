@@ -6,6 +6,7 @@ these specs. Arguments are passed by name; implement only the ones you need.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import pluggy
@@ -45,3 +46,8 @@ def corral_epoch_end(trainer: Any, epoch: int, stats: dict[str, float]) -> None:
 @hookspec
 def corral_run_end(trainer: Any, error: BaseException | None) -> None:
     """Called once when training ends, with the exception that ended it, if any."""
+
+
+@hookspec
+def corral_run_summary(log_dir: Path, summary: dict[str, Any]) -> None:
+    """Called after ``python train.py`` wrote the run's ``summary.json`` (the loggers are closed by then)."""

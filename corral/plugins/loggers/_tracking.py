@@ -1,0 +1,161 @@
+"""What the experiment-tracker loggers (``logger=wandb``, ``logger=mlflow``) share.
+
+Not an option of its own (the leading underscore keeps it out of the ``logger=`` names): the Hydra
+job a run belongs to (its run name and sweep), the tracker's run id kept in the run directory so
+``trainer.resume`` continues the same tracker run, the resolved config flattened to ``a.b.c`` keys,
+and the guard that turns any tracker failure into one warning while training goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+
+class TrackerWarning(UserWarning):
+    """An experiment tracker failed; the run goes on without it."""
+
+
+@dataclass
+class JobInfo:
+    """The Hydra job of a run (defaults outside Hydra: library use)."""
+
+    name: str = "corral"
+    num: int | None = None
+    override_dirname: str = ""
+    multirun: bool = False
+    sweep_dir: str | None = None
+    output_dir: str | None = None
+
+    def run_name(self) -> str:
+        """``corral algo=ppo,seed=2`` for a single run, ``corral#3 algo=ppo,seed=2`` for job 3 of a multirun."""
+        head = f"{self.name}#{self.num}" if self.multirun and self.num is not None else self.name
+        return f"{head} {self.override_dirname}".strip()
+
+    def sweep_group(self) -> str | None:
+        """The sweep a multirun job belongs to: the last two parts of ``hydra.sweep.dir``
+        (``2026-11-25/10-00-00`` for Hydra's default ``multirun/<date>/<time>``); None for a single run."""
+        if not self.multirun or not self.sweep_dir:
+            return None
+        parts = Path(self.sweep_dir).parts
+        return "/".join(parts[-2:]) if parts else None
+
+
+def hydra_job() -> JobInfo:
+    """The current Hydra job, read from ``HydraConfig`` (``JobInfo()`` when not under Hydra)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        hc: Any = HydraConfig.get()  # a DictConfig at run time (`.get`), typed as the HydraConf dataclass
+    except (ImportError, ValueError):
+        return JobInfo()
+    multirun = str(hc.mode).rsplit(".", 1)[-1] == "MULTIRUN"
+    num = hc.job.get("num")
+    return JobInfo(
+        name=str(hc.job.name or "corral"),
+        num=int(num) if num is not None else None,
+        override_dirname=str(hc.job.get("override_dirname") or ""),
+        multirun=multirun,
+        sweep_dir=str(hc.sweep.dir) if multirun and hc.sweep.get("dir") else None,
+        output_dir=str(hc.runtime.output_dir) if hc.runtime.get("output_dir") else None,
+    )
+
+
+def resume_dirs(log_dir: Path | None, cfg: Any) -> list[Path]:
+    """Where a previous tracker run id may be: the run directory itself (a run resumed in place),
+    then the run directory named by ``trainer.resume`` (a run directory or a snapshot inside it)."""
+    dirs = [log_dir] if log_dir is not None else []
+    resume = None
+    if cfg is not None:
+        try:
+            resume = cfg.trainer.get("resume")
+        except AttributeError:
+            resume = None
+    if resume:
+        p = Path(str(resume)).expanduser()
+        dirs += [p, p.parent, p.parent.parent]  # <run>, <run>/snapshots/epoch_N.pt, <run>/snapshots
+    return dirs
+
+
+def read_run_record(dirs: Iterable[Path], filename: str) -> dict[str, Any] | None:
+    """The first ``filename`` (JSON) found in ``dirs``, or None."""
+    for d in dirs:
+        path = Path(d) / filename
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and data.get("run_id"):
+                return data
+    return None
+
+
+def write_run_record(log_dir: Path | None, filename: str, record: Mapping[str, Any]) -> None:
+    """Keep the tracker's run id in the run directory (so ``trainer.resume=<this dir>`` finds it)."""
+    if log_dir is None:
+        return
+    log_dir.mkdir(parents=True, exist_ok=True)
+    tmp = log_dir / f".{filename}.tmp"
+    tmp.write_text(json.dumps(dict(record), indent=2) + "\n")
+    tmp.replace(log_dir / filename)
+
+
+def resolved_config(cfg: Any) -> dict[str, Any]:
+    """The run's composed config as a plain, resolved dictionary (``{}`` without one)."""
+    if cfg is None:
+        return {}
+    from omegaconf import DictConfig, OmegaConf
+
+    data: Any = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"algo": {"lr": 0.1}}`` -> ``{"algo.lr": 0.1}``; lists and scalars are leaves."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+class Guard:
+    """``with guard("logging metrics"):`` runs tracker calls; the first failure becomes one
+    :class:`TrackerWarning` and switches the guard off (``guard.failed``), later calls are skipped."""
+
+    def __init__(self, tracker: str) -> None:
+        self.tracker = tracker
+        self.failed = False
+        self._action = ""
+
+    def __call__(self, action: str) -> "Guard":
+        self._action = action
+        return self
+
+    def __enter__(self) -> "Guard":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None or not isinstance(exc, Exception):
+            return False  # KeyboardInterrupt and friends still stop the run
+        if not self.failed:
+            self.failed = True
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            warnings.warn(
+                f"corral: {self.tracker} logger failed while {self._action} ({type(exc).__name__}: {first[:300]}); "
+                f"training goes on without {self.tracker}",
+                TrackerWarning,
+                stacklevel=2,
+            )
+        return True
+
+
+__all__ = ["Guard", "JobInfo", "TrackerWarning", "flatten", "hydra_job", "read_run_record",
+           "resolved_config", "resume_dirs", "write_run_record"]

@@ -1,0 +1,262 @@
+"""``logger=mlflow``: each run is one MLflow run: the resolved config as params, metrics every epoch,
+``summary.json``, videos and (if asked) the final snapshot as artifacts.
+
+    python train.py logger=[console,csv,mlflow]                       # ./mlruns (file store)
+    python train.py logger=[console,mlflow] logger.mlflow.tracking_uri=http://127.0.0.1:5000
+    python train.py -m seed=1,2 logger=[console,csv,mlflow]            # two MLflow runs
+    mlflow ui --backend-store-uri ./mlruns                             # look at them
+
+Needs ``pip install 'corral[mlflow]'``. The run name comes from the Hydra job (``corral#3
+algo=ppo,seed=2`` for job 3 of a sweep); tags record the run directory, the job number and the sweep
+directory. The MLflow run id is kept in ``<run dir>/mlflow_run.json``, so ``trainer.resume=<run dir>``
+continues the same MLflow run. A tracker failure (server down, disk full) never stops training: it
+is reported in one ``TrackerWarning`` and the logger goes quiet for the rest of the run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from corral import hookimpl
+from corral.framework.errors import ConfigError
+from corral.framework.logger import Logger
+from corral.plugins.loggers._tracking import (
+    Guard,
+    flatten,
+    hydra_job,
+    read_run_record,
+    resolved_config,
+    resume_dirs,
+    write_run_record,
+)
+
+#: Where a run directory keeps its MLflow run id.
+RUN_FILE = "mlflow_run.json"
+#: MLflow limits: params per batch, length of a param value.
+_PARAM_BATCH, _PARAM_MAX_LEN = 100, 6000
+
+
+@dataclass
+class MLflowLoggerConfig:
+    """Settings of the MLflow logger."""
+
+    tracking_uri: str = field(default="file:./mlruns", metadata={
+        "help": "MLflow tracking URI: file:./mlruns (default), sqlite:///mlflow.db, http://host:5000, databricks"})
+    experiment: str = field(default="corral", metadata={"help": "MLflow experiment name (created if missing)"})
+    run_name: Optional[str] = field(default=None, metadata={
+        "help": "run name (null: from the Hydra job, e.g. 'corral#3 algo=ppo,seed=2')"})
+    tags: dict[str, str] = field(default_factory=dict, metadata={"help": "extra run tags"})
+    x_axis: str = field(default="env_steps", metadata={"help": "the metrics' step: env_steps or epoch"})
+    log_snapshot: bool = field(default=False, metadata={"help": "upload the final snapshot as an artifact"})
+    log_videos: bool = field(default=True, metadata={"help": "upload trainer.video_every's videos as artifacts"})
+    http_retries: int = field(default=2, metadata={
+        "help": "retries of a failed request to a tracking server (MLFLOW_HTTP_REQUEST_MAX_RETRIES wins)"})
+    http_timeout_s: int = field(default=10, metadata={
+        "help": "seconds per request to a tracking server (MLFLOW_HTTP_REQUEST_TIMEOUT wins)"})
+
+
+#: Open loggers by run directory, for the summary that is written after the loggers are closed.
+_BY_RUN_DIR: "weakref.WeakValueDictionary[str, MLflowLogger]" = weakref.WeakValueDictionary()
+
+
+class MLflowLogger(Logger):
+    """Logs one corral run to one MLflow run through ``MlflowClient`` (no global active run, so
+    several runs in one process, as under Hydra's basic launcher, never mix)."""
+
+    def __init__(self, config: MLflowLoggerConfig | None = None, log_dir: Path | None = None) -> None:
+        self.config = config or MLflowLoggerConfig()
+        if self.config.x_axis not in ("env_steps", "epoch"):
+            raise ConfigError(f"logger.mlflow.x_axis must be 'env_steps' or 'epoch', got {self.config.x_axis!r}")
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.guard = Guard("mlflow")
+        self.client: Any = None
+        self.run_id: str | None = None
+        self.status = "FINISHED"
+        self.resumed = False
+        self._closed = False
+        if self.log_dir is not None:
+            _BY_RUN_DIR[str(self.log_dir.resolve())] = self
+
+    # ------------------------------------------------------------------ start
+    def start(self, cfg: Any = None) -> None:
+        """Open (or, after ``trainer.resume``, reopen) the MLflow run and log the config as params."""
+        if self.run_id is not None or self.guard.failed:
+            return
+        with self.guard(f"starting a run at {self.config.tracking_uri}"):
+            from mlflow.entities import Param
+            from mlflow.tracking import MlflowClient
+
+            uri = self.config.tracking_uri
+            if uri.startswith("file:") or "://" not in uri:
+                # MLflow 3 keeps its file store in maintenance mode behind this switch; the file
+                # store is what `mlflow ui` reads and what concurrent sweep jobs share safely.
+                os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(self.config.http_retries))
+            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(self.config.http_timeout_s))
+            client = MlflowClient(tracking_uri=uri)
+            job = hydra_job()
+            previous = read_run_record(resume_dirs(self.log_dir, cfg), RUN_FILE)
+            run_id = None
+            if previous and previous.get("tracking_uri") == uri:
+                try:
+                    client.update_run(previous["run_id"], status="RUNNING")
+                    run_id, self.resumed = previous["run_id"], True
+                except Exception:  # the old run is gone (another store): start a new one
+                    run_id = None
+            if run_id is None:
+                tags = {"corral.run_dir": str(self.log_dir.resolve()) if self.log_dir else "",
+                        "corral.job_name": job.name, "corral.overrides": job.override_dirname}
+                if job.num is not None:
+                    tags["corral.job_num"] = str(job.num)
+                if job.sweep_dir:
+                    tags["corral.sweep_dir"] = job.sweep_dir
+                tags.update({str(k): str(v) for k, v in (self.config.tags or {}).items()})
+                run = client.create_run(_experiment_id(client, self.config.experiment),
+                                        run_name=self.config.run_name or job.run_name(), tags=tags)
+                run_id = run.info.run_id
+                params = [Param(k, _param_value(v)) for k, v in flatten(resolved_config(cfg)).items()]
+                for i in range(0, len(params), _PARAM_BATCH):
+                    client.log_batch(run_id, params=params[i:i + _PARAM_BATCH])
+            self.client, self.run_id = client, run_id
+            write_run_record(self.log_dir, RUN_FILE, {"tracking_uri": uri, "experiment": self.config.experiment,
+                                                      "run_id": run_id})
+
+    # ------------------------------------------------------------------ per epoch
+    def log(self, epoch: int, stats: Mapping[str, float]) -> None:
+        """Log the epoch's statistics as metrics."""
+        if self.run_id is None:
+            self.start(None)
+        if self.guard.failed or self.run_id is None:
+            return
+        with self.guard("logging metrics"):
+            from mlflow.entities import Metric
+
+            step = int(stats.get("env_steps", epoch)) if self.config.x_axis == "env_steps" else int(epoch)
+            now = int(time.time() * 1000)
+            metrics = [Metric(_metric_key(k), float(v), now, step) for k, v in stats.items()
+                       if isinstance(v, (int, float))]
+            for i in range(0, len(metrics), 1000):
+                self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
+
+    def log_video(self, epoch: int, path: Path, stats: Mapping[str, float]) -> None:
+        """Upload the evaluation video (``trainer.video_every``) as an artifact under ``videos/``."""
+        if not self.config.log_videos or self.guard.failed or self.run_id is None:
+            return
+        with self.guard("uploading a video"):
+            self.client.log_artifact(self.run_id, str(path), artifact_path="videos")
+
+    # ------------------------------------------------------------------ end
+    def end_status(self, error: BaseException | None) -> None:
+        """Remember how training ended: FINISHED, KILLED (Ctrl-C, SIGTERM) or FAILED."""
+        if error is None:
+            self.status = "FINISHED"
+        else:
+            self.status = "KILLED" if isinstance(error, KeyboardInterrupt) or type(error).__name__ in (
+                "TrainingInterrupted", "Terminated") else "FAILED"
+
+    def close(self) -> None:
+        """Upload the final snapshot (if asked) and end the MLflow run."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.run_id is None or self.guard.failed:
+            return
+        if self.config.log_snapshot and self.log_dir is not None:
+            with self.guard("uploading the final snapshot"):
+                snapshot = _latest_snapshot(self.log_dir)
+                if snapshot is not None:
+                    self.client.log_artifact(self.run_id, str(snapshot), artifact_path="snapshots")
+        with self.guard("ending the run"):
+            self.client.set_terminated(self.run_id, status=self.status)
+
+    def log_summary(self, path: Path) -> None:
+        """Upload the run's ``summary.json`` (written after the loggers are closed)."""
+        if self.run_id is None or self.guard.failed or not path.is_file():
+            return
+        with self.guard("uploading summary.json"):
+            self.client.log_artifact(self.run_id, str(path))
+
+
+def _experiment_id(client: Any, name: str) -> str:
+    """The id of experiment ``name``, created if missing (sweep jobs may race to create it)."""
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name)
+    except Exception:
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def _param_value(value: Any) -> str:
+    text = "None" if value is None else str(value)
+    return text if len(text) <= _PARAM_MAX_LEN else text[:_PARAM_MAX_LEN - 3] + "..."
+
+
+def _metric_key(key: str) -> str:
+    """MLflow metric names allow letters, digits, ``_ - . space : /``; anything else becomes ``_``."""
+    return "".join(c if c.isalnum() or c in "_-. :/" else "_" for c in key)
+
+
+def _latest_snapshot(log_dir: Path) -> Path | None:
+    directory = log_dir / "snapshots"
+    latest = directory / "latest"
+    if latest.is_file():
+        path = directory / latest.read_text().strip()
+        if path.is_file():
+            return path
+    found = sorted(directory.glob("epoch_*.pt"))
+    return found[-1] if found else None
+
+
+def build_mlflow_logger(config: MLflowLoggerConfig | None, *, log_dir: Path | None = None) -> MLflowLogger:
+    """Build the MLflow logger; says which extra to install when MLflow is missing."""
+    try:
+        import mlflow  # noqa: F401
+    except ImportError:
+        raise ConfigError("logger=mlflow needs MLflow: pip install 'corral[mlflow]' (or pip install mlflow)") from None
+    return MLflowLogger(config, log_dir=log_dir)
+
+
+def _mine(trainer: Any) -> list[MLflowLogger]:
+    return [lg for lg in getattr(trainer, "loggers", ()) if isinstance(lg, MLflowLogger)]
+
+
+@hookimpl
+def corral_register(register: Any) -> None:
+    """Register ``logger=mlflow``."""
+    register("logger", "mlflow", build_mlflow_logger, config=MLflowLoggerConfig,
+             help="MLflow run per job: config as params, metrics per epoch, artifacts (pip install 'corral[mlflow]')")
+
+
+@hookimpl
+def corral_run_start(trainer: Any, cfg: Any) -> None:
+    """Open the MLflow run with the run's resolved config."""
+    for logger in _mine(trainer):
+        logger.start(cfg)
+
+
+@hookimpl
+def corral_run_end(trainer: Any, error: BaseException | None) -> None:
+    """Remember how training ended (the run is ended when the logger closes)."""
+    for logger in _mine(trainer):
+        logger.end_status(error)
+
+
+@hookimpl
+def corral_run_summary(log_dir: Path, summary: dict[str, Any]) -> None:
+    """Upload ``summary.json`` to the run's MLflow run."""
+    logger = _BY_RUN_DIR.pop(str(Path(log_dir).resolve()), None)
+    if logger is not None:
+        logger.log_summary(Path(log_dir) / "summary.json")
+
+
+__all__ = ["MLflowLogger", "MLflowLoggerConfig", "build_mlflow_logger"]

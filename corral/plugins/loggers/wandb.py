@@ -1,0 +1,193 @@
+"""``logger=wandb``: each run is one Weights & Biases run, the jobs of a sweep grouped together.
+
+    python train.py logger=[console,csv,wandb] logger.wandb.project=cartpole logger.wandb.entity=my-lab
+    python train.py -m seed=1,2,3 logger=[console,wandb]          # three runs in one group (the sweep)
+    WANDB_MODE=offline python train.py logger=[console,wandb]     # no network; `wandb sync` later
+
+Needs ``pip install 'corral[wandb]'``. Project, entity, group, tags and mode come from the config
+(``mode: null`` leaves it to ``WANDB_MODE`` / ``wandb login``). The resolved config is the run's
+config; every epoch's statistics are logged against ``env_steps`` (or ``epoch``); the videos of
+``trainer.video_every`` are logged as ``eval/video``. The run's files go to ``<run dir>/wandb/``. The
+W&B run id is kept in ``<run dir>/wandb_run.json``, so ``trainer.resume=<run dir>`` continues the same
+W&B run. A tracker failure never stops training: it is reported in one ``TrackerWarning`` and the
+logger goes quiet for the rest of the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from corral import hookimpl
+from corral.framework.errors import ConfigError
+from corral.framework.logger import Logger
+from corral.plugins.loggers._tracking import (
+    Guard,
+    hydra_job,
+    read_run_record,
+    resolved_config,
+    resume_dirs,
+    write_run_record,
+)
+
+#: Where a run directory keeps its W&B run id.
+RUN_FILE = "wandb_run.json"
+MODES = ("online", "offline", "disabled", "shared")
+
+
+@dataclass
+class WandbLoggerConfig:
+    """Settings of the Weights & Biases logger."""
+
+    project: str = field(default="corral", metadata={"help": "W&B project"})
+    entity: Optional[str] = field(default=None, metadata={"help": "W&B entity (user or team; null: your default)"})
+    group: Optional[str] = field(default=None, metadata={
+        "help": "run group (null: the sweep directory for multirun jobs, none for a single run)"})
+    tags: list[str] = field(default_factory=list, metadata={"help": "run tags, e.g. [ppo,baseline]"})
+    mode: Optional[str] = field(default=None, metadata={
+        "help": "online, offline or disabled (null: WANDB_MODE, else online)"})
+    run_name: Optional[str] = field(default=None, metadata={
+        "help": "run name (null: from the Hydra job, e.g. 'corral#3 algo=ppo,seed=2')"})
+    job_type: Optional[str] = field(default=None, metadata={"help": "W&B job type (e.g. train, sweep)"})
+    x_axis: str = field(default="env_steps", metadata={"help": "the metrics' x axis: env_steps or epoch"})
+    log_videos: bool = field(default=True, metadata={"help": "log trainer.video_every's videos as wandb.Video"})
+    init_timeout_s: float = field(default=60.0, metadata={"help": "seconds wandb.init may take before giving up"})
+
+
+class WandbLogger(Logger):
+    """Logs one corral run to one W&B run (``reinit='create_new'``: several runs in one process,
+    as under Hydra's basic launcher, never mix)."""
+
+    def __init__(self, config: WandbLoggerConfig | None = None, log_dir: Path | None = None) -> None:
+        self.config = config or WandbLoggerConfig()
+        if self.config.mode is not None and self.config.mode not in MODES:
+            raise ConfigError(f"logger.wandb.mode must be one of {', '.join(MODES)} or null, got {self.config.mode!r}")
+        if self.config.x_axis not in ("env_steps", "epoch"):
+            raise ConfigError(f"logger.wandb.x_axis must be 'env_steps' or 'epoch', got {self.config.x_axis!r}")
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        self.guard = Guard("wandb")
+        self.run: Any = None
+        self.exit_code = 0
+        self.resumed = False
+        self._closed = False
+
+    @property
+    def run_id(self) -> str | None:
+        """The W&B run id (None before the run started or after a failed start)."""
+        return self.run.id if self.run is not None else None
+
+    def start(self, cfg: Any = None) -> None:
+        """Start (or, after ``trainer.resume``, continue) the W&B run with the resolved config."""
+        if self.run is not None or self.guard.failed:
+            return
+        with self.guard("starting a run"):
+            import wandb
+
+            job = hydra_job()
+            previous = read_run_record(resume_dirs(self.log_dir, cfg), RUN_FILE)
+            if previous and previous.get("project") == self.config.project:
+                run_id, self.resumed = str(previous["run_id"]), True
+            else:
+                from wandb.sdk.lib.runid import generate_id
+
+                run_id = generate_id()
+            # Kept before wandb.init, so a run that dies during its first epoch still resumes into it.
+            write_run_record(self.log_dir, RUN_FILE, {"project": self.config.project, "entity": self.config.entity,
+                                                      "run_id": run_id})
+            config = resolved_config(cfg)
+            if job.num is not None:
+                config.setdefault("hydra_job", {"name": job.name, "num": job.num, "overrides": job.override_dirname,
+                                                "sweep_dir": job.sweep_dir})
+            run = wandb.init(
+                project=self.config.project,
+                entity=self.config.entity,
+                group=self.config.group or job.sweep_group(),
+                tags=list(self.config.tags or []) or None,
+                mode=self.config.mode,  # type: ignore[arg-type]
+                name=self.config.run_name or job.run_name(),
+                job_type=self.config.job_type,
+                id=run_id,
+                resume="allow",
+                dir=str(self.log_dir) if self.log_dir is not None else None,
+                config=config,
+                reinit="create_new",
+                settings=wandb.Settings(init_timeout=self.config.init_timeout_s),
+            )
+            step = self.config.x_axis
+            run.define_metric(step)
+            run.define_metric("*", step_metric=step)
+            self.run = run
+
+    def log(self, epoch: int, stats: Mapping[str, float]) -> None:
+        """Log the epoch's statistics as one W&B history row."""
+        if self.run is None:
+            self.start(None)
+        if self.run is None or self.guard.failed:
+            return
+        with self.guard("logging metrics"):
+            row: dict[str, Any] = {k: v for k, v in stats.items() if isinstance(v, (int, float))}
+            row["epoch"] = int(epoch)
+            row["env_steps"] = int(stats.get("env_steps", 0))
+            self.run.log(row)
+
+    def log_video(self, epoch: int, path: Path, stats: Mapping[str, float]) -> None:
+        """Log the evaluation video (``trainer.video_every``) as ``eval/video`` at the epoch's step."""
+        if not self.config.log_videos or self.run is None or self.guard.failed:
+            return
+        with self.guard("logging a video"):
+            import wandb
+
+            self.run.log({"eval/video": wandb.Video(str(path), format="mp4"), "epoch": int(epoch),
+                          "env_steps": int(stats.get("env_steps", 0))})
+
+    def end_status(self, error: BaseException | None) -> None:
+        """Remember how training ended: exit code 0, or 1 after an error or interrupt."""
+        self.exit_code = 0 if error is None else 1
+
+    def close(self) -> None:
+        """Finish the W&B run (offline: its files are complete in ``<run dir>/wandb/``)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.run is None or self.guard.failed:
+            return
+        with self.guard("finishing the run"):
+            self.run.finish(exit_code=self.exit_code)
+
+
+def build_wandb_logger(config: WandbLoggerConfig | None, *, log_dir: Path | None = None) -> WandbLogger:
+    """Build the W&B logger; says which extra to install when wandb is missing."""
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        raise ConfigError("logger=wandb needs wandb: pip install 'corral[wandb]' (or pip install wandb)") from None
+    return WandbLogger(config, log_dir=log_dir)
+
+
+def _mine(trainer: Any) -> list[WandbLogger]:
+    return [lg for lg in getattr(trainer, "loggers", ()) if isinstance(lg, WandbLogger)]
+
+
+@hookimpl
+def corral_register(register: Any) -> None:
+    """Register ``logger=wandb``."""
+    register("logger", "wandb", build_wandb_logger, config=WandbLoggerConfig,
+             help="Weights & Biases run per job, grouped by sweep (pip install 'corral[wandb]')")
+
+
+@hookimpl
+def corral_run_start(trainer: Any, cfg: Any) -> None:
+    """Start the W&B run with the run's resolved config."""
+    for logger in _mine(trainer):
+        logger.start(cfg)
+
+
+@hookimpl
+def corral_run_end(trainer: Any, error: BaseException | None) -> None:
+    """Remember how training ended (the run is finished when the logger closes)."""
+    for logger in _mine(trainer):
+        logger.end_status(error)
+
+
+__all__ = ["WandbLogger", "WandbLoggerConfig", "build_wandb_logger"]

@@ -1,0 +1,218 @@
+"""``logger=mlflow`` for real: a file store read back with ``mlflow.search_runs``, a two-job joblib sweep,
+a resumed run, a local ``mlflow server`` started by the test, and an unreachable server that only warns.
+
+Every run is ``python train.py`` in a subprocess, as a user runs it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+mlflow = pytest.importorskip("mlflow")
+
+ROOT = Path(__file__).resolve().parents[3]
+TRAIN = ROOT / "train.py"
+#: Two epochs of ~500 steps, an evaluation every epoch.
+TINY = ["trainer.max_env_steps=1000", "trainer.batch_size=500", "trainer.eval_every=1", "trainer.eval_episodes=1",
+        "trainer.progress=false"]
+
+
+def train(cwd: Path, *overrides: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python train.py <overrides>`` in ``cwd``; never hangs."""
+    full_env = {**os.environ, "MLFLOW_ALLOW_FILE_STORE": "true", **env}
+    proc = subprocess.run([sys.executable, str(TRAIN), *overrides], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+    return proc
+
+
+def output(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"rc={proc.returncode}\n--- stdout:\n{proc.stdout[-3000:]}\n--- stderr:\n{proc.stderr[-5000:]}"
+
+
+def progress(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "progress.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def client(uri: str):
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def runs_of(uri: str, experiment: str = "corral") -> list:
+    """Every run of ``experiment`` at ``uri``, through ``mlflow.search_runs``, oldest first."""
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow.set_tracking_uri(uri)
+    try:
+        runs = mlflow.search_runs(experiment_names=[experiment], output_format="list")
+    finally:
+        mlflow.set_tracking_uri(None)
+    return sorted(runs, key=lambda r: r.info.start_time)
+
+
+def check_run(c, run, run_dir: Path) -> None:
+    """The run holds the run directory's config as params and progress.csv's rows as metrics."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    params = run.data.params
+    assert params["algo.name"] == "ppo" and params["env.id"] == "CartPole-v1"
+    assert params["seed"] == str(summary["config"]["seed"])
+    assert params["trainer.batch_size"] == "500" and params["policy.hidden_sizes"] == "[64, 64]"
+    rows = progress(run_dir)
+    history = c.get_metric_history(run.info.run_id, "train/return_mean")
+    assert [(m.step, m.value) for m in history] == [
+        (int(float(r["env_steps"])), pytest.approx(float(r["train/return_mean"]))) for r in rows]
+    assert [m.value for m in c.get_metric_history(run.info.run_id, "eval/return_mean")] == [
+        pytest.approx(float(r["eval/return_mean"])) for r in rows]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["corral.run_dir"] == str(run_dir.resolve())
+    assert json.loads((run_dir / "mlflow_run.json").read_text())["run_id"] == run.info.run_id
+
+
+def test_file_store_run_with_params_metrics_and_artifacts(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = train(tmp_path, *TINY, "logger=[console,csv,mlflow]", "logger.mlflow.log_snapshot=true",
+                 "logger.mlflow.tags={team: rl}", "trainer.video_every=2", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, output(proc)
+    assert "TrackerWarning" not in proc.stderr, output(proc)
+    uri = f"file:{tmp_path / 'mlruns'}"  # the default file:./mlruns, from the run's working directory
+    (run,) = runs_of(uri)
+    c = client(uri)
+    check_run(c, run, run_dir)
+    # The run name comes from the Hydra job: its name and overrides.
+    assert run.info.run_name.startswith("corral ") and "trainer.batch_size=500" in run.info.run_name
+    assert run.data.tags["team"] == "rl"
+    artifacts = {a.path for a in c.list_artifacts(run.info.run_id)}
+    assert artifacts == {"summary.json", "snapshots", "videos"}
+    assert [a.path for a in c.list_artifacts(run.info.run_id, "snapshots")] == ["snapshots/epoch_000002.pt"]
+    # trainer.video_every=2: the second evaluation's video, as the run directory has it.
+    (video,) = sorted((run_dir / "videos").glob("*.mp4"))
+    assert [(a.path, a.file_size) for a in c.list_artifacts(run.info.run_id, "videos")] == [
+        (f"videos/{video.name}", video.stat().st_size)]
+    local = Path(c.download_artifacts(run.info.run_id, "summary.json", str(tmp_path / "dl")))
+    assert json.loads(local.read_text()) == json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("hydra_plugins.hydra_joblib_launcher"),
+                    reason="needs hydra-joblib-launcher")
+def test_multirun_with_joblib_gives_one_mlflow_run_per_job(tmp_path: Path) -> None:
+    sweep = tmp_path / "multirun"
+    uri = f"file:{tmp_path / 'store'}"
+    proc = train(tmp_path, "-m", "seed=1,2", "logger=[console,csv,mlflow]", f"logger.mlflow.tracking_uri={uri}",
+                 "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *TINY, f"hydra.sweep.dir={sweep}", timeout=400)
+    assert proc.returncode == 0, output(proc)
+    runs = runs_of(uri)
+    assert len(runs) == 2
+    c = client(uri)
+    by_seed = {r.data.params["seed"]: r for r in runs}
+    assert set(by_seed) == {"1", "2"}
+    for seed, run in by_seed.items():
+        job = json.loads((sweep / str(int(seed) - 1) / "summary.json").read_text())["job"]["num"]
+        check_run(c, run, sweep / str(job))
+        assert run.info.run_name.startswith(f"corral#{job} ") and f"seed={seed}" in run.info.run_name
+        assert run.data.tags["corral.sweep_dir"] == str(sweep) and run.data.tags["corral.job_num"] == str(job)
+
+
+def test_resume_continues_the_same_mlflow_run(tmp_path: Path) -> None:
+    uri = f"file:{tmp_path / 'mlruns'}"
+    first = train(tmp_path, *TINY, "logger=[csv,mlflow]", f"hydra.run.dir={tmp_path / 'a'}")
+    assert first.returncode == 0, output(first)
+    second = train(tmp_path, "trainer.max_env_steps=2000", f"trainer.resume={tmp_path / 'a'}",
+                   f"hydra.run.dir={tmp_path / 'b'}")
+    assert second.returncode == 0, output(second)
+    (run,) = runs_of(uri)
+    assert json.loads((tmp_path / "b" / "mlflow_run.json").read_text())["run_id"] == run.info.run_id
+    steps = [m.step for m in client(uri).get_metric_history(run.info.run_id, "train/return_mean")]
+    assert len(steps) == 4 and steps == sorted(steps) and steps[2] > 1000  # the curve goes on
+    assert run.info.status == "FINISHED"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group, then SIGKILL after 20 s."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=20)
+
+
+@pytest.fixture
+def mlflow_server(tmp_path: Path) -> Iterator[str]:
+    """A real ``mlflow server`` on 127.0.0.1 (SQLite backend, served artifacts); stopped after the test."""
+    port = free_port()
+    mlflow_cli = Path(sys.executable).parent / "mlflow"
+    cmd = [str(mlflow_cli) if mlflow_cli.exists() else "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+           "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+           "--artifacts-destination", str(tmp_path / "server-artifacts"), "--workers", "1"]
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"mlflow server exited with {proc.returncode}:\n{(tmp_path / 'server.log').read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"mlflow server not up after 120 s:\n{(tmp_path / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def test_a_real_mlflow_server(tmp_path: Path, mlflow_server: str) -> None:
+    run_dir = tmp_path / "run"
+    proc = train(tmp_path, *TINY, "logger=[csv,mlflow]", f"logger.mlflow.tracking_uri={mlflow_server}",
+                 "logger.mlflow.experiment=served", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, output(proc)
+    assert "TrackerWarning" not in proc.stderr, output(proc)
+    (run,) = runs_of(mlflow_server, "served")
+    c = client(mlflow_server)
+    check_run(c, run, run_dir)
+    assert {a.path for a in c.list_artifacts(run.info.run_id)} == {"summary.json"}
+    # The artifact went through the server into its artifact store.
+    assert list((tmp_path / "server-artifacts").rglob("summary.json"))
+
+
+def test_an_unreachable_server_warns_once_and_training_goes_on(tmp_path: Path) -> None:
+    port = free_port()  # nothing listens there once the probe socket is closed
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    proc = train(tmp_path, *TINY, "logger=[csv,mlflow]", f"logger.mlflow.tracking_uri=http://127.0.0.1:{port}",
+                 f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, output(proc)
+    assert proc.stderr.count("TrackerWarning") == 1, output(proc)
+    assert f"mlflow logger failed while starting a run at http://127.0.0.1:{port}" in proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs"] == 2
+    assert len(progress(run_dir)) == 2
+    assert not (run_dir / "mlflow_run.json").exists()
+    assert time.monotonic() - started < 120  # bounded retries, not MLflow's minutes of backoff

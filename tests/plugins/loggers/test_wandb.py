@@ -1,0 +1,164 @@
+"""``logger=wandb`` for real, in offline mode (``WANDB_MODE=offline``, no network).
+
+Each run is ``python train.py`` in a subprocess; what it wrote is read back from the offline run's
+``.wandb`` transaction log with W&B's own reader (``wandb leet inspect --json``): the run record
+(project, group, tags, config) and the history rows, compared with the run's ``progress.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("wandb")
+
+ROOT = Path(__file__).resolve().parents[3]
+TRAIN = ROOT / "train.py"
+#: Two epochs of ~500 steps, an evaluation every epoch.
+TINY = ["trainer.max_env_steps=1000", "trainer.batch_size=500", "trainer.eval_every=1", "trainer.eval_episodes=1",
+        "trainer.progress=false"]
+
+
+def train(cwd: Path, *overrides: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess[str]:
+    """``python train.py <overrides>`` with W&B offline and no key; never hangs."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    full_env.update({"WANDB_MODE": "offline", "WANDB_SILENT": "true", **env})
+    return subprocess.run([sys.executable, str(TRAIN), *overrides], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+
+
+def output(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"rc={proc.returncode}\n--- stdout:\n{proc.stdout[-3000:]}\n--- stderr:\n{proc.stderr[-5000:]}"
+
+
+def progress(run_dir: Path) -> list[dict[str, str]]:
+    with open(run_dir / "progress.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def offline_runs(run_dir: Path) -> list[Path]:
+    """The offline run directories W&B wrote under ``<run dir>/wandb``, oldest first."""
+    return sorted((run_dir / "wandb").glob("offline-run-*"))
+
+
+def records(offline_run: Path) -> list[dict[str, Any]]:
+    """Every record of the offline run's ``run-<id>.wandb`` log, read by ``wandb leet inspect --json``."""
+    (log,) = offline_run.glob("run-*.wandb")
+    cli = Path(sys.executable).parent / "wandb"
+    proc = subprocess.run([str(cli) if cli.exists() else "wandb", "leet", "inspect", "--json", str(log)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def run_record(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    (run,) = [r["run"] for r in recs if r["type"] == "run"]
+    return run
+
+
+def history(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The epochs' rows (a video is a row of its own)."""
+    return [r["history"]["item"] for r in recs if r["type"] == "history" and "epoch" in r["history"]["item"]
+            and "eval/video._type" not in r["history"]["item"]]
+
+
+def check_run(offline_run: Path, run_dir: Path) -> dict[str, Any]:
+    """The offline run holds the run's resolved config and progress.csv's rows; returns its run record."""
+    recs = records(offline_run)
+    run = run_record(recs)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    config = run["config"]["update"]
+    for key in ("algo", "env", "policy", "trainer", "seed"):
+        assert config[key] == summary["config"][key], key
+    rows = progress(run_dir)
+    got = history(recs)
+    assert [h["env_steps"] for h in got] == [int(float(r["env_steps"])) for r in rows]
+    assert [h["epoch"] for h in got] == [0, 1]
+    for h, r in zip(got, rows):
+        assert h["train/return_mean"] == pytest.approx(float(r["train/return_mean"]))
+        assert h["eval/return_mean"] == pytest.approx(float(r["eval/return_mean"]))
+    assert [r["exit"].get("exit_code", 0) for r in recs if r["type"] == "exit"] == [0]
+    assert json.loads((run_dir / "wandb_run.json").read_text())["run_id"] == run["run_id"]
+    assert offline_run.name.endswith(run["run_id"])
+    return run
+
+
+def test_offline_run_files_hold_config_and_metrics(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = train(tmp_path, *TINY, "logger=[console,csv,wandb]", "logger.wandb.project=corral-test",
+                 "logger.wandb.tags=[ppo,smoke]", "trainer.video_every=2", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, output(proc)
+    assert "TrackerWarning" not in proc.stderr, output(proc)
+    (offline,) = offline_runs(run_dir)
+    assert (offline / "logs" / "debug.log").exists()
+    run = check_run(offline, run_dir)
+    assert run["project"] == "corral-test" and run["tags"] == ["ppo", "smoke"]
+    assert "run_group" not in run  # a single run has no group
+    assert run["display_name"].startswith("corral ") and "trainer.batch_size=500" in run["display_name"]
+    # trainer.video_every=2: the second evaluation's video is logged as eval/video at that step.
+    (row,) = [r["history"]["item"] for r in records(offline) if r["type"] == "history"
+              and "eval/video._type" in r["history"]["item"]]
+    assert row["eval/video._type"] == "video-file" and row["epoch"] == 1 and row["env_steps"] > 1000
+    (video,) = sorted((run_dir / "videos").glob("*.mp4"))
+    media = offline / "files" / row["eval/video.path"]
+    assert media.read_bytes() == video.read_bytes()
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("hydra_plugins.hydra_joblib_launcher"),
+                    reason="needs hydra-joblib-launcher")
+def test_multirun_with_joblib_gives_two_offline_runs_in_one_group(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweeps" / "seeds"
+    proc = train(tmp_path, "-m", "seed=1,2", "logger=[console,csv,wandb]", "hydra/launcher=joblib",
+                 "hydra.launcher.n_jobs=2", *TINY, f"hydra.sweep.dir={sweep}", timeout=400)
+    assert proc.returncode == 0, output(proc)
+    runs = {}
+    for job in ("0", "1"):
+        (offline,) = offline_runs(sweep / job)
+        runs[job] = check_run(offline, sweep / job)
+    assert {r["config"]["update"]["seed"] for r in runs.values()} == {1, 2}
+    assert runs["0"]["run_id"] != runs["1"]["run_id"]
+    assert runs["0"]["run_group"] == runs["1"]["run_group"] == "sweeps/seeds"  # grouped by sweep
+    assert runs["1"]["display_name"].startswith("corral#1 ")
+
+
+def test_resume_continues_the_same_wandb_run(tmp_path: Path) -> None:
+    first = train(tmp_path, *TINY, "logger=[csv,wandb]", f"hydra.run.dir={tmp_path / 'a'}")
+    assert first.returncode == 0, output(first)
+    second = train(tmp_path, "trainer.max_env_steps=2000", f"trainer.resume={tmp_path / 'a'}",
+                   f"hydra.run.dir={tmp_path / 'b'}")
+    assert second.returncode == 0, output(second)
+    (a,) = offline_runs(tmp_path / "a")
+    # A resume into another directory is a branch: it starts with a copy of the original's history.
+    (b,) = [p for p in offline_runs(tmp_path / "b") if p.name != a.name]
+    first_run, second_run = run_record(records(a)), run_record(records(b))
+    assert second_run["run_id"] == first_run["run_id"]
+    steps = [h["env_steps"] for h in history(records(b))]
+    assert len(steps) == 2 and min(steps) > max(h["env_steps"] for h in history(records(a)))  # the curve goes on
+    assert json.loads((tmp_path / "b" / "wandb_run.json").read_text())["run_id"] == first_run["run_id"]
+
+
+def test_an_unreachable_wandb_server_warns_once_and_training_goes_on(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once this socket is closed
+    run_dir = tmp_path / "run"
+    started = time.monotonic()
+    proc = train(tmp_path, *TINY, "logger=[csv,wandb]", "logger.wandb.mode=online", "logger.wandb.init_timeout_s=15",
+                 f"hydra.run.dir={run_dir}", WANDB_BASE_URL=f"http://127.0.0.1:{port}", WANDB_API_KEY="x" * 40,
+                 timeout=300)
+    assert proc.returncode == 0, output(proc)
+    assert proc.stderr.count("TrackerWarning") == 1, output(proc)
+    assert "wandb logger failed while starting a run" in proc.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs"] == 2
+    assert len(progress(run_dir)) == 2
+    assert time.monotonic() - started < 200
