@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -151,7 +151,7 @@ def batch_from_episodes(episodes: list[dict[str, Any]], allow_fragments: bool = 
     )
 
 
-def action_clipper(space: gym.Space):  # noqa: ANN201 - returns a callable or None
+def action_clipper(space: gym.Space) -> Callable[[np.ndarray], np.ndarray] | None:
     """For a Box action space, a function clipping actions to its bounds; otherwise None."""
     if isinstance(space, gym.spaces.Box) and np.issubdtype(space.dtype, np.floating):
         low, high = space.low, space.high

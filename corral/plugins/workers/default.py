@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -24,7 +24,7 @@ class DefaultWorker(Worker):
     def __init__(self, *, seed: Any, max_episode_length: int | None, worker_number: int = 0, **kwargs: Any) -> None:
         super().__init__(seed=seed, max_episode_length=max_episode_length, worker_number=worker_number, n_envs=1, **kwargs)
         self._buf: EpisodeBuffers | None = None
-        self._clip = None
+        self._clip: Callable[[np.ndarray], np.ndarray] | None = None
         self._obs: np.ndarray | None = None
         self._t = 0
         self._done = False
