@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.errors import ConfigError
 from corral.framework.logger import Logger
 from corral.plugins.loggers._tracking import (
@@ -51,13 +52,11 @@ class MLflowLoggerConfig:
     run_name: Optional[str] = field(default=None, metadata={
         "help": "run name (null: from the Hydra job, e.g. 'corral#3 algo=ppo,seed=2')"})
     tags: dict[str, str] = field(default_factory=dict, metadata={"help": "extra run tags"})
-    x_axis: str = field(default="env_steps", metadata={"help": "the metrics' step: env_steps or epoch"})
+    x_axis: str = field(default="env_steps", metadata=check(choices=("env_steps", "epoch"), help="the metrics' step: env_steps or epoch"))
     log_snapshot: bool = field(default=False, metadata={"help": "upload the final snapshot as an artifact"})
     log_videos: bool = field(default=True, metadata={"help": "upload trainer.video_every's videos as artifacts"})
-    http_retries: int = field(default=2, metadata={
-        "help": "retries of a failed request to a tracking server (MLFLOW_HTTP_REQUEST_MAX_RETRIES wins)"})
-    http_timeout_s: int = field(default=10, metadata={
-        "help": "seconds per request to a tracking server (MLFLOW_HTTP_REQUEST_TIMEOUT wins)"})
+    http_retries: int = field(default=2, metadata=check(ge=0, help="retries of a failed request to a tracking server (MLFLOW_HTTP_REQUEST_MAX_RETRIES wins)"))
+    http_timeout_s: int = field(default=10, metadata=check(gt=0, help="seconds per request to a tracking server (MLFLOW_HTTP_REQUEST_TIMEOUT wins)"))
 
 
 #: Open loggers by run directory, for the summary that is written after the loggers are closed.

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from corral import hookimpl
+from corral.framework.checks import check
 from corral.framework.errors import ConfigError
 from corral.framework.logger import Logger
 from corral.plugins.loggers._tracking import (
@@ -50,9 +51,9 @@ class WandbLoggerConfig:
     run_name: Optional[str] = field(default=None, metadata={
         "help": "run name (null: from the Hydra job, e.g. 'corral#3 algo=ppo,seed=2')"})
     job_type: Optional[str] = field(default=None, metadata={"help": "W&B job type (e.g. train, sweep)"})
-    x_axis: str = field(default="env_steps", metadata={"help": "the metrics' x axis: env_steps or epoch"})
+    x_axis: str = field(default="env_steps", metadata=check(choices=("env_steps", "epoch"), help="the metrics' x axis: env_steps or epoch"))
     log_videos: bool = field(default=True, metadata={"help": "log trainer.video_every's videos as wandb.Video"})
-    init_timeout_s: float = field(default=60.0, metadata={"help": "seconds wandb.init may take before giving up"})
+    init_timeout_s: float = field(default=60.0, metadata=check(gt=0, help="seconds wandb.init may take before giving up"))
 
 
 class WandbLogger(Logger):

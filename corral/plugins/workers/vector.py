@@ -35,6 +35,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch, StepType
+from corral.framework.checks import check
 from corral.framework.env import EnvFactory, child_seed, make_env, seed_int
 from corral.framework.errors import ConfigError
 from corral.framework.worker import Worker
@@ -52,15 +53,12 @@ _warned_fresh_resume: set[str] = set()
 class VectorWorkerConfig:
     """Settings of the vector worker (one gymnasium VectorEnv per worker)."""
 
-    n_envs: int = field(default=16, metadata={"help": "environments in the worker's VectorEnv"})
-    backend: str = field(default="native", metadata={
-        "help": "native (the env id's vector entry point), envpool, sync or async (gymnasium's "
-                "Sync/AsyncVectorEnv over the env preset)"})
-    num_threads: int = field(default=0, metadata={"help": "EnvPool threads (0: EnvPool's default)"})
-    autoreset_mode: str = field(default="next_step", metadata={
-        "help": "autoreset mode of the sync/async backends: next_step, same_step or disabled"})
-    timesteps_per_call: int = field(default=0, metadata={
-        "help": "0: whole episodes; >0: fragments of this many vector steps per rollout (off-policy)"})
+    n_envs: int = field(default=16, metadata=check(ge=1, help="environments in the worker's VectorEnv"))
+    backend: str = field(default="native", metadata=check(choices=BACKENDS, help="native (the env id's vector entry point), envpool, sync or async (gymnasium's "
+                "Sync/AsyncVectorEnv over the env preset)"))
+    num_threads: int = field(default=0, metadata=check(ge=0, help="EnvPool threads (0: EnvPool's default)"))
+    autoreset_mode: str = field(default="next_step", metadata=check(choices=tuple(AUTORESET_MODES), help="autoreset mode of the sync/async backends: next_step, same_step or disabled"))
+    timesteps_per_call: int = field(default=0, metadata=check(ge=0, help="0: whole episodes; >0: fragments of this many vector steps per rollout (off-policy)"))
 
 
 # ---------------------------------------------------------------------------------- building the VectorEnv

@@ -1,0 +1,148 @@
+"""Every declared range of every built-in plugin is checked before anything starts.
+
+Each numeric and enumerated field of every built-in option declares what it accepts next to the
+field (``metadata=check(...)``). For every such field, ``python train.py`` with a value outside
+that range must exit with code 2 and one ``corral: error: <full field name> must be ...`` line,
+without a traceback. The cases run through the real ``train.py`` entry, many in one interpreter
+(``train_many.py``), so the whole matrix costs one start-up; the cases named in the issues also
+run as separate ``python train.py`` processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral.framework.checks import Check, check_defaults, field_check, unchecked_fields
+from corral.framework.plugins import get_registry
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "train.py"
+
+
+def builtin_registrations() -> list[Any]:
+    return [reg for reg in get_registry() if reg.source.distribution == "corral"]
+
+
+def out_of_range(spec: Check, hint: Any) -> str | None:
+    """An override value (as typed on the command line) that ``spec`` rejects."""
+    if spec.choices is not None:
+        return "not_a_choice"
+    if spec.pattern is not None:
+        return "not-a-valid-value"
+    if spec.gt is not None:
+        value: float = spec.gt
+    elif spec.ge is not None:
+        value = spec.ge - 1
+    elif spec.lt is not None:
+        value = spec.lt
+    elif spec.le is not None:
+        value = spec.le + 1
+    else:
+        return "nan" if spec.finite else None  # "any finite number"
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+def cases() -> list[tuple[str, list[str]]]:
+    """(full field name as the error names it, overrides) for every declared field of every built-in option."""
+    out = []
+    for reg in builtin_registrations():
+        if reg.config is None:
+            continue
+        hints = typing.get_type_hints(reg.config)
+        for f in dataclasses.fields(reg.config):
+            spec = field_check(f)
+            bad = out_of_range(spec, hints[f.name]) if spec is not None else None
+            if bad is None:
+                continue
+            is_list = typing.get_origin(hints[f.name]) is list
+            value = f"[{bad}]" if is_list else bad
+            path = f"{reg.path}.{f.name}"
+            choose = f"logger=[{reg.name}]" if reg.kind == "logger" else f"{reg.kind}={reg.name}"
+            out.append((path + ("[0]" if is_list else ""), [choose, f"{path}={value}"]))
+    out.append(("seed", ["seed=-1"]))
+    return out
+
+
+CASES = cases()
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every case run through train.py (one interpreter for all of them)."""
+    tmp = tmp_path_factory.mktemp("ranges")
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("train_many.py")), str(tmp / "out.json"), str(tmp / "runs")],
+        input=json.dumps([overrides for _, overrides in CASES]), capture_output=True, text=True, timeout=900, cwd=tmp,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads((tmp / "out.json").read_text())
+    return {name: result for (name, _), result in zip(CASES, got)}
+
+
+def test_the_matrix_covers_every_kind() -> None:
+    kinds = {name.split(".")[0] for name, _ in CASES}
+    assert {"trainer", "algo", "env", "policy", "sampler", "worker", "logger", "seed"} <= kinds
+    assert len(CASES) > 120
+
+
+@pytest.mark.parametrize(("name", "overrides"), CASES, ids=[name for name, _ in CASES])
+def test_out_of_range_value_is_named_before_anything_starts(
+        name: str, overrides: list[str], results: dict[str, dict[str, Any]]) -> None:
+    result = results[name]
+    text = result["stderr"]
+    assert result["code"] == 2, (overrides, result)
+    assert f"corral: error: {name} must be " in text, (overrides, text)
+    assert "Traceback" not in text, text
+
+
+@pytest.mark.parametrize("reg", builtin_registrations(), ids=lambda reg: f"{reg.kind}={reg.name}")
+def test_every_numeric_field_declares_its_range(reg: Any) -> None:
+    if reg.config is not None:
+        assert unchecked_fields(reg.config) == [], (
+            f"{reg.kind}={reg.name}: declare the range of these fields with metadata=check(...)")
+
+
+@pytest.mark.parametrize("reg", builtin_registrations(), ids=lambda reg: f"{reg.kind}={reg.name}")
+def test_builtin_defaults_satisfy_their_own_ranges(reg: Any) -> None:
+    if reg.config is not None:
+        assert check_defaults(reg.config, reg.path) == []
+
+
+# ------------------------------------------------------------------ the issues' cases, one process each
+def train(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(TRAIN), *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("algo.learning_rate=-1", "corral: error: algo.learning_rate must be > 0, got -1.0\n"),
+    ("trainer.max_env_steps=0", "corral: error: trainer.max_env_steps must be >= 1, got 0\n"),
+])
+def test_issue_examples_in_their_own_process(tmp_path: Path, override: str, message: str) -> None:
+    proc = train(tmp_path, override)
+    assert proc.returncode == 2 and proc.stderr == message, proc.stderr
+    assert not (tmp_path / "run" / "summary.json").exists()
+
+
+def test_unknown_key_names_the_options_fields(tmp_path: Path) -> None:
+    proc = train(tmp_path, "+algo.not_a_field=5")
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("corral: error: algo.not_a_field is not a setting: algo=ppo has no setting 'not_a_field'; "
+                           "its settings are algo.discount, algo.gae_lambda, algo.learning_rate,"), line
+
+
+def test_n_envs_on_the_default_worker_points_at_worker_vec(tmp_path: Path) -> None:
+    proc = train(tmp_path, "worker.n_envs=abc")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("corral: error: worker.n_envs is not a setting: worker=default has no setting "
+                                  "'n_envs' (it has no settings); worker=vec,"), proc.stderr
+    assert "e.g. worker=vec worker.n_envs=..." in proc.stderr
