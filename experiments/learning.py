@@ -8,7 +8,7 @@ reached the threshold, final and best values, environment steps, wall time) goes
 ``experiments/results/<name>.md`` together with the exact command, and a learning-curve PNG
 to ``experiments/results/<name>.png`` when matplotlib is installed.
 
-With ``--peer sb3`` (needs ``pip install -e .[bench]``) each corral seed is followed by
+With ``--peer sb3`` (needs ``pip install 'corral[bench]'``) each corral seed is followed by
 Stable-Baselines3's same algorithm on the same machine (``experiments/peers/sb3_runner.py``:
 matching hyperparameters from the seed's resolved config, same environment id, step budget and
 evaluation protocol); the table gets both frameworks' rows, a summary compares corral's final

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("importlinter", reason="import-linter is in the dev extra: pip install -e '.[dev]'")
+pytest.importorskip("importlinter", reason="import-linter is in the dev extra: pip install 'corral[dev]'")
 grimp = pytest.importorskip("grimp")
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ def run_tool(module: str, *args: str, timeout: float = 280) -> subprocess.Comple
 
 
 def test_ruff_passes() -> None:
-    pytest.importorskip("ruff", reason="ruff is in the dev extra: pip install -e '.[dev]'")
+    pytest.importorskip("ruff", reason="ruff is in the dev extra: pip install 'corral[dev]'")
     result = run_tool("ruff", "check", "--no-fix", "--output-format", "concise", ".")
     assert result.returncode == 0, f"ruff check . found problems:\n{result.stdout}{result.stderr}"
 
@@ -36,7 +36,7 @@ def test_ruff_checks_import_order_and_type_ignores(tmp_path: Path) -> None:
 
 
 def test_mypy_passes() -> None:
-    pytest.importorskip("mypy", reason="mypy is in the dev extra: pip install -e '.[dev]'")
+    pytest.importorskip("mypy", reason="mypy is in the dev extra: pip install 'corral[dev]'")
     result = run_tool("mypy", timeout=290)
     assert result.returncode == 0, f"mypy (files and settings from pyproject.toml) found errors:\n{result.stdout}"
     assert "Success: no issues found" in result.stdout

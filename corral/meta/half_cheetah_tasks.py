@@ -1,5 +1,5 @@
 """HalfCheetahVel and HalfCheetahDir (Finn et al. 2017; as in PEARL): gymnasium's MuJoCo
-HalfCheetah-v5 with a task-dependent reward. Needs ``mujoco`` (``pip install -e ".[mujoco]"``).
+HalfCheetah-v5 with a task-dependent reward. Needs ``mujoco`` (``pip install 'corral[mujoco]'``).
 
 - Vel: a task is a target forward velocity uniform in [0, 3]; reward
   ``-|forward velocity - target| - 0.05 * |action|^2``.

@@ -52,7 +52,7 @@ def require_mujoco(option: str) -> None:
     if importlib.util.find_spec("mujoco") is None:
         raise ConfigError(
             f"env={option} needs MuJoCo, which is not installed; install the extra with "
-            "pip install -e \".[mujoco]\" (or pip install \"gymnasium[mujoco]\")"
+            "pip install 'corral[mujoco]' (or pip install 'gymnasium[mujoco]')"
         )
 
 

@@ -19,7 +19,7 @@ from corral.results.summary import RunRecord, find_runs
 from corral.results.table import group_runs
 
 #: How to install what ``corral plot`` needs.
-PLOT_EXTRA = 'pip install -e ".[plot]"'
+PLOT_EXTRA = "pip install 'corral[plot]'"
 #: Default image name inside the directory that was plotted.
 DEFAULT_PNG = "learning_curves.png"
 X_KEY = "env_steps"

@@ -14,7 +14,7 @@ evaluation normalises observations with that wrapper's current statistics (froze
 It writes ``progress.csv`` with corral's column names
 (``env_steps``, ``train/return_mean``, ``eval/return_mean``, ``time/total_s``).
 
-This is benchmark code: it needs the ``bench`` extra (``pip install -e .[bench]``); the corral
+This is benchmark code: it needs the ``bench`` extra (``pip install 'corral[bench]'``); the corral
 package itself never imports Stable-Baselines3.
 """
 

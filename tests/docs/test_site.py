@@ -21,7 +21,7 @@ import pytest
 from corral.testing.modules import import_path
 
 for _module in ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python"):
-    pytest.importorskip(_module, reason="the docs extra is not installed: pip install -e '.[docs]'")
+    pytest.importorskip(_module, reason="the docs extra is not installed: pip install 'corral[docs]'")
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "corral-plugin-example"

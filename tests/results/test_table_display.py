@@ -73,5 +73,5 @@ def test_plot_without_matplotlib_names_the_extra(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(blocker.parent)}
     proc = subprocess.run([str(script), "plot", str(sweep)], capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2, proc.stderr
-    assert 'corral plot needs matplotlib: pip install -e ".[plot]"' in proc.stderr
+    assert "corral plot needs matplotlib: pip install 'corral[plot]'" in proc.stderr
     assert "Traceback" not in proc.stderr

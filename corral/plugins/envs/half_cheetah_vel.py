@@ -2,7 +2,7 @@
 
 The environment itself is :class:`corral.meta.half_cheetah_tasks.HalfCheetahVelEnv` (gymnasium's
 HalfCheetah-v5 with a task reward); 200 steps per episode, as in PEARL. Install MuJoCo with
-``pip install -e ".[mujoco]"``.
+``pip install 'corral[mujoco]'``.
 """
 
 from __future__ import annotations

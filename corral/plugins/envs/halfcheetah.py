@@ -1,4 +1,4 @@
-"""``env=halfcheetah``: gymnasium's MuJoCo HalfCheetah-v5 (needs ``pip install corral[mujoco]``)."""
+"""``env=halfcheetah``: gymnasium's MuJoCo HalfCheetah-v5 (needs ``pip install 'corral[mujoco]'``)."""
 
 from __future__ import annotations
 
@@ -14,4 +14,4 @@ HALFCHEETAH_CONFIG, build = preset("halfcheetah", "HalfCheetah-v5", "gymnasium M
 def corral_register(register: Any) -> None:
     """Register ``env=halfcheetah`` (building it needs the ``mujoco`` extra)."""
     register("env", "halfcheetah", build, config=HALFCHEETAH_CONFIG,
-             help="gymnasium MuJoCo HalfCheetah-v5 (pip install corral[mujoco])")
+             help="gymnasium MuJoCo HalfCheetah-v5 (pip install 'corral[mujoco]')")

@@ -10,7 +10,7 @@ runs over environments per step.
 
 - ``native``: the environment id's own vector entry point (``gymnasium.make_vec(id,
   vectorization_mode="vector_entry_point")``, e.g. CartPole-v1);
-- ``envpool``: ``envpool.make(id, env_type="gymnasium", ...)`` (``pip install corral[envpool]``);
+- ``envpool``: ``envpool.make(id, env_type="gymnasium", ...)`` (``pip install 'corral[envpool]'``);
 - ``sync`` / ``async``: gymnasium's ``SyncVectorEnv`` / ``AsyncVectorEnv`` over the env preset;
 - whatever the backend, an environment source that makes a ``VectorEnv`` itself is used as it is.
 

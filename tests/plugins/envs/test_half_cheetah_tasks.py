@@ -27,7 +27,7 @@ def test_missing_mujoco_names_the_extra(name: str) -> None:
         build(name)
 
 
-@pytest.mark.skipif(not HAS_MUJOCO, reason="needs MuJoCo (pip install -e '.[mujoco]')")
+@pytest.mark.skipif(not HAS_MUJOCO, reason="needs MuJoCo (pip install 'corral[mujoco]')")
 def test_velocity_task_reward() -> None:
     env = build("half_cheetah_vel")
     base = env.unwrapped
@@ -40,7 +40,7 @@ def test_velocity_task_reward() -> None:
     assert reward == pytest.approx(-abs(info["forward_velocity"] - 2.0))
 
 
-@pytest.mark.skipif(not HAS_MUJOCO, reason="needs MuJoCo (pip install -e '.[mujoco]')")
+@pytest.mark.skipif(not HAS_MUJOCO, reason="needs MuJoCo (pip install 'corral[mujoco]')")
 def test_direction_task_reward_and_rl2_inputs() -> None:
     env = build("half_cheetah_dir", rl2_inputs=True)
     base = env.unwrapped

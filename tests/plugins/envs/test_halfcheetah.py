@@ -9,7 +9,7 @@ from corral.framework.config import config_of
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.plugins import get_registry
 
-pytest.importorskip("mujoco", reason="needs the MuJoCo extra: pip install -e '.[mujoco]'")
+pytest.importorskip("mujoco", reason="needs the MuJoCo extra: pip install 'corral[mujoco]'")
 
 
 def test_halfcheetah_preset_builds_and_steps() -> None:

@@ -31,7 +31,7 @@ def has_envpool() -> bool:
     return True
 
 
-needs_envpool = pytest.mark.skipif(not has_envpool(), reason="needs EnvPool (pip install corral[envpool])")
+needs_envpool = pytest.mark.skipif(not has_envpool(), reason="needs EnvPool (pip install 'corral[envpool]')")
 
 
 def make_worker(env: Any = CARTPOLE, *, seed: int = 3, max_episode_length: int | None = None, policy: Any = None,
