@@ -194,7 +194,7 @@ def _closing_line(trainer: Any, status: str, stats: dict[str, float], summary: d
     best = trainer.best_eval_return
     head = f"{status} ({trainer.stop_reason} reached)" if status == "completed" and trainer.stop_reason else status
     parts = [
-        f"corral: {head} after {trainer.epoch} epochs",
+        f"corral: {head} after {trainer.epoch} epoch{'' if trainer.epoch == 1 else 's'}",
         f"final eval {final:.2f}" if final is not None else "final eval n/a",
         f"best eval {best:.2f}" if best is not None else "best eval n/a",
         f"{trainer.total_env_steps:,} env steps",

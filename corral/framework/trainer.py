@@ -447,8 +447,13 @@ class Trainer:
         self.best_eval_return = state.get("best_eval_return")
         self.last_stats = dict(state.get("last_stats") or {})
         if state.get("sampler") is not None and self.algo.sampler is not None:
-            self.algo.sampler.load_state_dict(state["sampler"])
-            self._sampler_state = state["sampler"]
+            try:
+                self.algo.sampler.load_state_dict(state["sampler"])
+                self._sampler_state = state["sampler"]
+            except NotImplementedError:  # e.g. resumed under sampler=action_server, which keeps no such state
+                print(f"corral: note: {type(self.algo.sampler).__name__} cannot restore the workers' sampling state "
+                      "of this snapshot; the resumed episodes are correct but not the ones the original sampler "
+                      "would have drawn", file=sys.stderr, flush=True)
         rng = state["rng"]
         random.setstate(rng["python"])
         np.random.set_state(rng["numpy"])
