@@ -64,7 +64,8 @@ class PPO(OnPolicyAlgorithm):
                 idx = order[start : start + c.minibatch_size]
                 if len(idx) < 2:
                     continue
-                log_prob, entropy = self.policy.log_prob_entropy(data["observations"][idx], data["actions"][idx])
+                log_prob, entropy = self.policy.log_prob_entropy(  # type: ignore[attr-defined]  # torch side of mlp/gru
+                    data["observations"][idx], data["actions"][idx])
                 stop = self.clipped_step(data["advantages"][idx], log_prob, data["old_log_prob"][idx],
                                          self.values(data["observations"][idx]), data["returns"][idx], entropy, stats)
                 if stop:

@@ -9,7 +9,7 @@ episode, so the adaptation curve shows the reward of every pull). The observatio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -24,7 +24,7 @@ from corral.meta.task_envs import TaskEnvConfig, task_env_factory
 class BernoulliBanditEnv(gym.Env):
     """``n_arms`` Bernoulli arms; tasks ``{"probs": array of n_arms}`` (the task protocol)."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # gymnasium.Env declares it an instance attribute
 
     def __init__(self, n_arms: int = 5) -> None:
         if n_arms < 2:

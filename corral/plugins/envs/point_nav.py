@@ -12,7 +12,7 @@ Episodes last 20 steps by default.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -31,7 +31,8 @@ class PointNavEnv(gym.Env):
     """Point robot; tasks ``{"goal": array of 2}`` (the task protocol). ``info["success"]``: within
     ``goal_radius`` of the goal."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}  # gymnasium.Env declares it an instance attribute
+    action_space: gym.spaces.Box
 
     def __init__(self, sparse: bool = False, goal_radius: float = 0.2, goal_distance: float = 1.0,
                  max_step: float = 0.1) -> None:

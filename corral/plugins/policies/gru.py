@@ -65,7 +65,7 @@ class GRUPolicy(SlotNoiseMixin, Policy, nn.Module):
         self.obs_dim = flat_dim(obs_space.shape)
         self.hidden_size = int(hidden_size)
         self.discrete = isinstance(act_space, gym.spaces.Discrete)
-        if self.discrete:
+        if isinstance(act_space, gym.spaces.Discrete):
             out_dim = self.n_actions = int(act_space.n)
         elif isinstance(act_space, gym.spaces.Box):
             self.act_shape = act_space.shape
@@ -127,10 +127,11 @@ class GRUPolicy(SlotNoiseMixin, Policy, nn.Module):
 
     def _gru_step(self, x: np.ndarray, h: np.ndarray) -> np.ndarray:
         """One step of ``torch.nn.GRU``'s cell in numpy, row by row (batch-invariant)."""
-        w_ih = self.gru.weight_ih_l0.detach().numpy()
-        w_hh = self.gru.weight_hh_l0.detach().numpy()
-        gi = rowwise_linear(x, w_ih) + self.gru.bias_ih_l0.detach().numpy()
-        gh = rowwise_linear(h, w_hh) + self.gru.bias_hh_l0.detach().numpy()
+        gru: Any = self.gru  # nn.GRU's per-layer weights are dynamic attributes (typed Tensor | Module)
+        w_ih = gru.weight_ih_l0.detach().numpy()
+        w_hh = gru.weight_hh_l0.detach().numpy()
+        gi = rowwise_linear(x, w_ih) + gru.bias_ih_l0.detach().numpy()
+        gh = rowwise_linear(h, w_hh) + gru.bias_hh_l0.detach().numpy()
         hs = self.hidden_size
         r = _sigmoid(gi[:, :hs] + gh[:, :hs])
         z = _sigmoid(gi[:, hs : 2 * hs] + gh[:, hs : 2 * hs])

@@ -107,6 +107,8 @@ class MLPPolicy(SlotNoiseMixin, Policy, nn.Module):
     environment's actions depend only on its own seed, not on how it was batched.
     """
 
+    _pinned: tuple[torch.Tensor, torch.Tensor | None] | None  # host staging buffers of _forward_on
+
     def __init__(self, env_spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
                  init_log_std: float = 0.0) -> None:
         nn.Module.__init__(self)
@@ -115,7 +117,7 @@ class MLPPolicy(SlotNoiseMixin, Policy, nn.Module):
             raise ConfigError(f"policy=mlp needs a Box observation space, got {obs_space}; flatten it with a wrapper")
         self.obs_dim = flat_dim(obs_space.shape)
         self.discrete = isinstance(act_space, gym.spaces.Discrete)
-        if self.discrete:
+        if isinstance(act_space, gym.spaces.Discrete):
             self.n_actions = int(act_space.n)
             self.net = mlp(self.obs_dim, hidden_sizes, self.n_actions, activation, out_gain=0.01)
         elif isinstance(act_space, gym.spaces.Box):
@@ -151,7 +153,7 @@ class MLPPolicy(SlotNoiseMixin, Policy, nn.Module):
         (on a GPU: torch's forward, through pinned host buffers)."""
         device = self.net[0].weight.device
         if device.type != "cpu":
-            return self._forward_on(device, x)
+            return self._forward_on(device, x)  # type: ignore[arg-type]  # net[0] is a Linear: a Tensor weight
         cache = self._forward_cache
         if cache is None or not cache.valid(self.net):
             cache = self._forward_cache = _NumpyForward(self.net)

@@ -156,7 +156,7 @@ class PEARLPolicy(Policy, nn.Module):
         noise = self._z_streams.normal(self.latent_dim)
         use_mean = self.deterministic and not self.explore_z
         for j in slots:
-            mean, var = self.posterior(j) if posterior else (np.zeros(self.latent_dim), np.ones(self.latent_dim))
+            mean, var = self.posterior(int(j)) if posterior else (np.zeros(self.latent_dim), np.ones(self.latent_dim))
             self._z[j] = mean if use_mean else mean + np.sqrt(var) * noise[j]
 
     @property

@@ -49,6 +49,7 @@ class QNetworkPolicy(SlotNoiseMixin, Policy, nn.Module):
 
     #: Algorithms this policy is made for (checked before any worker starts).
     algorithms: tuple[str, ...] = ("dqn",)
+    epsilon: torch.Tensor  # a registered buffer
 
     def __init__(self, env_spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64), activation: str = "relu",
                  dueling: bool = False) -> None:

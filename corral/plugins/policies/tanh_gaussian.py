@@ -57,6 +57,7 @@ class TanhGaussianPolicy(SlotNoiseMixin, Policy, nn.Module):
 
     #: Algorithms this policy is made for (checked before any worker starts).
     algorithms: tuple[str, ...] = ("sac",)
+    random_actions: torch.Tensor  # a registered buffer
 
     def __init__(self, env_spec: EnvSpec, hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu",
                  log_std_min: float = -20.0, log_std_max: float = 2.0) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -45,7 +45,7 @@ class FragmentWorker(Worker):
             raise ValueError(f"worker.timesteps_per_call must be >= 1, got {timesteps_per_call}")
         self.timesteps_per_call = timesteps_per_call
         self._buf: EpisodeBuffers | None = None
-        self._clip = None
+        self._clip: Callable[[np.ndarray], np.ndarray] | None = None
         self._obs: np.ndarray | None = None
         self._t = np.zeros(n_envs, dtype=np.int64)
         self._ret = np.zeros(n_envs, dtype=np.float64)  # return of each running episode so far
@@ -54,6 +54,7 @@ class FragmentWorker(Worker):
     def _on_new_envs(self) -> None:
         super()._on_new_envs()
         env = self.envs[0]
+        assert self.episode_limit is not None
         self._buf = EpisodeBuffers(self.n_envs, self.episode_limit, env.observation_space, env.action_space)
         self._obs = np.zeros_like(self._buf.observations[:, 0])
         self._clip = action_clipper(env.action_space)

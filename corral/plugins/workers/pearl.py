@@ -35,7 +35,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -86,7 +86,7 @@ class PEARLWorker(TrialTasksMixin, Worker):
         self.n_prior_episodes = int(n_prior_episodes)
         self.context_reward = context_reward or None
         self._buf: EpisodeBuffers | None = None
-        self._clip = None
+        self._clip: Callable[[np.ndarray], np.ndarray] | None = None
 
     # ------------------------------------------------------------------ updates
     def update_agent(self, agent_update: Any) -> None:
@@ -189,7 +189,7 @@ class PEARLWorker(TrialTasksMixin, Worker):
 
     def _info_reward(self, info: Mapping[str, Any]) -> float:
         try:
-            return float(info[self.context_reward])
+            return float(info[self.context_reward])  # type: ignore[index]  # only called when it is set
         except KeyError:
             raise ConfigError(
                 f"worker.context_reward={self.context_reward!r}, but the environment's step info has no such key "

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -63,7 +63,7 @@ class RL2Worker(TrialTasksMixin, Worker):
         self.n_episodes_per_trial = int(n_episodes_per_trial)
         self._log: StepLog | None = None
         self._obs: np.ndarray | None = None
-        self._clip = None
+        self._clip: Callable[[np.ndarray], np.ndarray] | None = None
 
     # ------------------------------------------------------------------ updates
     def _on_new_envs(self) -> None:
@@ -116,7 +116,7 @@ class RL2Worker(TrialTasksMixin, Worker):
         task = [-1] * k
         inner_lengths: list[list[int]] = [[] for _ in range(k)]
         inner_types: list[list[int]] = [[] for _ in range(k)]
-        rewards = [0.0] * k
+        rewards: list[Any] = [0.0] * k  # each env's reward as it returns it (SupportsFloat)
         n_first = k if n_episodes is None else min(k, n_episodes)
         active = list(range(n_first))
         for j in active:

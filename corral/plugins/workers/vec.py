@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class VecWorker(Worker):
         super().__init__(seed=seed, max_episode_length=max_episode_length, worker_number=worker_number,
                          n_envs=n_envs, **kwargs)
         self._log: StepLog | None = None
-        self._clip = None
+        self._clip: Callable[[np.ndarray], np.ndarray] | None = None
         self._obs: np.ndarray | None = None
 
     def _on_new_envs(self) -> None:
@@ -68,7 +68,7 @@ class VecWorker(Worker):
         steps = [env.step for env in envs]
         t = [0] * k  # steps taken in the slot's current episode
         first_row = [0] * k  # log row of that episode's first step
-        rewards = [0.0] * k
+        rewards: list[Any] = [0.0] * k  # each env's reward as it returns it (SupportsFloat)
         n_first = k if n_episodes is None else min(k, n_episodes)
         active = list(range(n_first))
         for j in active:
@@ -91,9 +91,8 @@ class VecWorker(Worker):
                 log.reserve(row + 1, keep=row)
             actions, infos = agent.get_actions(obs_all)
             log.write(row, obs_all, actions, infos)
-            env_actions = clip(actions) if clip is not None else actions
             # Row by row as numpy values (np.int64 for Discrete), as the default worker passes them.
-            env_actions = list(env_actions)
+            env_actions = list(clip(actions) if clip is not None else actions)
             ends: list[tuple[int, bool]] = []
             for j in active:
                 o, r, terminated, truncated, _ = steps[j](env_actions[j])
