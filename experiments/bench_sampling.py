@@ -531,6 +531,21 @@ class GymAsyncVectorRunner(_VectorLoop):
         self.venv.close(terminate=False)
 
 
+class BareVectorRunner(_VectorLoop):
+    """The floor of a ``worker=vector`` row: a bare loop over the same VectorEnv (built by the vector
+    worker's own :func:`~corral.plugins.workers.vector.build_vector_env`) with the same policy, one
+    batched ``get_actions`` and one ``step`` call per step, nothing recorded (NEXT_STEP reset steps
+    not counted)."""
+
+    def __init__(self, ctx: BenchContext, backend: str, n_envs: int, num_threads: int = 0) -> None:
+        from corral.framework.env import EnvFactory
+        from corral.plugins.workers.vector import build_vector_env
+
+        venv = build_vector_env(EnvFactory(ctx.env_id), backend=backend, n_envs=n_envs, max_episode_length=None,
+                                seed=ctx.seed, num_threads=num_threads).venv
+        super().__init__(venv, ctx.make_policy(n_envs), n_envs, ctx.seed, n_envs)
+
+
 def env_recipe_id(env_id: str) -> str:
     """The id worker processes make: the CPU-heavy env as ``module:id``, so that gymnasium imports
     the module that registers it in whatever process makes it (a spawned worker, a Ray actor)."""
@@ -562,17 +577,19 @@ class CorralRunner:
     """A corral sampler: whole ``obtain_samples`` calls, each with a fresh parameter update."""
 
     def __init__(self, ctx: BenchContext, sampler: str, worker: str, worker_args: dict[str, Any],
-                 n_workers: int, sampler_args: dict[str, Any]) -> None:
+                 n_workers: int, sampler_args: dict[str, Any], batch_size: int | None = None) -> None:
         self.policy = ctx.make_policy(1)
-        self.batch_size = ctx.batch_size
+        self.batch_size = batch_size or ctx.batch_size
         self.sampler = build_sampler(ctx, sampler, worker, worker_args, n_workers, sampler_args, self.policy)
         self.itr = 0
+        self.recorded = 0  # steps returned (warm-up included)
         self.in_process = sampler == "local"
         self.uses_ray = sampler == "ray"
 
     def _unit(self) -> int:
         batch = self.sampler.obtain_samples(self.itr, self.batch_size, self.policy.get_param_values())
         self.itr += 1
+        self.recorded += len(batch)
         return len(batch)
 
     def run(self, budget_s: float) -> tuple[int, float, float]:
@@ -586,6 +603,10 @@ class CorralRunner:
         """An action server's counters (forward passes, requests, seconds serving / in forward passes)."""
         server = getattr(self.sampler, "server", None)
         if server is None:
+            # worker=vector in this process: the steps its VectorEnvs took, recorded or not
+            taken = [getattr(w, "env_steps_taken", None) for w in getattr(self.sampler, "_workers", [])]
+            if taken and None not in taken:
+                return {"steps": 0, "vector_taken": float(sum(taken)), "vector_recorded": float(self.recorded)}
             return None
         return {"steps": server.n_served_steps, "requests": server.n_served_requests, "serve_s": server.serve_s,
                 "forward_s": server.forward_s}
@@ -603,6 +624,7 @@ class RowSpec:
     ``key``: a short unique id (``--rows`` filters on it; targets name rows by it).
     ``vs_local``: the key of the ``local`` row this (parallel) row is compared with.
     ``sampler``: the corral sampler's name, for corral rows.
+    ``envs``: the environment ids the row is measured on (None: every table's).
     """
 
     method: str
@@ -613,6 +635,7 @@ class RowSpec:
     key: str = ""
     vs_local: str | None = None
     sampler: str | None = None
+    envs: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -661,6 +684,86 @@ def gym_async_row(n_procs: int, envs_per_proc: int = 1) -> RowSpec:
                    kind="gym_async", key=f"gym_async/{n_procs}x{envs_per_proc}")
 
 
+#: Where the vector worker's backends apply: gymnasium's native vector CartPole, EnvPool's CartPole and HalfCheetah.
+NATIVE_ENVS = ("CartPole-v1",)
+ENVPOOL_ENVS = ("CartPole-v1", HALF_CHEETAH_ID)
+ENVPOOL_INSTALLED = importlib.util.find_spec("envpool") is not None
+#: Environments per worker of the vector rows, and EnvPool's thread counts on HalfCheetah.
+VECTOR_NATIVE_N = (32, 256, 1024)
+VECTOR_ENVPOOL_N = (32, 256)
+HALF_CHEETAH_POOL_N = 16
+
+
+def vector_key(sampler: str, backend: str, n_envs: int, n_workers: int = 1, threads: int = 0,
+               fragments: bool = False) -> str:
+    """The key of a ``worker=vector`` row: ``sampler/vector-<backend>[-t<threads>][-frag]/<workers>x<envs>``."""
+    return (f"{sampler}/vector-{backend}" + (f"-t{threads}" if threads else "") + ("-frag" if fragments else "")
+            + f"/{n_workers}x{n_envs}")
+
+
+def vector_batch(ctx: BenchContext, n_envs: int, n_workers: int = 1) -> int:
+    """Steps per obtain_samples call of a vector row: ``batch_size / 32`` per environment (128 by default),
+    the share of each environment of ``vec(32)`` with the default batch, so many environments do not
+    shrink the episodes a call may hold to a step or two each."""
+    return n_envs * n_workers * max(1, ctx.batch_size // 32)
+
+
+def vector_row(backend: str, n_envs: int, *, sampler: str = "local", n_workers: int = 1, threads: int = 0,
+               fragments: bool = False, envs: tuple[str, ...] = NATIVE_ENVS) -> RowSpec:
+    """A ``worker=vector`` row (whole episodes, or with ``fragments`` the off-policy fragments of
+    ``batch_size / 32`` steps per environment per rollout)."""
+    args: dict[str, Any] = {"n_envs": n_envs, "backend": backend}
+    if threads:
+        args["num_threads"] = threads
+    what = f"{backend}, {n_envs}" + (f", {threads} thread{'s' if threads > 1 else ''}" if threads else "")
+
+    def build(ctx: BenchContext) -> Runner:
+        worker_args = dict(args)
+        if fragments:
+            worker_args["timesteps_per_call"] = max(1, ctx.batch_size // 32)
+        return CorralRunner(ctx, sampler, "vector", worker_args, n_workers,
+                            {"device": SERVER_DEVICE} if sampler in ("action_server", "alternating") else {},
+                            batch_size=vector_batch(ctx, n_envs, n_workers))
+
+    label = (f"corral {sampler} + vector({what})" + (" fragments" if fragments else "")
+             + (f" ({n_workers} workers)" if n_workers > 1 else ""))
+    vs_local = vector_key("local", backend, n_envs * n_workers, 1, threads, fragments) if sampler != "local" else None
+    return RowSpec(label, n_envs * n_workers, build, key=vector_key(sampler, backend, n_envs, n_workers, threads, fragments),
+                   sampler=sampler, envs=envs, kind="corral_vector", vs_local=vs_local)
+
+
+def bare_vector_row(backend: str, n_envs: int, *, threads: int = 0, envs: tuple[str, ...] = NATIVE_ENVS) -> RowSpec:
+    """The floor of the vector rows with the same VectorEnv (see :class:`BareVectorRunner`)."""
+    what = f"{backend}, {n_envs}" + (f", {threads} thread{'s' if threads > 1 else ''}" if threads else "")
+    return RowSpec(f"floor: bare loop over the VectorEnv({what}) + policy", n_envs,
+                   lambda ctx: BareVectorRunner(ctx, backend, n_envs, threads), kind="bare_vector",
+                   key=f"bare/{backend}" + (f"-t{threads}" if threads else "") + f"/{n_envs}", envs=envs)
+
+
+def vector_rows() -> list[RowSpec]:
+    """Issue 20's rows: local + vector beside a bare loop over the same VectorEnv (native CartPole at 32,
+    256 and 1024 environments, EnvPool CartPole at 32 and 256, EnvPool HalfCheetah with 1 and 2 threads),
+    fragments at 256, and multiprocessing 2 x vector(native, 128). EnvPool rows only where it is installed."""
+    rows: list[RowSpec] = []
+    for n in VECTOR_NATIVE_N:
+        rows += [bare_vector_row("native", n), vector_row("native", n)]
+    rows.append(vector_row("native", 256, fragments=True))
+    rows.append(vector_row("native", 128, sampler="multiprocessing", n_workers=2))
+    if ENVPOOL_INSTALLED:
+        for n in VECTOR_ENVPOOL_N:
+            rows += [bare_vector_row("envpool", n, threads=1, envs=("CartPole-v1",)),
+                     vector_row("envpool", n, threads=1, envs=("CartPole-v1",))]
+        for t in (1, 2):
+            rows += [bare_vector_row("envpool", HALF_CHEETAH_POOL_N, threads=t, envs=(HALF_CHEETAH_ID,)),
+                     vector_row("envpool", HALF_CHEETAH_POOL_N, threads=t, envs=(HALF_CHEETAH_ID,))]
+    return rows
+
+
+def rows_for(env_id: str, rows: Iterable[RowSpec]) -> list[RowSpec]:
+    """The rows measured on ``env_id`` (those without ``envs`` everywhere)."""
+    return [r for r in rows if r.envs is None or env_id in r.envs]
+
+
 def default_rows() -> list[RowSpec]:
     """The rows measured by default; add later samplers here."""
     rows = [
@@ -697,7 +800,7 @@ def default_rows() -> list[RowSpec]:
             corral_row(sampler, "default", n_workers=2, sampler_args=args),
             corral_row(sampler, "vec", 16, n_workers=2, sampler_args=args),
         ]
-    return rows
+    return rows + vector_rows()
 
 
 #: Rows of the heavier-policy tables (``--heavy-envs``): where batching every worker's forward pass matters.
@@ -764,6 +867,33 @@ def default_targets() -> list[Target]:
                "action_server 2 workers x vec(16) vs gym AsyncVectorEnv 2 procs x 16 envs (same policy)"),
         Target(heavy_label("CartPole-v1", HEAVY_HIDDEN), alt_vec, as_vec, 1.2,
                "alternating vs action_server, 2 workers x vec(16), 512x512 policy"),
+        *vector_targets(),
+    ]
+
+
+def vector_targets() -> list[Target]:
+    """Issue 20's targets for ``worker=vector`` (ratios of one run)."""
+    local_vec = corral_key("local", "vec", 32, 1)
+    v32, v256 = vector_key("local", "native", 32), vector_key("local", "native", 256)
+    hc1 = vector_key("local", "envpool", HALF_CHEETAH_POOL_N, threads=1)
+    hc2 = vector_key("local", "envpool", HALF_CHEETAH_POOL_N, threads=2)
+    targets = [
+        Target("CartPole-v1", v32, "bare/native/32", 0.85, "local + vector(native, 32) vs its bare loop"),
+        Target("CartPole-v1", v32, local_vec, 2.0, "local + vector(native, 32) vs local + vec(32)"),
+        Target("CartPole-v1", v256, "bare/native/256", 0.8, "local + vector(native, 256) vs its bare loop"),
+        Target("CartPole-v1", v256, local_vec, 8.0, "local + vector(native, 256) vs local + vec(32)"),
+        Target("CartPole-v1", vector_key("multiprocessing", "native", 128, 2), v256, 1.3,
+               "multiprocessing 2 x vector(native, 128) vs local + vector(native, 256)"),
+    ]
+    if not ENVPOOL_INSTALLED:
+        return targets
+    return targets + [
+        Target("CartPole-v1", vector_key("local", "envpool", 256, threads=1), "bare/envpool-t1/256", 0.8,
+               "local + vector(envpool, 256) vs its bare loop"),
+        Target(HALF_CHEETAH_ID, hc2, hc1, 1.6,
+               f"local + vector(envpool, {HALF_CHEETAH_POOL_N}): 2 threads vs 1 thread"),
+        Target(HALF_CHEETAH_ID, f"bare/envpool-t2/{HALF_CHEETAH_POOL_N}", f"bare/envpool-t1/{HALF_CHEETAH_POOL_N}",
+               1.6, f"bare loop over EnvPool({HALF_CHEETAH_POOL_N}): 2 threads vs 1 thread"),
     ]
 
 
@@ -953,6 +1083,30 @@ def targets_table(env_id: str, results: list[Result], targets: list[Target]) -> 
         return ""
     return "\n".join(["| speed target | required | measured (ratio of medians) | same-round ratios | met |",
                       "|---|---:|---:|---:|---|", *lines])
+
+
+def vector_floor_table(results: list[Result]) -> str:
+    """Each local ``worker=vector`` row over the bare loop with the same VectorEnv and policy (its floor)."""
+    by_key = {r.spec.key: r for r in results if not r.error}
+    lines = []
+    for r in results:
+        if r.error or r.spec.kind != "corral_vector" or not r.spec.key.startswith("local/"):
+            continue
+        backend = r.spec.key.split("/")[1].removeprefix("vector-").removesuffix("-frag")
+        floor = by_key.get(f"bare/{backend}/{r.spec.n}")
+        if floor is None:
+            continue
+        rounds = [a / b for a, b in zip(r.rates, floor.rates)]
+        spread = f"{min(rounds):.2f}x to {max(rounds):.2f}x" if len(rounds) > 1 else ""
+        st = r.server_stats or {}
+        taken = st.get("vector_taken")
+        share = f"{st['vector_recorded'] / taken:.2f}" if taken else ""
+        lines.append(f"| {r.spec.method} | {r.median:,.0f} | {floor.median:,.0f} | {r.median / floor.median:.2f}x "
+                     f"| {spread} | {share} |")
+    if not lines:
+        return ""
+    return "\n".join(["| row | steps/s | its floor's steps/s | ratio | same-round ratios "
+                      "| steps returned / steps the VectorEnv took |", "|---|---:|---:|---:|---:|---:|", *lines])
 
 
 def step_parts_table(results: list[Result], n: int = 32, sync_target: float = 1.3) -> str:
@@ -1255,7 +1409,7 @@ def main(argv: list[str] | None = None) -> int:
     ray = None
     try:
         heavy_rows = [r for r in rows if r.key in HEAVY_ROW_KEYS]
-        tables = [(env_id, env_id, (64, 64), rows) for env_id in args.envs]
+        tables = [(env_id, env_id, (64, 64), rows_for(env_id, rows)) for env_id in args.envs]
         tables += [(heavy_label(env_id, HEAVY_HIDDEN), env_id, HEAVY_HIDDEN, heavy_rows)
                    for env_id in args.heavy_envs if heavy_rows]
         # Two phases: every row but Ray's with no Ray runtime running (its raylet, GCS and idle
@@ -1299,7 +1453,10 @@ def main(argv: list[str] | None = None) -> int:
                 text += f"\n\nAction servers' synchronised step ({label}):\n\n{st}"
             tt = targets_table(label, results, targets)
             if tt:
-                text += f"\n\nSpeed targets (issues 2, 4 and 5) on {label}:\n\n{tt}"
+                text += f"\n\nSpeed targets (issues 2, 4, 5 and 20) on {label}:\n\n{tt}"
+            vt = vector_floor_table(results)
+            if vt:
+                text += f"\n\nworker=vector beside its floor ({label}):\n\n{vt}"
             parts = step_parts_table(results)
             if parts:
                 text += f"\n\nWhere one step of 32 environments goes ({label}):\n\n{parts}"

@@ -112,10 +112,16 @@ def test_quick_run_prints_every_row_and_writes_the_table(tmp_path: Path) -> None
     assert written.startswith("# Sampling throughput") and "Command: `" in written and "Date: " in written
     for env_id in ENVS:
         section = section_of(written, env_id)
-        check_rows(section, rows)
+        check_rows(section, bench.rows_for(env_id, rows))
         assert "Speed targets" in section and "| multiprocessing 2 workers x vec(16) vs local vec(32) |" in section
         assert f"## {env_id}" in text  # and the same table went to stdout
         assert "Where one step of 32 environments goes" in section and "S / (E + P) = " in section
+    # worker=vector rows (issue 20) where a backend has the environment: native CartPole, beside its floor
+    cartpole = section_of(written, "CartPole-v1")
+    assert "| corral local + vector(native, 256) |" in cartpole and "| floor: bare loop over the VectorEnv(native, 256)" in cartpole
+    assert "worker=vector beside its floor (CartPole-v1)" in cartpole
+    assert "| local + vector(native, 256) vs its bare loop | >= 0.8x |" in cartpole
+    assert "vector" not in section_of(written, "corral/CPUHeavyCartPole-v1").split("Speed targets", 1)[0]
     costs = table_lines(section_of(written, "Fixed cost of one obtain_samples call"))
     labels = [spec.label for spec in bench.call_cost_specs() if spec.sampler != "ray"]
     assert [cells[0] for cells in costs] == labels
@@ -188,7 +194,7 @@ def test_floor_row_is_compared_with_sync_vector_env_of_the_same_size() -> None:
 def test_halfcheetah_is_measured_by_default_exactly_when_mujoco_is_installed() -> None:
     bench = load_bench()
     assert (bench.HALF_CHEETAH_ID in bench.DEFAULT_ENVS) == bench.MUJOCO_INSTALLED
-    cheetah = [t for t in bench.default_targets() if t.env_id == bench.HALF_CHEETAH_ID]
+    cheetah = [t for t in bench.default_targets() if t.env_id == bench.HALF_CHEETAH_ID and t not in bench.vector_targets()]
     heavy = [t for t in bench.default_targets() if t.env_id == bench.CPU_HEAVY_ID]
     assert [(t.row, t.base, t.minimum) for t in cheetah] == [(t.row, t.base, t.minimum) for t in heavy]
 
@@ -248,3 +254,27 @@ def test_part_rows_step_every_environment_and_call_the_policy_alone() -> None:
     finally:
         wrapped.close()
         bare.close()
+
+
+def test_vector_rows_only_where_their_backend_has_the_environment() -> None:
+    bench = load_bench()
+    rows = bench.vector_rows()
+    native = [r for r in rows if "native" in r.key]
+    assert native and all(r.envs == ("CartPole-v1",) for r in native)
+    assert {r.key for r in native} >= {"local/vector-native/1x32", "bare/native/32", "local/vector-native/1x256",
+                                       "local/vector-native/1x1024", "multiprocessing/vector-native/2x128"}
+    assert bench.rows_for("corral/CPUHeavyCartPole-v1", rows) == []
+    pool = [r for r in rows if "envpool" in r.key]
+    assert bool(pool) == bench.ENVPOOL_INSTALLED
+    if pool:
+        n = bench.HALF_CHEETAH_POOL_N
+        assert {r.key for r in bench.rows_for(bench.HALF_CHEETAH_ID, rows)} == {
+            f"bare/envpool-t1/{n}", f"bare/envpool-t2/{n}", f"local/vector-envpool-t1/1x{n}",
+            f"local/vector-envpool-t2/1x{n}"}
+
+
+def test_vector_batch_keeps_the_per_environment_share() -> None:
+    bench = load_bench()
+    ctx = bench.BenchContext(env_id="CartPole-v1", seed=1, batch_size=4096)
+    assert bench.vector_batch(ctx, 32) == 4096 and bench.vector_batch(ctx, 256) == 256 * 128
+    assert bench.vector_batch(ctx, 128, n_workers=2) == 256 * 128

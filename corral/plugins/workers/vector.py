@@ -256,6 +256,9 @@ class VectorWorker(Worker):
         self._vseeded = False
         self._rollouts = 0  # rollouts since the VectorEnv was built (the fresh seed of a resume)
         self._limit_in_env = True
+        #: Environment steps the VectorEnv took, recorded or not (a whole-episode rollout steps every slot
+        #: until its last recorded episode ends; reset steps count too): recorded / this = the rollouts' yield.
+        self.env_steps_taken = 0
         # Fragment mode: the running episodes (carried across rollouts).
         self._frag: dict[str, Any] | None = None
 
@@ -433,6 +436,7 @@ class VectorWorker(Worker):
                     n_pending -= n
                     first_row[starting] = row
                     agent.reset(starting)
+        self.env_steps_taken += row * k
         slots = np.concatenate(ep_slots)
         rows = np.concatenate(ep_rows)
         order = np.lexsort((slots, rows))
@@ -495,6 +499,7 @@ class VectorWorker(Worker):
             idx = np.flatnonzero(running)
             pieces.append((idx, first_row[idx], t[idx] - prior_len[idx], prior_len[idx], prior_ret[idx],
                            np.full(len(idx), StepType.MID, dtype=np.uint8), obs[idx]))
+        self.env_steps_taken += steps_per_call * k
         self._frag = {"obs": np.array(obs, copy=True), "t": t, "ret": ret, "rec": rec, "prev_done": prev_done}
         return _gather_fragments(log, pieces)
 

@@ -1,0 +1,153 @@
+"""``worker=vector`` under every sampler: the same episodes under local, multiprocessing and Ray for the
+native, EnvPool and sync backends; action_server and alternating through the proxy agent; train.py."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from corral.framework.env import EnvFactory
+from corral.framework.worker import WorkerFactory
+from corral.plugins.samplers.local import LocalSampler
+from corral.plugins.samplers.multiprocessing import MultiprocessingSampler
+from corral.plugins.workers.vector import VectorWorker
+from corral.testing.contracts.helpers import env_spec_of, make_test_policy, perturbed
+from corral.testing.processes import child_processes, shm_entries, wait_gone
+
+REPO = Path(__file__).resolve().parents[3]
+CARTPOLE = EnvFactory("CartPole-v1")
+TIMEOUT = 60.0
+
+
+def has_envpool() -> bool:
+    try:
+        import envpool  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+BACKENDS = [
+    {"backend": "native", "n_envs": 5},
+    {"backend": "sync", "n_envs": 3},
+    pytest.param({"backend": "envpool", "n_envs": 4, "num_threads": 1},
+                 marks=pytest.mark.skipif(not has_envpool(), reason="needs EnvPool")),
+    {"backend": "native", "n_envs": 3, "timesteps_per_call": 20},
+]
+IDS = ["native", "sync", "envpool", "native-fragments"]
+
+
+def factory(args: dict[str, Any], seed: int = 11, n_workers: int = 2) -> WorkerFactory:
+    return WorkerFactory(seed=seed, max_episode_length=200, n_workers=n_workers, worker_class=VectorWorker,
+                         worker_args=dict(args))
+
+
+@pytest.fixture(scope="module")
+def policy() -> Any:
+    return make_test_policy(env_spec_of(CARTPOLE))
+
+
+def same_calls(reference: Any, sampler: Any, policy: Any) -> None:
+    """Three obtain_samples calls (the second with new parameters) and one obtain_exact_episodes call
+    give the same episodes from both samplers."""
+    params0 = policy.get_param_values()
+    params1 = perturbed(params0)
+    for itr, params in enumerate((params0, params1, params1)):
+        want = reference.obtain_samples(itr, 400, params)
+        got = sampler.obtain_samples(itr, 400, params)
+        assert len(got) >= 400
+        assert got.differences(want) == [], f"call {itr}"
+    if not reference.worker_factory.worker_args.get("timesteps_per_call"):  # fragments: no episode counts
+        want = reference.obtain_exact_episodes(3, params0)
+        got = sampler.obtain_exact_episodes(3, params0)
+        assert got.n_episodes == 6 and got.differences(want) == []
+
+
+def baseline() -> tuple[set[int], set[str]]:
+    """Child processes and shared-memory segments before a test (multiprocessing's resource tracker
+    started first, so it is not taken for a leftover)."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    return set(child_processes()), shm_entries()
+
+
+def no_leftovers(before_children: set[int], before_shm: set[str]) -> None:
+    left = [p for p in child_processes() if p not in before_children]
+    assert not wait_gone(left, timeout=20.0), f"processes left: {left}"
+    assert not {n for n in shm_entries() - before_shm if n.startswith(f"corral_{os.getpid()}_")}
+
+
+@pytest.mark.parametrize("args", BACKENDS, ids=IDS)
+def test_multiprocessing_gives_the_local_samplers_episodes(policy: Any, args: dict[str, Any]) -> None:
+    children, shm = baseline()
+    f = factory(args)
+    with LocalSampler.from_worker_factory(copy.deepcopy(f), policy, CARTPOLE) as local, \
+            MultiprocessingSampler.from_worker_factory(f, policy, CARTPOLE, timeout=TIMEOUT) as mp:
+        same_calls(local, mp, policy)
+    no_leftovers(children, shm)
+
+
+def test_ray_gives_the_local_samplers_episodes(policy: Any) -> None:
+    ray = pytest.importorskip("ray")
+    from corral.plugins.samplers.ray import RaySampler
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    try:
+        for case in BACKENDS:
+            args = case if isinstance(case, dict) else case.values[0]
+            if args["backend"] == "envpool" and not has_envpool():
+                continue
+            f = factory(args)
+            with LocalSampler.from_worker_factory(copy.deepcopy(f), policy, CARTPOLE) as local, \
+                    RaySampler.from_worker_factory(f, policy, CARTPOLE) as remote:
+                same_calls(local, remote, policy)
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.parametrize("sampler_name", ["action_server", "alternating"])
+@pytest.mark.parametrize("args", [{"backend": "native", "n_envs": 4}, {"backend": "sync", "n_envs": 2},
+                                  {"backend": "native", "n_envs": 3, "timesteps_per_call": 16}],
+                         ids=["native", "sync", "native-fragments"])
+def test_action_server_samplers_run_it_through_the_proxy(policy: Any, sampler_name: str, args: dict[str, Any]) -> None:
+    """The worker's agent is a proxy to one batched policy in the sampler's process: the same episodes as
+    the local sampler."""
+    from corral.framework.plugins import get_registry
+
+    sampler_class = get_registry().get("sampler", sampler_name).factory
+    children, shm = baseline()
+    f = factory(args)
+    with LocalSampler.from_worker_factory(copy.deepcopy(f), policy, CARTPOLE) as local, \
+            sampler_class.from_worker_factory(f, policy, CARTPOLE, device="cpu", timeout=TIMEOUT) as served:
+        same_calls(local, served, policy)
+    no_leftovers(children, shm)
+
+
+def test_train_py_with_worker_vector(tmp_path: Path) -> None:
+    """``python train.py worker=vector`` trains PPO for two epochs, and resumes from its snapshot."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(REPO / "train.py"), "worker=vector", "worker.n_envs=8", "trainer.n_epochs=2",
+           "trainer.batch_size=400", "trainer.eval_every=0", "logger=[csv]", f"hydra.run.dir={run}"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = (run / "progress.csv").read_text().splitlines()
+    assert len(rows) == 3, rows
+    assert float(rows[-1].split(",")[rows[0].split(",").index("env_steps")]) >= 800
+
+
+def test_ppo_cartpole_vector_preset_composes() -> None:
+    from corral.testing import compose_config
+
+    cfg = compose_config(["experiment=ppo_cartpole_vector"])
+    assert cfg.worker.name == "vector" and cfg.worker.backend == "native" and cfg.worker.n_envs >= 16
+    assert cfg.algo.name == "ppo"
+    assert np.isclose(cfg.trainer.batch_size % cfg.worker.n_envs, 0)
