@@ -131,3 +131,13 @@ def test_sac_keeps_raw_transitions_and_normalises_minibatches(corral_build: Any)
                                                 "rewards": torch.ones(4)})
     assert batch["observations"].abs().max() <= 10.0 and not torch.allclose(batch["rewards"], torch.ones(4))
     assert stats["replay/n_updates"] > 0 and "normalize/return_std" in stats
+
+
+def test_a_normalised_snapshot_is_refused_without_normalisation(corral_build: Any, tmp_path: Path) -> None:
+    from corral.framework.errors import ConfigError
+
+    _train(corral_build, "trainer.n_epochs=1", log_dir=tmp_path / "normalised")
+    plain = [o for o in SMALL if not o.startswith("normalize.")]
+    run = corral_build(*plain, "sampler=local", f"trainer.resume={tmp_path / 'normalised'}", log_dir=tmp_path / "plain")
+    with pytest.raises(ConfigError, match="trained with running normalisation"):
+        run.train()
