@@ -22,7 +22,7 @@ from corral.framework.env import (
     seed_int,
     set_env_rng_state,
 )
-from corral.framework.errors import ConfigError
+from corral.framework.errors import ConfigError, WorkerError
 from corral.framework.policy import Policy
 
 
@@ -73,6 +73,13 @@ class Worker(ABC):
         if isinstance(agent_update, Policy):
             self.agent = agent_update
             self.agent.seed(self.action_seeds)
+        elif self.agent is None and hasattr(agent_update, "get_actions"):
+            kind = type(agent_update)
+            raise ConfigError(
+                f"worker {self.worker_number} was given an agent of type {kind.__module__}.{kind.__qualname__}, "
+                "which is not a corral.Policy; subclass corral.Policy (get_actions, reset, get_param_values, "
+                "set_param_values) so workers can seed it and update its parameters"
+            )
         elif self.agent is None:
             raise ConfigError(
                 f"worker {self.worker_number} received parameters before it had an agent; "
@@ -171,6 +178,94 @@ class Worker(ABC):
             self.agent.set_sampling_state(state["agent"])
 
 
+class UpdateFailure(Exception):
+    """An agent or environment update raised inside a worker (see :func:`apply_updates`).
+
+    Holds only strings, so it pickles across processes and Ray: ``stage`` ("agent update" or
+    "environment update"), ``summary`` (``"TypeName: message"`` of the original exception) and
+    ``missing_module`` (the module name when the original was a ``ModuleNotFoundError``).
+    """
+
+    def __init__(self, stage: str, summary: str, missing_module: str | None = None) -> None:
+        super().__init__(stage, summary, missing_module)
+        self.stage = stage
+        self.summary = summary
+        self.missing_module = missing_module
+
+    def __str__(self) -> str:
+        return f"{self.stage} failed: {self.summary}"
+
+
+def exception_summary(exc: BaseException) -> str:
+    """``"TypeName: message"`` of an exception, on one line (at most 500 characters)."""
+    text = " ".join(str(exc).split())
+    if len(text) > 500:
+        text = text[:497] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def missing_module_of(exc: BaseException) -> str | None:
+    """The module name when ``exc`` (or an exception it was raised from) is a ModuleNotFoundError."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ModuleNotFoundError):
+            return current.name or str(current)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def apply_updates(worker: Worker, env_update: Any, agent_update: Any) -> None:
+    """Every sampler's way to update a worker: ``update_env`` then ``update_agent``.
+
+    A failure raises :class:`UpdateFailure` naming the update that failed, which each sampler turns
+    into the same :class:`~corral.framework.errors.WorkerError` (:func:`update_error`) before it
+    samples anything with that worker.
+    """
+    for stage, apply, update in (("environment update", worker.update_env, env_update),
+                                 ("agent update", worker.update_agent, agent_update)):
+        try:
+            apply(update)
+        except Exception as exc:  # noqa: BLE001 - reported as an UpdateFailure with the original's summary
+            raise UpdateFailure(stage, exception_summary(exc), missing_module_of(exc)) from exc
+
+
+_UPDATE_HINTS = {
+    "agent update": "an agent update must be a corral.Policy or parameters from the same policy's "
+                    "get_param_values() (same names and shapes)",
+    "environment update": "an environment update must be a gymnasium.Env, an EnvFactory or a callable "
+                          "that accepts the worker's environment",
+}
+
+
+def update_error(sampler: str, worker_number: int | None, failure: UpdateFailure,
+                 remote_traceback: str | None = None) -> WorkerError:
+    """The WorkerError every sampler raises when a worker could not apply an update; nothing was
+    sampled with it. ``sampler`` names the sampler (``"local"``, ``"ray"``...)."""
+    who = f"worker {worker_number}" if worker_number is not None else "the server's policy"
+    if failure.missing_module:
+        return WorkerError(
+            f"{sampler} sampler: {who} could not apply the {failure.stage}: it cannot import module "
+            f"{failure.missing_module!r} ({failure.summary}). The class is defined in a module that this "
+            f"worker's Python cannot import; {import_fix(sampler)}",
+            worker_number=worker_number, remote_traceback=remote_traceback,
+        )
+    return WorkerError(
+        f"{sampler} sampler: {who} could not apply the {failure.stage}: {failure.summary}; nothing was sampled "
+        f"with it ({_UPDATE_HINTS.get(failure.stage, 'check the update')})",
+        worker_number=worker_number, remote_traceback=remote_traceback,
+    )
+
+
+def import_fix(sampler: str) -> str:
+    """How to make a script's own module importable where ``sampler``'s workers run."""
+    if sampler == "ray":
+        return ("ship it to every Ray worker with sampler.runtime_env (e.g. sampler.runtime_env.working_dir=. "
+                "or sampler.runtime_env.py_modules=[path/to/module]), or install it on every node")
+    return "define the class in an importable module (not in __main__ or a notebook cell), or install it"
+
+
 @dataclass
 class WorkerFactory:
     """Picklable recipe for the workers of a sampler; ``factory(i)`` builds worker ``i`` where it runs.
@@ -232,4 +327,4 @@ class WorkerFactory:
         return [preprocess(objs) for _ in range(self.n_workers)]
 
 
-__all__ = ["Worker", "WorkerFactory"]
+__all__ = ["UpdateFailure", "Worker", "WorkerFactory", "apply_updates", "exception_summary", "missing_module_of", "update_error"]

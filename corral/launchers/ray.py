@@ -10,6 +10,10 @@ deadlock of nested Ray use on a small cluster). Other samplers reserve
 ``max(driver_cpus, n_workers * num_cpus)`` CPUs in a single bundle (worker processes run on the
 job's node); ``sampler=local`` reserves ``driver_cpus``.
 
+``hydra.launcher.runtime_env`` (``working_dir``, ``py_modules``, ``pip``, ``env_vars``) is Ray's
+runtime environment for the jobs and, inherited, for the actors their samplers start: a script's
+own modules reach every node without being installed there.
+
 Ctrl-C cancels the running jobs gently (a KeyboardInterrupt inside each, so the trainer writes a
 snapshot and a summary with ``status: interrupted``), waits ``cancel_grace_s``, then kills what
 is left; a local runtime the launcher started is shut down, a joined cluster is left running.
@@ -30,6 +34,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.errors import ConfigError
+from corral.parallel.ray_runtime import check_runtime_env
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +52,11 @@ class RayLauncherSettings:
     max_concurrent_jobs: int | None = None
     cancel_grace_s: float = 30.0
     poll_s: float = 1.0
+    runtime_env: dict[str, Any] | None = None
 
     def validate(self) -> None:
-        """Raise ``ConfigError`` for values that cannot work."""
+        """Raise ``ConfigError`` for values that cannot work (``runtime_env``: local paths made absolute)."""
+        self.runtime_env = check_runtime_env(self.runtime_env, "hydra.launcher.runtime_env") or None
         if self.driver_cpus <= 0:
             raise ConfigError("hydra.launcher.driver_cpus must be > 0 (a job's trainer needs a CPU), "
                               f"got {self.driver_cpus}")
@@ -128,10 +135,11 @@ def _connect(ray: Any, settings: RayLauncherSettings) -> bool:
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    extra: dict[str, Any] = {"runtime_env": settings.runtime_env} if settings.runtime_env else {}
     if settings.address:
-        ray.init(address=settings.address, log_to_driver=True, configure_logging=False)
+        ray.init(address=settings.address, log_to_driver=True, configure_logging=False, **extra)
         return False
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False}
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False, **extra}
     if settings.num_cpus is not None:
         kwargs["num_cpus"] = settings.num_cpus
     if settings.object_store_memory is not None:
@@ -181,8 +189,11 @@ def launch(settings: RayLauncherSettings, hydra_context: HydraContext, task_func
         jobs.append((idx, sweep_config, job_bundles(sweep_config, settings)))
 
     configs = {idx: cfg for idx, cfg, _ in jobs}
+    was_running = ray.is_initialized()
     started = _connect(ray, settings)
     remote_job = ray.remote(_run_job_on_ray)
+    if was_running and settings.runtime_env:  # a runtime started by someone else: the jobs carry it
+        remote_job = remote_job.options(runtime_env=settings.runtime_env)
     singleton_ref = ray.put(Singleton.get_state())
     context_ref = ray.put(hydra_context)
     task_ref = ray.put(task_function)

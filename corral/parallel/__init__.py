@@ -1,6 +1,6 @@
 """Process and IPC machinery that the parallel samplers are built on.
 
-Who uses it: the ``multiprocessing``, ``action_server`` and ``alternating`` samplers
+Who uses it: the ``multiprocessing``, ``action_server``, ``alternating`` and ``ray`` samplers, the Ray launcher
 (and a third-party sampler that wants the same parts). It holds:
 
 - ``worker_process``: the long-lived worker process, its command loop and liveness checks;
@@ -8,7 +8,9 @@ Who uses it: the ``multiprocessing``, ``action_server`` and ``alternating`` samp
 - ``action_proxy`` / ``action_server``: the proxy agent a worker holds under an action server,
   and the server that runs one batched forward pass for every worker's environments;
 - ``slot_state`` / ``slot_noise``: per-environment-slot agent state and noise streams kept by
-  the action server for each worker's slots.
+  the action server for each worker's slots;
+- ``ray_runtime``: the ``runtime_env`` the Ray sampler and the Ray launcher pass on to Ray, and
+  naming the module behind an import failure inside a Ray worker.
 
 Imports only ``corral.framework`` and ``corral.rl``.
 """

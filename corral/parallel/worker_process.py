@@ -13,7 +13,8 @@ parent -> child: ``(seq, version, env_refs, agent_refs, action, arg)`` or ``"sto
 
 child -> parent: ``(kind, seq, version, payload)`` with kind ``"ready"`` (payload: pid),
     ``"progress"`` (the worker is still working; at most one a second), ``"done"`` (a small result),
-    ``"error"`` (payload: ``(summary, formatted traceback)``) or ``"batches"`` (payload: the sizes
+    ``"error"`` (payload: ``(summary, formatted traceback)``, plus the arguments of an
+    :class:`~corral.framework.worker.UpdateFailure` when applying an update failed) or ``"batches"`` (payload: the sizes
     of the parts that follow: a pickle-protocol-5 stream of the list of EpisodeBatches, then each
     array's raw bytes as an out-of-band buffer, so arrays are never copied into a pickle).
 
@@ -36,6 +37,7 @@ import traceback
 from multiprocessing.connection import wait
 from typing import Any, Sequence
 
+from corral.framework.worker import UpdateFailure, exception_summary, missing_module_of
 from corral.parallel.shared_memory import load_blob
 
 #: Seconds between a child's checks on its parent, and between its progress reports.
@@ -125,6 +127,10 @@ def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_a
                 _serve(worker, channel, seq, version, env_refs, agent_refs, action, arg)
             except (BrokenPipeError, ConnectionResetError):
                 return
+            except UpdateFailure as exc:  # the parent raises it (a restart would replay the same update)
+                cause = exc.__cause__ or exc
+                tb = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+                channel.send(("error", seq, version, (str(exc), tb, exc.args)))
             except Exception as exc:  # noqa: BLE001 - the parent decides (raise or restart)
                 channel.send(("error", seq, version, (_summary(exc), traceback.format_exc())))
             finally:
@@ -141,10 +147,13 @@ def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_a
 
 def _serve(worker: Any, channel: _Channel, seq: int, version: int, env_refs: Sequence[Any],
            agent_refs: Sequence[Any], action: str, arg: Any) -> None:
-    for ref in env_refs:
-        worker.update_env(load_blob(ref))
-    for ref in agent_refs:
-        worker.update_agent(load_blob(ref))
+    for stage, refs, apply in (("environment update", env_refs, worker.update_env),
+                               ("agent update", agent_refs, worker.update_agent)):
+        for ref in refs:
+            try:
+                apply(load_blob(ref))  # unpickling included: a class the worker cannot import fails here
+            except Exception as exc:  # noqa: BLE001 - reported with the stage that failed
+                raise UpdateFailure(stage, exception_summary(exc), missing_module_of(exc)) from exc
     channel.count_steps(worker)
     if action == "steps":
         channel.send_batches(seq, version, sample_steps(worker, int(arg)))
@@ -192,7 +201,7 @@ def _start_watchdog(parent_pid: int, channel: _Channel) -> None:
                 os._exit(1)
             busy = channel.busy
             now = (busy, channel.steps) if busy is not None else None
-            if now is not None and now != last and channel.lock.acquire(blocking=False):
+            if busy is not None and now != last and channel.lock.acquire(blocking=False):
                 try:
                     channel.conn.send(("progress", busy[0], busy[1], None))
                 except Exception:  # noqa: BLE001 - the parent is gone; the checks above will see it
@@ -295,7 +304,7 @@ class WorkerProcess:
             self.started = True
             self._pid = self.process.pid
         finally:
-            if masked:
+            if old is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
             self._child_conn.close()
 

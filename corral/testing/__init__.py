@@ -13,7 +13,9 @@
   their plain-Python forms :func:`compose_config`, :func:`build_run`, :func:`inline_plugin`.
 - Faulty environments for failure tests (:mod:`corral.testing.faulty_envs`).
 - Leak checks (:mod:`corral.testing.processes`): child processes, descendants, ``/dev/shm``
-  entries, bounded waits for processes to exit; :func:`import_path` loads a script by path.
+  entries, bounded waits for processes to exit; children started for signal tests
+  (:func:`started_session`, :func:`interruptible`) that do not depend on how the suite was
+  launched and are cleaned up even when a test times out; :func:`import_path` loads a script by path.
 
 Names are imported on first use, so ``import corral.testing`` stays cheap.
 """
@@ -27,6 +29,9 @@ _EXPORTS = {
     "SamplerContract": "corral.testing.contracts",
     "WorkerContract": "corral.testing.contracts",
     "AlgorithmContract": "corral.testing.contracts",
+    "EnvContract": "corral.testing.contracts",
+    "LoggerContract": "corral.testing.contracts",
+    "ConfigContract": "corral.testing.contracts",
     "compose_config": "corral.testing.plugin",
     "build_run": "corral.testing.plugin",
     "inline_plugin": "corral.testing.plugin",
@@ -35,6 +40,10 @@ _EXPORTS = {
     "process_alive": "corral.testing.processes",
     "shm_entries": "corral.testing.processes",
     "wait_gone": "corral.testing.processes",
+    "started_session": "corral.testing.processes",
+    "stop_session": "corral.testing.processes",
+    "interruptible": "corral.testing.processes",
+    "default_signal_dispositions": "corral.testing.processes",
     "import_path": "corral.testing.modules",
 }
 

@@ -3,14 +3,24 @@
 Linux reads ``/proc``; elsewhere the functions fall back to what :mod:`os` and
 :mod:`multiprocessing` can tell. Plugin authors use them to assert "nothing left running"
 after a sampler shuts down, as corral's own contract suites do.
+
+Tests that send signals use :func:`started_session` (a child in a session of its own, with the
+default SIGINT and SIGTERM dispositions whatever this process inherited, and everything it
+started stopped and its ``/dev/shm`` entries removed afterwards, even when the test fails or
+times out) and :func:`interruptible` (SIGINT raises KeyboardInterrupt in this process, also when
+the test suite was started in the background with SIGINT ignored).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
+import signal
+import subprocess
 import time
-from typing import Iterable
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Sequence
 
 
 def proc_stat(pid: int) -> tuple[int, str] | None:
@@ -105,4 +115,116 @@ def shm_entries() -> set[str]:
         return set()
 
 
-__all__ = ["child_processes", "cmdline", "descendants", "process_alive", "proc_stat", "shm_entries", "wait_gone"]
+def session_of(pid: int) -> int | None:
+    """The session id of ``pid`` (from /proc), or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return int(text[text.rfind(")") + 2 :].split()[3])
+
+
+def session_processes(sid: int) -> set[int]:
+    """Live processes of session ``sid`` (a child started with ``start_new_session=True`` leads one)."""
+    return {p for p, (_, state) in _parents().items() if state != "Z" and session_of(p) == sid}
+
+
+def default_signal_dispositions() -> None:
+    """``preexec_fn`` for a child that must react to SIGINT and SIGTERM as a terminal's program does.
+
+    A process started in the background by a shell script inherits SIGINT *ignored*, and Python
+    then installs no KeyboardInterrupt handler. Tests that send signals start their children with
+    this, so they do not depend on how the test suite itself was launched.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this process inside the block (Python's default handler),
+    whatever disposition the process inherited; the previous one is restored afterwards."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+#: /dev/shm names that carry the pid of the process that created them (``{pid}`` is replaced).
+SHM_PID_PATTERNS = ("sem.loky-{pid}-", "joblib_memmapping_folder_{pid}_", "corral_{pid}_")
+
+
+def remove_shm_of(pids: Iterable[int], before: set[str] | None = None) -> list[str]:
+    """Remove the ``/dev/shm`` entries named after ``pids`` (:data:`SHM_PID_PATTERNS`), leaving
+    those in ``before``; return the names removed. For after a test killed those processes."""
+    prefixes = tuple(pattern.format(pid=pid) for pid in pids for pattern in SHM_PID_PATTERNS)
+    removed = []
+    for name in sorted(shm_entries() - (before or set())):
+        if prefixes and name.startswith(prefixes):
+            path = os.path.join("/dev/shm", name)
+            try:
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
+def stop_session(proc: subprocess.Popen, grace: float = 10.0, seen: Iterable[int] = ()) -> set[int]:
+    """Stop ``proc`` (started with ``start_new_session=True``) and everything it started.
+
+    SIGTERM to its session's processes and descendants, up to ``grace`` seconds for them to go,
+    then SIGKILL; ``proc`` is reaped; ``/dev/shm`` entries named after any of these processes (and
+    ``seen``, pids the test saw earlier) are removed. Returns the pids that were still running.
+    Bounded: at most ``grace`` + 15 seconds.
+    """
+    pids = {proc.pid} | descendants(proc.pid) | session_processes(proc.pid)
+    running = {p for p in pids if process_alive(p)}
+    if proc.poll() is None:
+        running.add(proc.pid)
+    for sig, wait_s in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        running |= {p for p in descendants(proc.pid) | session_processes(proc.pid) if process_alive(p)}
+        for pid in sorted(running):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+        running = wait_gone(running, timeout=wait_s if sig == signal.SIGTERM else 5.0)
+        if not running and proc.poll() is not None:
+            break
+    remove_shm_of(pids | set(seen))
+    return pids
+
+
+@contextmanager
+def started_session(cmd: Sequence[str], **popen_kwargs: Any) -> Iterator[subprocess.Popen]:
+    """``subprocess.Popen(cmd)`` in a session of its own (a signal sent with ``os.killpg`` reaches
+    all of it, as Ctrl-C in a terminal reaches a foreground job), with SIGINT and SIGTERM at their
+    default dispositions (:func:`default_signal_dispositions`). On leaving the block, whatever
+    happened (an assertion, a timeout, Ctrl-C), :func:`stop_session` stops what is still running
+    and removes its ``/dev/shm`` entries."""
+    popen_kwargs.setdefault("start_new_session", True)
+    proc = subprocess.Popen(list(cmd), preexec_fn=default_signal_dispositions, **popen_kwargs)
+    try:
+        yield proc
+    finally:
+        stop_session(proc)
+        for stream in (proc.stdout, proc.stderr, proc.stdin):
+            if stream is not None:
+                stream.close()
+
+
+__all__ = ["child_processes", "cmdline", "default_signal_dispositions", "descendants", "interruptible", "process_alive",
+           "proc_stat", "remove_shm_of", "session_processes", "shm_entries", "started_session", "stop_session",
+           "wait_gone"]

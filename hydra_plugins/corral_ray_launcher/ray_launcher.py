@@ -28,6 +28,7 @@ class CorralRayLauncher(Launcher):
         max_concurrent_jobs: Optional[int] = None,
         cancel_grace_s: float = 30.0,
         poll_s: float = 1.0,
+        runtime_env: Optional[Any] = None,
         **ignored: Any,
     ) -> None:
         from corral.launchers.ray import RayLauncherSettings
@@ -35,7 +36,7 @@ class CorralRayLauncher(Launcher):
         self.settings = RayLauncherSettings(
             address=address, num_cpus=num_cpus, object_store_memory=object_store_memory, driver_cpus=driver_cpus,
             driver_gpus=driver_gpus, job_cpus=job_cpus, max_concurrent_jobs=max_concurrent_jobs,
-            cancel_grace_s=cancel_grace_s, poll_s=poll_s,
+            cancel_grace_s=cancel_grace_s, poll_s=poll_s, runtime_env=runtime_env,
         )
         self.settings.validate()
         self.config: DictConfig | None = None

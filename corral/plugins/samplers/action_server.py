@@ -20,6 +20,7 @@ groups of workers.
 from __future__ import annotations
 
 import copy
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ from corral import hookimpl
 from corral.framework.checks import check
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
-from corral.framework.worker import WorkerFactory
+from corral.framework.worker import UpdateFailure, WorkerFactory, exception_summary, update_error
 from corral.parallel.action_proxy import PROXY_METHODS, ActionProxy, ServedWorkerFactory
 from corral.parallel.action_server import ActionServer
 from corral.plugins.samplers.multiprocessing import (
@@ -190,7 +191,12 @@ class ActionServerSampler(MultiprocessingSampler):
             raise ConfigError(f"a list of {len(agent_update)} agent_updates was given for {n} workers; a list must "
                               "have exactly one item per worker (or pass a single object to broadcast it)")
         assert self.server is not None
-        fresh = self.server.apply_agent_update(agent_update, n)
+        try:
+            fresh = self.server.apply_agent_update(agent_update, n)
+        except Exception as exc:  # noqa: BLE001 - the same WorkerError as every sampler's
+            tb = traceback.format_exc()
+            raise update_error(self.option_name, None, UpdateFailure("agent update", exception_summary(exc)),
+                               tb) from None
         worker_update: Any = None
         if fresh:
             items = agent_update if isinstance(agent_update, list) else [agent_update] * n

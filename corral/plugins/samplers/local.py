@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -10,7 +11,7 @@ from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
 from corral.framework.checks import check
 from corral.framework.sampler import Sampler, collect_share, split_steps
-from corral.framework.worker import Worker
+from corral.framework.worker import UpdateFailure, Worker, apply_updates, update_error
 
 
 @dataclass
@@ -37,9 +38,13 @@ class LocalSampler(Sampler):
             # holding one policy twice must not make two workers share (and reseed) one object.
             agent_updates = [copy.deepcopy(u) for u in agent_updates]
         env_updates = factory.prepare_worker_messages(env_update, lambda x: x)
-        for worker, agent_u, env_u in zip(self._workers, agent_updates, env_updates):
-            worker.update_env(env_u)
-            worker.update_agent(agent_u)
+        for i, (worker, agent_u, env_u) in enumerate(zip(self._workers, agent_updates, env_updates)):
+            try:
+                apply_updates(worker, env_u, agent_u)
+            except UpdateFailure as failure:
+                cause = failure.__cause__ or failure
+                tb = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+                raise update_error("local", i, failure, tb) from None
 
     def obtain_samples(self, itr: int, num_samples: int, agent_update: Any, env_update: Any = None) -> EpisodeBatch:
         """Whole episodes, at least ``num_samples`` steps, split evenly over workers in order."""

@@ -46,6 +46,7 @@ from corral.framework.env import is_new_env
 from corral.framework.errors import ConfigError, WorkerError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, split_steps
+from corral.framework.worker import UpdateFailure, update_error
 from corral.parallel.shared_memory import SharedBlobs, dump_blob
 from corral.parallel.worker_process import WorkerProcess, describe_exit, stop_processes
 
@@ -109,6 +110,9 @@ class MultiprocessingSampler(Sampler):
         agent_version: agent updates sent so far; replies to older requests are discarded.
         n_stale: replies discarded because they answered an older request (an abandoned call).
     """
+
+    #: The option's name in messages (``sampler=<option_name>``).
+    option_name: str = "multiprocessing"
 
     def __init__(
         self,
@@ -325,7 +329,15 @@ class MultiprocessingSampler(Sampler):
                     continue
                 if kind == "error":
                     self._release(i, {seq})
-                    summary, tb = payload
+                    if seq and seq != h.current_seq:
+                        # The failure of a request abandoned earlier (say, by Ctrl-C): not this call's.
+                        self.n_stale += 1
+                        logger.debug("worker %d: dropped the error of abandoned request %d: %s", i, seq, payload[0])
+                        continue
+                    summary, tb, *update = payload
+                    if update and update[0]:
+                        # Applying the update failed: a restart would replay it, so it is raised at once.
+                        raise _Failure(update_error(self.option_name, i, UpdateFailure(*update[0]), tb))
                     return WorkerError(
                         f"worker {i} (pid {h.pid}) raised {summary} while {activity}",
                         worker_number=i, remote_traceback=tb,

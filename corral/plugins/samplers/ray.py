@@ -7,6 +7,16 @@ are put item by item. Every wait is bounded: a dead actor, an actor that raised 
 included) or one that makes no progress within ``timeout`` seconds becomes a ``WorkerError``,
 or, with ``on_worker_failure=restart``, the actor is rebuilt with its seed stream advanced and its
 share is sampled again.
+
+Updates travel with the work: each ``sample`` / ``exact`` call carries that round's agent and
+environment update and applies it first, so an update that fails (wrong parameter shapes, an invalid
+task, a class the actor cannot import) raises the same :class:`~corral.framework.errors.WorkerError`
+as on every other sampler, and nothing is sampled with the old agent. A restarted actor is given
+only what it needs to be where the others are: the latest full environment and the latest callable
+applied to it, the latest Policy and the latest parameters (as the multiprocessing sampler does).
+
+``sampler.runtime_env`` (``working_dir``, ``py_modules``, ``pip``, ``env_vars``) is Ray's runtime
+environment: a script's own modules reach every node without being installed there.
 """
 
 from __future__ import annotations
@@ -19,9 +29,12 @@ from typing import Any, Mapping
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
 from corral.framework.checks import check
+from corral.framework.env import is_new_env
 from corral.framework.errors import ConfigError, WorkerError
+from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, collect_share, split_steps
-from corral.framework.worker import WorkerFactory
+from corral.framework.worker import UpdateFailure, WorkerFactory, apply_updates, import_fix, update_error
+from corral.parallel.ray_runtime import check_runtime_env, missing_module_in
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +51,11 @@ class RaySamplerConfig:
     start_timeout: float = field(default=120.0, metadata=check(gt=0, help="seconds to wait for the actors to be placed and built"))
     on_worker_failure: str = field(default="raise", metadata=check(choices=("raise", "restart"), help="raise | restart"))
     max_restarts: int = field(default=3, metadata=check(ge=0, help="restarts allowed per obtain call before giving up"))
+    runtime_env: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "Ray runtime environment of the actors: working_dir, py_modules, pip, env_vars "
+                          "(e.g. sampler.runtime_env.working_dir=. ships this directory's modules to every node)"},
+    )
 
 
 class _RayWorker:
@@ -58,16 +76,20 @@ class _RayWorker:
         return os.getpid(), ray.get_runtime_context().get_node_id()
 
     def update(self, agent_update: Any, env_update: Any) -> None:
-        """Apply an environment update, then an agent update."""
-        self.worker.update_env(env_update)
-        self.worker.update_agent(agent_update)
+        """Apply an environment update, then an agent update (:class:`UpdateFailure` if one fails)."""
+        apply_updates(self.worker, env_update, agent_update)
 
-    def sample(self, version: int, share: int) -> tuple[int, EpisodeBatch]:
-        """Whole episodes totalling at least ``share`` steps, tagged with the agent version."""
+    def sample(self, version: int, share: int, agent_update: Any = None, env_update: Any = None
+               ) -> tuple[int, EpisodeBatch]:
+        """Apply this round's updates, then whole episodes totalling at least ``share`` steps,
+        tagged with the agent version."""
+        apply_updates(self.worker, env_update, agent_update)
         return version, collect_share(self.worker, share)
 
-    def exact(self, version: int, n_episodes: int) -> tuple[int, EpisodeBatch]:
-        """Exactly ``n_episodes`` episodes, tagged with the agent version."""
+    def exact(self, version: int, n_episodes: int, agent_update: Any = None, env_update: Any = None
+              ) -> tuple[int, EpisodeBatch]:
+        """Apply this round's updates, then exactly ``n_episodes`` episodes, tagged with the agent version."""
+        apply_updates(self.worker, env_update, agent_update)
         return version, self.worker.rollout(n_episodes=n_episodes)
 
     def state_dict(self) -> dict[str, Any]:
@@ -98,8 +120,10 @@ class RaySampler(Sampler):
         start_timeout: float = 120.0,
         on_worker_failure: str = "raise",
         max_restarts: int = 3,
+        runtime_env: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        self.runtime_env = check_runtime_env(runtime_env)
         if on_worker_failure not in ("raise", "restart"):
             raise ConfigError(f"sampler.on_worker_failure must be 'raise' or 'restart', got {on_worker_failure!r}")
         try:
@@ -118,18 +142,27 @@ class RaySampler(Sampler):
         self._actors: list[Any] = []
         self._restarts = [0] * self.n_workers
         self._version = 0
-        self._connect()
-        self._actor_cls = ray.remote(_RayWorker).options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)
+        self._actor_runtime_env = self._connect()
+        options: dict[str, Any] = dict(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)
+        if self._actor_runtime_env:
+            options["runtime_env"] = self._actor_runtime_env
+        self._actor_cls = ray.remote(_RayWorker).options(**options)
         factory = self.worker_factory
-        # Remembered so a restarted actor gets the same starting agent and environment.
-        self._initial_agents = self._put_spread(agents)
-        self._initial_envs = self._put_spread(envs)
-        self._agent_update: list[Any] = self._initial_agents
-        self._env_history: list[list[Any]] = []
+        # What a restarted actor is given to be where the others are (object refs, per worker): the
+        # latest full environment and the latest callable applied to it; the latest Policy and the
+        # latest parameters. Bounded, however many updates a run sends.
+        self._env_state: list[list[Any]] = [[] for _ in range(self.n_workers)]
+        self._agent_state: list[list[Any]] = [[] for _ in range(self.n_workers)]
+        self.locations: list[tuple[int, str]] = []
         try:
+            agent_refs, env_refs = self._put_spread(agents), self._put_spread(envs)
+            self._remember(envs, env_refs, self._env_state, replaces=is_new_env)
+            self._remember(agents, agent_refs, self._agent_state, replaces=lambda u: isinstance(u, Policy))
             self._actors = [self._actor_cls.remote(factory, i, 0) for i in range(self.n_workers)]
             self.locations = self._wait_ready(list(range(self.n_workers)))
-            self._call_all("update", self._initial_agents, self._initial_envs)
+            self._await({a.update.remote(ag, en): i
+                         for i, (a, ag, en) in enumerate(zip(self._actors, agent_refs, env_refs))},
+                        self.start_timeout, "starting")
         except BaseException:
             self.shutdown_worker()
             raise
@@ -137,30 +170,49 @@ class RaySampler(Sampler):
         log.info("ray sampler: %d actors on %d node(s)", self.n_workers, len(nodes))
 
     # ------------------------------------------------------------------ runtime
-    def _connect(self) -> None:
+    def _connect(self) -> dict[str, Any]:
+        """Start or join the Ray runtime; return the runtime_env the actors still need (the
+        sampler's own when Ray was already running, e.g. under the Ray launcher)."""
         ray = self._ray
         if ray.is_initialized():
-            return
+            return self.runtime_env
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        extra: dict[str, Any] = {"runtime_env": self.runtime_env} if self.runtime_env else {}
         if self.address:
-            ray.init(address=self.address, log_to_driver=True, configure_logging=False)
+            ray.init(address=self.address, log_to_driver=True, configure_logging=False, **extra)
         else:
             need = int(self.n_workers * self.num_cpus + 0.999)
             # address="local": always a fresh runtime, never an existing `ray start` cluster or RAY_ADDRESS.
             ray.init(address="local", num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False,
-                     log_to_driver=True, configure_logging=False)
+                     log_to_driver=True, configure_logging=False, **extra)
             self._started_ray = True
+        return {}
+
+    def _remember(self, update: Any, refs: list[Any], state: list[list[Any]], replaces: Any) -> None:
+        """Keep what a restarted actor needs of an update (see ``_env_state``)."""
+        if update is None:
+            return
+        items = update if isinstance(update, list) else [update] * self.n_workers
+        for i, (ref, item) in enumerate(zip(refs, items)):
+            if item is None:
+                continue
+            if replaces(item) or not state[i]:
+                state[i] = [ref]
+            else:
+                state[i] = [state[i][0], ref]
 
     def _put_spread(self, obj: Any) -> list[Any]:
-        """``ray.put`` a broadcast object once (or each item of a per-worker list)."""
+        """``ray.put`` a broadcast object once (or each item of a per-worker list); None stays None."""
         ray = self._ray
+        if obj is None:
+            return [None] * self.n_workers
         if isinstance(obj, list):
             if len(obj) != self.n_workers:
                 raise ConfigError(
                     f"a list of {len(obj)} updates was given for {self.n_workers} workers; a list must "
                     "have exactly one item per worker (or pass a single object to broadcast it)"
                 )
-            return [ray.put(x) for x in obj]
+            return [None if x is None else ray.put(x) for x in obj]
         ref = ray.put(obj)
         return [ref] * self.n_workers
 
@@ -184,9 +236,22 @@ class RaySampler(Sampler):
                 raise self._worker_error(i, exc, "failed to start") from None
         return out
 
-    def _call_all(self, method: str, agent_refs: list[Any], env_refs: list[Any]) -> None:
-        for actor, a, e in zip(self._actors, agent_refs, env_refs):
-            getattr(actor, method).remote(a, e)
+    def _await(self, refs: Mapping[Any, int], timeout: float, activity: str) -> None:
+        """Wait (bounded) for update calls ``refs`` (ref -> worker); the first failure is raised."""
+        ray = self._ray
+        if not refs:
+            return
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        for ref in sorted(ready, key=lambda r: refs[r]):
+            try:
+                ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - mapped to WorkerError
+                self._cancel(pending)
+                raise self._worker_error(refs[ref], exc, f"failed while {activity}") from None
+        if pending:
+            stuck = sorted(refs[r] for r in pending)
+            raise WorkerError(f"ray sampler: worker(s) {stuck} did not apply their updates within {timeout:.0f} s "
+                              f"while {activity}", worker_number=stuck[0])
 
     # ------------------------------------------------------------------ sampling
     def obtain_samples(self, itr: int, num_samples: int, agent_update: Any, env_update: Any = None) -> EpisodeBatch:
@@ -210,11 +275,12 @@ class RaySampler(Sampler):
         version = self._version
         agent_refs = self._put_spread(agent_update)
         env_refs = self._put_spread(env_update)
-        if env_update is not None:
-            self._env_history.append(env_refs)
-        self._agent_update = agent_refs
-        self._call_all("update", agent_refs, env_refs)
-        pending = {getattr(a, method).remote(version, n): i for i, (a, n) in enumerate(zip(self._actors, amounts))}
+        self._remember(env_update, env_refs, self._env_state, replaces=is_new_env)
+        self._remember(agent_update, agent_refs, self._agent_state, replaces=lambda u: isinstance(u, Policy))
+        # The updates travel with the work: an actor applies them before it samples, and a failed
+        # update fails this very call (never a batch sampled with the previous agent).
+        pending = {getattr(a, method).remote(version, n, ag, en): i
+                   for i, (a, n, ag, en) in enumerate(zip(self._actors, amounts, agent_refs, env_refs))}
         results: dict[int, EpisodeBatch] = {}
         restarts_this_call = 0
         while pending:
@@ -234,6 +300,9 @@ class RaySampler(Sampler):
                     got_version, batch = ray.get(ref)
                 except Exception as exc:  # noqa: BLE001 - mapped to WorkerError below
                     error, failed = self._worker_error(i, exc, "failed"), [i]
+                    if self._is_update_failure(exc):  # deterministic: a restart would replay it
+                        self._cancel(pending)
+                        raise error from None
                 else:
                     if got_version != version:  # cannot happen with fresh refs; never mix versions
                         raise WorkerError(f"ray sampler: worker {i} returned agent version {got_version}, "
@@ -274,14 +343,29 @@ class RaySampler(Sampler):
         self._actors[i] = self._actor_cls.remote(self.worker_factory, i, self._restarts[i])
         self.locations[i] = self._wait_ready([i])[0]
         actor = self._actors[i]
-        actor.update.remote(self._initial_agents[i], self._initial_envs[i])
-        for env_refs in self._env_history:
-            actor.update.remote(None, env_refs[i])
-        actor.update.remote(self._agent_update[i], None)
+        refs = [actor.update.remote(None, e) for e in self._env_state[i]]
+        refs += [actor.update.remote(a, None) for a in self._agent_state[i]]
+        self._await({ref: i for ref in refs}, self.start_timeout, f"restarting worker {i}")
+
+    def _is_update_failure(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (from an actor call) is an update that could not be applied."""
+        return isinstance(getattr(exc, "cause", None), UpdateFailure) or missing_module_in(exc) is not None
 
     def _worker_error(self, i: int, exc: BaseException, what: str) -> WorkerError:
         ray = self._ray
         pid = self.locations[i][0] if i < len(getattr(self, "locations", [])) else None
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, UpdateFailure):
+            return update_error("ray", i, cause, str(exc))
+        module = missing_module_in(exc)
+        if module is not None:
+            # Ray unpickles the arguments (agent, environment, factory) before corral sees them.
+            return WorkerError(
+                f"ray sampler: worker {i} (pid {pid}) {what}: it cannot import module {module!r} "
+                f"(ModuleNotFoundError while unpickling what the sampler sent it). The class is defined in a "
+                f"module that Ray's workers cannot import; {import_fix('ray')}",
+                worker_number=i, remote_traceback=str(exc),
+            )
         if isinstance(exc, ray.exceptions.RayTaskError):
             return WorkerError(
                 f"ray sampler: worker {i} (pid {pid}) raised {type(exc.cause).__name__}: {exc.cause}",

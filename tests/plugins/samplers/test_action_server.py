@@ -51,8 +51,8 @@ from corral import (
 from corral.framework.policy import Policy
 from corral.parallel.action_proxy import ActionProxy
 from corral.parallel.action_server import ActionServer
-from corral.rl.noise import NoiseStreams
 from corral.plugins.samplers.action_server import corral_validate_config, server_policy
+from corral.rl.noise import NoiseStreams
 from corral.testing import WorkerContract
 from corral.testing.contracts import make_test_policy
 

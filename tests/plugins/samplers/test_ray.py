@@ -22,7 +22,7 @@ FAULTY = "corral.testing.faulty_envs:corral/{}CartPole-v1"
 def ray_runtime():
     """One Ray runtime for the module (the samplers must not shut it down)."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
     yield
     ray.shutdown()
 

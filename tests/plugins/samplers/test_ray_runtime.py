@@ -7,6 +7,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from corral import EnvFactory, EnvSpec, MLPPolicy, RaySampler  # noqa: E402
-from corral.testing.processes import cmdline, descendants, wait_gone  # noqa: E402
+from corral.testing.processes import cmdline, descendants, started_session, wait_gone  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -41,27 +42,72 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def full_cmdline(pid: int) -> str:
+    """The whole command line of ``pid`` ('' when it cannot be read)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def cluster_processes(port: int, temp_dir: str) -> set[int]:
+    """The processes of the `ray start` cluster whose GCS listens on ``port`` and whose files are in
+    ``temp_dir``, and their descendants (worker processes renamed ``ray::...``). Only this
+    cluster's: never another Ray on the machine."""
+    import re
+
+    mark = re.compile(rf"(:|=){port}\b|{re.escape(temp_dir)}")
+    pids = {int(e) for e in os.listdir("/proc") if e.isdigit() and mark.search(full_cmdline(int(e)))}
+    pids.discard(os.getpid())
+    for pid in list(pids):
+        pids |= descendants(pid)
+    return pids
+
+
+def stop_cluster(port: int, temp_dir: str) -> set[int]:
+    """SIGTERM this cluster's processes, up to 10 s for them to go, then SIGKILL; the pids still
+    running after that are returned. (Not `ray stop`, which stops every Ray on the machine.)"""
+    import signal
+
+    left: set[int] = set()
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        pids = cluster_processes(port, temp_dir) | left
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        left = wait_gone(pids, timeout=grace)
+        if not left:
+            break
+    return left
+
+
 @pytest.fixture()
 def ray_cluster(tmp_path: Path):
-    """A head node and a second node process on this machine, each with one CPU, stopped afterwards."""
+    """A head node and a second node process on this machine, each with one CPU, stopped afterwards
+    (its own processes only, bounded)."""
     ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     assert ray_cli, "the ray CLI is not installed"
     # Without token authentication (the cluster listens on 127.0.0.1 only): with Ray 2.60 and a
     # ~/.ray/auth_token on the machine, the second `ray start --address` failed with InvalidAuthToken.
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+    env.pop("RAY_ADDRESS", None)
     port = free_port()
-    common = ["--num-cpus=1", "--object-store-memory=150000000", "--disable-usage-stats"]
-    started = []
+    # A short temporary directory of its own (Ray's socket paths must stay short): it marks this
+    # cluster's processes, and goes with it.
+    temp_dir = tempfile.mkdtemp(prefix="corral-ray-", dir="/tmp")
+    common = ["--num-cpus=1", "--object-store-memory=150000000", "--disable-usage-stats", f"--temp-dir={temp_dir}"]
     try:
         subprocess.run([ray_cli, "start", "--head", f"--port={port}", "--include-dashboard=false", *common],
                        check=True, capture_output=True, timeout=120, env=env)
-        started.append("head")
         subprocess.run([ray_cli, "start", f"--address=127.0.0.1:{port}", *common],
                        check=True, capture_output=True, timeout=120, env=env)
-        started.append("node")
         yield f"127.0.0.1:{port}", env
     finally:
-        subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120, env=env)
+        left = stop_cluster(port, temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        assert not left, f"cluster processes still running: {[full_cmdline(p)[:120] for p in left]}"
 
 
 def test_train_py_on_a_two_node_cluster(ray_cluster, tmp_path: Path) -> None:
@@ -91,9 +137,9 @@ def test_ctrl_c_of_train_py_leaves_no_actor_or_ray_process(tmp_path: Path) -> No
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
     env.pop("RAY_ADDRESS", None)
     # Its own session, so the SIGINT reaches the whole process group as Ctrl-C in a terminal does.
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, env=env)
-    try:
+    # (started_session: SIGINT at its default disposition however the suite was launched, and
+    # nothing left running whatever happens.)
+    with started_session(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
         deadline = time.monotonic() + 180
         while not (run / "snapshots" / "latest").exists():
             assert proc.poll() is None, proc.communicate()[1][-3000:]
@@ -103,11 +149,55 @@ def test_ctrl_c_of_train_py_leaves_no_actor_or_ray_process(tmp_path: Path) -> No
         assert spawned, "Ray started no processes?"
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
     assert proc.returncode == 130, err[-3000:]
-    assert "corral: interrupted at epoch" in err
+    assert "corral: interrupted" in err
     left = wait_gone(spawned, timeout=30)
     assert not left, [cmdline(p) for p in left]
+
+
+ASSETS = ROOT / "tests" / "plugins" / "samplers" / "ray_assets"
+# A driver whose policy and environment classes come from tests/plugins/samplers/ray_assets, a
+# directory no Ray worker has on its path: the driver imports the module, then drops the directory
+# from sys.path, as a node that never had the file (Ray hands the driver's sys.path to its workers).
+RUNTIME_ENV_DRIVER = """
+import json, sys
+assets, runtime_env = sys.argv[1], json.loads(sys.argv[2])
+sys.path.insert(0, assets)
+import corral_only_here
+sys.path.remove(assets)
+from corral import EnvFactory, EnvSpec, RaySampler, WorkerError
+env = EnvFactory(corral_only_here.OnlyHereCartPole)
+policy = corral_only_here.OnlyHerePolicy(EnvSpec.from_env(env()))
+try:
+    with RaySampler(agents=policy, envs=env, max_episode_length=50, n_workers=2, seed=1, address="auto",
+                    start_timeout=90, timeout=90, runtime_env=runtime_env) as sampler:
+        batch = sampler.obtain_samples(0, 200, policy.get_param_values())
+        print("SAMPLED", len(batch), "NODES", len({node for _, node in sampler.locations}))
+except WorkerError as exc:
+    print("WORKER_ERROR", str(exc).splitlines()[0])
+"""
+
+
+def test_runtime_env_ships_a_scripts_own_module_to_a_two_node_cluster(ray_cluster, tmp_path: Path) -> None:
+    """A class Ray's workers cannot import is a WorkerError naming the module and the fix;
+    sampler.runtime_env (working_dir or py_modules) ships it to both nodes."""
+    import json
+
+    address, env = ray_cluster
+    env = dict(env, RAY_ADDRESS=address)
+
+    def drive(runtime_env: dict) -> str:
+        proc = subprocess.run([sys.executable, "-c", RUNTIME_ENV_DRIVER, str(ASSETS), json.dumps(runtime_env)],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=240, env=env)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 0, out[-4000:]
+        return proc.stdout
+
+    out = drive({})
+    assert "WORKER_ERROR ray sampler: worker " in out, out
+    assert "cannot import module 'corral_only_here'" in out and "sampler.runtime_env" in out, out
+    assert "IndexError" not in out and "before it had an agent" not in out
+    for runtime_env in ({"working_dir": str(ASSETS)}, {"py_modules": [str(ASSETS / "corral_only_here.py")]}):
+        out = drive(runtime_env)
+        # One CPU per node and per actor: the two actors ran on the two nodes, both importing the module.
+        assert "SAMPLED" in out and "NODES 2" in out, (runtime_env, out)
