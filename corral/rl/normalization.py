@@ -37,12 +37,12 @@ from __future__ import annotations
 import copy
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
 from corral.framework.algorithm import Algorithm
-from corral.framework.batch import EpisodeBatch, StepType
+from corral.framework.batch import EpisodeBatch
 from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
@@ -341,7 +341,7 @@ class NormalizedPolicy(Policy):
 
     def to(self, *args: Any, **kwargs: Any) -> "NormalizedPolicy":
         """Move the wrapped policy (``nn.Module.to``); normalisation stays in numpy."""
-        self.inner = self.inner.to(*args, **kwargs)
+        self.inner = self.inner.to(*args, **kwargs)  # type: ignore[attr-defined]  # a torch policy (nn.Module)
         return self
 
     def frozen(self) -> "NormalizedPolicy":
@@ -451,7 +451,7 @@ class Normalization:
     def __init__(self, config: NormalizeConfig, env_spec: EnvSpec) -> None:
         self.config = config
         self.normalizer = Normalizer(config, env_spec)
-        self._agent: Policy | None = None
+        self._agent: NormalizedPolicy | None = None
 
     def wrap_policy(self, policy: Policy) -> Policy:
         """The agent workers start with (a :class:`NormalizedPolicy` when observations are normalised)."""
