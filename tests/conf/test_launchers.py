@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from corral.testing.processes import default_signal_dispositions, stop_session
+
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,9 +135,10 @@ def test_ctrl_c_stops_the_jobs_and_keeps_finished_summaries(tmp_path: Path) -> N
     cmd = [sys.executable, str(TRAIN), "-m", "hydra/launcher=joblib", f"hydra.launcher.n_jobs={N_JOBS}", "seed=1,2",
            "trainer.max_env_steps=1000,100000000", "trainer.n_epochs=1000000", *TINY[1:],
            f"hydra.sweep.dir={sweep_dir}"]
-    # Its own session, so the SIGINT reaches the whole process group as Ctrl-C in a terminal does.
+    # Its own session, so the SIGINT reaches the whole process group as Ctrl-C in a terminal does;
+    # SIGINT at its default disposition even when this suite runs with it ignored (`cmd &` in a script).
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_signal_dispositions)
     try:
         deadline = time.monotonic() + 180
         finished = [sweep_dir / "0" / "summary.json", sweep_dir / "2" / "summary.json"]
@@ -149,9 +152,9 @@ def test_ctrl_c_stops_the_jobs_and_keeps_finished_summaries(tmp_path: Path) -> N
         os.killpg(proc.pid, signal.SIGINT)
         out, _ = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        if proc.poll() is None:  # failed or timed out: stop the sweep's processes, remove their /dev/shm entries
+            stop_session(proc)
+            proc.communicate(timeout=30)
     assert proc.returncode == 130, out[-3000:]
     assert "corral: interrupted" in out
     for path, data in before.items():
