@@ -27,6 +27,8 @@ _EXPORTS = {
     "TrainerConfig": "corral.framework.trainer",
     "Logger": "corral.framework.logger",
     "build": "corral.framework.compose",
+    "check": "corral.framework.checks",
+    "Check": "corral.framework.checks",
     "CorralError": "corral.framework.errors",
     "PluginError": "corral.framework.errors",
     "ConfigError": "corral.framework.errors",

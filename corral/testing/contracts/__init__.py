@@ -17,8 +17,18 @@ overrides a factory method), and pytest runs every check against the component::
         algo_name = "my_algo"                    # built from the registry with algo_config
         algo_config = {"learning_rate": 1e-3}
 
-Each suite lives in its own module (:mod:`.sampler`, :mod:`.worker`, :mod:`.algorithm`; shared
-helpers in :mod:`.helpers`); import them from here or from :mod:`corral.testing`.
+Each suite lives in its own module (:mod:`.sampler`, :mod:`.worker`, :mod:`.algorithm`, :mod:`.env`,
+:mod:`.logger`, :mod:`.config`; shared helpers in :mod:`.helpers`); import them from here or from
+:mod:`corral.testing`::
+
+    class TestMyEnv(EnvContract):
+        env = "my_env"                           # a registered env option, or a factory
+
+    class TestMyLogger(LoggerContract):
+        logger = "my_logger"
+
+    class TestMyConfig(ConfigContract):          # the defaults satisfy their declared ranges
+        kind, name = "sampler", "my_sampler"
 
 The suites are deliberately small: CartPole-v1, a 2-layer MLP policy, a few hundred steps. The
 reference for "same episodes" is :class:`~corral.plugins.samplers.local.LocalSampler`, corral's
@@ -32,6 +42,8 @@ leak checks poll for at most ``shutdown_timeout`` seconds.
 from __future__ import annotations
 
 from corral.testing.contracts.algorithm import AlgorithmContract
+from corral.testing.contracts.config import ConfigContract, config_problems
+from corral.testing.contracts.env import EnvContract
 from corral.testing.contracts.helpers import (
     DEFAULT_ENV_ID,
     RAISING_ENV_ID,
@@ -42,6 +54,7 @@ from corral.testing.contracts.helpers import (
     tracked,
     tracked_env,
 )
+from corral.testing.contracts.logger import LoggerContract, sample_stats
 from corral.testing.contracts.sampler import SamplerContract
 from corral.testing.contracts.worker import WorkerContract
 from corral.testing.processes import child_processes, process_alive, shm_entries
@@ -50,14 +63,19 @@ __all__ = [
     "DEFAULT_ENV_ID",
     "RAISING_ENV_ID",
     "AlgorithmContract",
+    "ConfigContract",
+    "EnvContract",
+    "LoggerContract",
     "SamplerContract",
     "WorkerContract",
     "acts_differently",
     "child_processes",
+    "config_problems",
     "env_spec_of",
     "make_test_policy",
     "perturbed",
     "process_alive",
+    "sample_stats",
     "shm_entries",
     "tracked",
     "tracked_env",

@@ -33,9 +33,13 @@ class AlgorithmContract:
       loaded with the first one's state trains identically on the same batch (same parameters,
       same statistics).
 
+    - the registered option's config defaults satisfy the ranges its fields declare.
+
     Attributes: ``algo_name`` (registered name) with ``algo_config`` (fields of its config
     dataclass), ``worker`` (registered worker used to collect), ``batch_size``, ``seed``,
-    ``max_episode_length``, ``env_id``.
+    ``max_episode_length``; the environment is ``env``, a registered env option (``"pendulum"``,
+    your plugin's own, built with ``env_config``) or a factory (a callable returning a
+    ``gymnasium.Env``, an :class:`~corral.framework.env.EnvFactory`), else the gymnasium id ``env_id``.
     """
 
     algo_name: ClassVar[str | None] = None
@@ -45,6 +49,8 @@ class AlgorithmContract:
     seed: ClassVar[int] = 1
     max_episode_length: ClassVar[int] = 200
     env_id: ClassVar[str] = DEFAULT_ENV_ID
+    env: ClassVar[Any] = None
+    env_config: ClassVar[Mapping[str, Any]] = {}
 
     def make_algorithm(self, env_spec: EnvSpec, policy: Policy, seed: int) -> Algorithm:
         """Build the algorithm under test (default: the registered ``algo_name`` with ``algo_config``)."""
@@ -62,9 +68,16 @@ class AlgorithmContract:
         return make_test_policy(env_spec, seed=seed)
 
     # ------------------------------------------------------------------ helpers
+    def make_env_source(self) -> Any:
+        """The suite's environment source: ``env`` (a registered option or a factory), else ``env_id``."""
+        from corral.testing.contracts.env import resolve_env
+
+        source = resolve_env(type(self), "env", self.env_config)
+        return source if source is not None else EnvFactory(self.env_id)
+
     def env_spec(self) -> EnvSpec:
         """The spec of the suite's environment."""
-        return env_spec_of(EnvFactory(self.env_id), self.max_episode_length)
+        return env_spec_of(self.make_env_source(), self.max_episode_length)
 
     def collect(self, policy: Policy, itr: int = 0, seed: int | None = None) -> EpisodeBatch:
         """A real batch: ``batch_size`` steps from the local sampler with ``policy``."""
@@ -72,7 +85,7 @@ class AlgorithmContract:
         from corral.plugins.samplers.local import LocalSampler
 
         worker_class = get_registry().get("worker", self.worker).factory
-        with LocalSampler(agents=copy.deepcopy(policy), envs=EnvFactory(self.env_id), seed=self.seed if seed is None else seed,
+        with LocalSampler(agents=copy.deepcopy(policy), envs=self.make_env_source(), seed=self.seed if seed is None else seed,
                           max_episode_length=self.max_episode_length, worker_class=worker_class) as sampler:
             return sampler.obtain_samples(itr, self.batch_size, policy.get_param_values())
 
@@ -131,3 +144,11 @@ class AlgorithmContract:
         for key in stats_first:
             x, y = float(stats_first[key]), float(stats_second[key])
             assert x == y or (math.isnan(x) and math.isnan(y)), f"statistic {key!r}: {x} vs {y}"
+
+    def test_config_defaults_satisfy_their_ranges(self) -> None:
+        """The registered option's config defaults satisfy the ranges its fields declare."""
+        if self.algo_name is not None:
+            from corral.testing.contracts.config import config_problems, registered_config
+
+            problems = config_problems(registered_config("algo", self.algo_name), "algo")
+            assert not problems, "; ".join(problems)
