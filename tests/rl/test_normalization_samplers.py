@@ -141,3 +141,26 @@ def test_a_normalised_snapshot_is_refused_without_normalisation(corral_build: An
     run = corral_build(*plain, "sampler=local", f"trainer.resume={tmp_path / 'normalised'}", log_dir=tmp_path / "plain")
     with pytest.raises(ConfigError, match="trained with running normalisation"):
         run.train()
+
+
+def test_corral_eval_uses_the_snapshot_statistics(tmp_path: Path) -> None:
+    """``corral eval`` rebuilds the run, loads the statistics with the weights and evaluates with
+    them frozen: the same returns as the run's own last evaluation (same evaluation seeds)."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    run_dir = tmp_path / "run"
+    train = [sys.executable, str(root / "train.py"), "env=pendulum", "normalize.obs=true", "normalize.reward=true",
+             "trainer.n_epochs=2", "trainer.batch_size=400", "trainer.eval_every=2", "trainer.eval_episodes=2",
+             "trainer.progress=false", "logger=[csv]", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.run(train, cwd=root, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(run_dir / "progress.csv") as f:
+        last = list(csv.DictReader(f))[-1]
+    proc = subprocess.run([sys.executable, "-m", "corral.framework.cli", "eval", str(run_dir), "--episodes", "2"],
+                          cwd=root, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((run_dir / "eval.json").read_text())
+    assert float(np.mean(result["returns"])) == pytest.approx(float(last["eval/return_mean"]), rel=1e-9)
