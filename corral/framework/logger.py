@@ -72,7 +72,7 @@ def job_prefix() -> str:
         hc = HydraConfig.get()
     except (ImportError, ValueError):
         return ""
-    num = hc.job.get("num")
+    num = hc.job.get("num")  # type: ignore[attr-defined]  # a DictConfig at run time, typed as JobConf
     multirun = str(hc.mode).rsplit(".", 1)[-1] == "MULTIRUN"
     return f"[job {num}] " if multirun and num is not None else ""
 

@@ -288,8 +288,8 @@ def load_snapshot(path: str | os.PathLike, trust: bool = False, *, objects: bool
         raise SnapshotError(f"snapshot {path} needs its objects part {part}, which cannot be read: {exc}") from exc
     if hashlib.sha256(raw).hexdigest() != manifest.get("sha256"):
         raise SnapshotError(f"{part} is not the objects part written with {path} (its SHA-256 differs)")
-    objects: Any = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=False)
-    return _merge(state, list(objects))
+    loaded = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=False)
+    return _merge(state, list(loaded))
 
 
 __all__ = ["MANIFEST_KEY", "load_snapshot", "objects_path", "register_snapshot_dataclass", "remove_snapshot",
