@@ -197,6 +197,11 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
     if backend == "sync":
         venv = gym.vector.SyncVectorEnv(fns, copy=False, autoreset_mode=mode)
     else:
+        import multiprocessing
+
+        if multiprocessing.current_process().daemon:
+            raise ConfigError("worker.backend=async starts processes of its own, which the multiprocessing sampler's "
+                              "worker processes cannot; use worker.backend=sync there (or sampler=local or ray)")
         venv = gym.vector.AsyncVectorEnv(fns, copy=False, autoreset_mode=mode)
     return _Built(venv, limit, True, True, backend)
 
@@ -213,6 +218,14 @@ def autoreset_mode_of(venv: VectorEnv) -> AutoresetMode:
 
 
 # ------------------------------------------------------------------------------------------------ worker
+def _warn_fresh(backend: str, why: str) -> None:
+    """Say once per backend that a resumed worker starts fresh episodes."""
+    if backend not in _warned_fresh_resume:
+        _warned_fresh_resume.add(backend)
+        logger.warning("corral: worker.backend=%s %s; the resumed run starts fresh episodes "
+                       "(not the episodes an uninterrupted run would have sampled)", backend, why)
+
+
 class VectorWorker(Worker):
     """Steps one VectorEnv of ``n_envs`` environments: one ``get_actions`` and one ``step`` call per step.
 
@@ -226,7 +239,8 @@ class VectorWorker(Worker):
     each rollout is ``timesteps_per_call`` vector steps, environments keep running across rollouts,
     and each fragment carries ``episode_infos["prior_length"]`` / ``["prior_return"]``. The vector
     step that autoresets a slot (``NEXT_STEP``) is not a transition, so a rollout holds at most
-    ``n_envs * timesteps_per_call`` steps.
+    ``n_envs * timesteps_per_call`` steps. ``rollout(n_episodes=n)`` still returns ``n`` whole episodes
+    (evaluation asks for those), starting every environment afresh.
     """
 
     returns_fragments = False
@@ -341,7 +355,7 @@ class VectorWorker(Worker):
         if self.agent is None:
             raise ConfigError("the worker has no agent; call update_agent(policy) first")
         self._rollouts += 1
-        if self.timesteps_per_call:
+        if self.timesteps_per_call and n_episodes is None:
             return self._rollout_fragments()
         return self._rollout_episodes(min_steps, n_episodes)
 
@@ -558,6 +572,7 @@ class VectorWorker(Worker):
                 state["fragments"] = pickle.dumps({"venv": self.venv, "frag": self._frag})
             except Exception:  # noqa: BLE001 - a VectorEnv that does not pickle restarts its episodes
                 state["fragments"] = None
+                state["fragments_lost"] = True
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -578,17 +593,14 @@ class VectorWorker(Worker):
                 self._frag = saved["frag"]
             else:
                 self._frag = None
+                if state.get("fragments_lost"):
+                    _warn_fresh(f"{state.get('vector_backend')} (fragments)", "cannot save its running episodes")
             self._vseeded = bool(state["seeded"])
             self._rollouts = int(state.get("rollouts", 0))
             if state.get("env_rng") is not None:
                 self._set_rng_state(state["env_rng"])
             return
-        backend = state.get("vector_backend") or self.backend
-        if backend not in _warned_fresh_resume:
-            _warned_fresh_resume.add(backend)
-            logger.warning(
-                "corral: worker.backend=%s cannot save its environments' state; the resumed run starts fresh "
-                "episodes from a new seed (not the episodes an uninterrupted run would have sampled)", backend)
+        _warn_fresh(state.get("vector_backend") or self.backend, "cannot save its environments' state")
         rollouts = int(state.get("rollouts", 0))
         self._build(self._source, seed=seed_int(child_seed(self.env_seeds[0], 1, rollouts)))
         self._rollouts = rollouts
@@ -631,6 +643,27 @@ def _gather_fragments(log: StepLog, pieces: list[tuple[np.ndarray, ...]]) -> Epi
         episode_infos={"prior_length": prior_len.astype(np.int64), "prior_return": prior_ret[order].astype(np.float64)},
         allow_fragments=True,
     )
+
+
+@hookimpl
+def corral_validate_config(cfg: Any) -> None:
+    """Reject ``worker=vector`` fragments (``worker.timesteps_per_call > 0``) for an algorithm that needs whole
+    episodes, and an unknown backend, before anything starts."""
+    worker = cfg.get("worker") if hasattr(cfg, "get") else None
+    if worker is None or worker.get("name") != "vector":
+        return
+    backend = worker.get("backend", "native")
+    if backend not in BACKENDS:
+        raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
+    if int(worker.get("timesteps_per_call", 0) or 0) > 0 and cfg.get("algo") is not None:
+        from corral.framework.plugins import get_registry
+
+        factory = get_registry().get("algo", cfg.algo.name).factory
+        algo = getattr(factory, "component_class", factory)
+        if not getattr(algo, "accepts_fragments", False):
+            raise ConfigError(f"algo={cfg.algo.name} needs whole episodes, but worker=vector with "
+                              f"worker.timesteps_per_call={worker.timesteps_per_call} returns fragments; "
+                              "set worker.timesteps_per_call=0")
 
 
 @hookimpl

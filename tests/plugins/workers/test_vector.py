@@ -366,3 +366,22 @@ def test_registered_and_listed() -> None:
     assert reg.factory is VectorWorker
     assert {"n_envs", "backend", "num_threads", "autoreset_mode", "timesteps_per_call"} <= set(
         reg.config.__dataclass_fields__)
+
+
+def test_fragment_mode_still_gives_whole_episodes_when_asked_for_a_number() -> None:
+    """Evaluation asks for whole episodes: rollout(n_episodes=n) returns them even in fragment mode."""
+    worker = make_worker(n_envs=3, timesteps_per_call=5)
+    assert worker.rollout().allow_fragments
+    batch = worker.rollout(n_episodes=4)
+    assert batch.n_episodes == 4 and batch.complete.all()
+
+
+def test_ppo_with_vector_fragments_is_refused_at_composition() -> None:
+    from corral.framework.compose import validate
+    from corral.testing import compose_config
+
+    cfg = compose_config(["worker=vector", "worker.timesteps_per_call=8"])
+    with pytest.raises(ConfigError, match="needs whole episodes.*worker.timesteps_per_call=0"):
+        validate(cfg)
+    validate(compose_config(["worker=vector"]))
+    validate(compose_config(["experiment=dqn_cartpole", "worker=vector", "worker.timesteps_per_call=8"]))
