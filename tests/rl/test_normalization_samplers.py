@@ -164,3 +164,18 @@ def test_corral_eval_uses_the_snapshot_statistics(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((run_dir / "eval.json").read_text())
     assert float(np.mean(result["returns"])) == pytest.approx(float(last["eval/return_mean"]), rel=1e-9)
+
+
+@pytest.mark.parametrize("sampler", ["multiprocessing", "action_server"])
+def test_vector_worker_normalises_like_the_others(corral_build: Any, sampler: str) -> None:
+    """``worker=vector`` (a gymnasium VectorEnv per worker) acts through the same agent: the same
+    episodes, statistics and parameters under local and a process sampler."""
+    extra = ["sampler.device=cpu"] if sampler == "action_server" else []
+    vector = ["worker=vector", "worker.n_envs=2", "worker.backend=sync"]
+    local = _train(corral_build, "sampler=local", *vector)
+    other = _train(corral_build, f"sampler={sampler}", *vector, *extra)
+    for a, b in zip(local["raw"], other["raw"]):
+        assert a.equals(b), a.differences(b)
+    _assert_same_stats(local["norm"], other["norm"])
+    for key, value in local["params"].items():
+        assert value.tobytes() == other["params"][key].tobytes(), key
