@@ -132,6 +132,12 @@ def test_missing_video_extra_names_it(cartpole_run: Path, tmp_path: Path) -> Non
                   PYTHONPATH=f"{fake.parent}{os.pathsep}{REPO}")
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'corral[video]'" in proc.stderr and "Traceback" not in proc.stderr
+    # trainer.video_every says so before training starts
+    proc = run([sys.executable, str(REPO / "train.py"), "trainer.video_every=1", "trainer.n_epochs=1",
+                f"hydra.run.dir={tmp_path / 'train'}"], tmp_path, PYTHONPATH=f"{fake.parent}{os.pathsep}{REPO}")
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'corral[video]'" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "train" / "progress.csv").exists()
 
 
 def test_video_every_records_to_the_run_and_tensorboard_without_changing_training(tmp_path: Path) -> None:

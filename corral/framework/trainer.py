@@ -20,7 +20,7 @@ from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.checks import check
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError, SnapshotError
-from corral.framework.evaluation import evaluate, record_video, run_worker_factory
+from corral.framework.evaluation import evaluate, record_video, require_video, run_worker_factory
 from corral.framework.logger import Logger, run_log
 from corral.framework.progress import ProgressBar
 from corral.framework.snapshot import load_snapshot, remove_snapshot, save_snapshot
@@ -157,6 +157,8 @@ class Trainer:
             self.env_spec = EnvSpec.from_env(probe, factory.max_episode_length)
         finally:
             probe.close()
+        if self.config.video_every and self.config.eval_every:
+            require_video()  # before any training: the error names the extra to install
 
     @property
     def snapshot_dir(self) -> Path | None:

@@ -254,3 +254,19 @@ def test_parallel_evaluation_spreads_episodes_over_workers() -> None:
     one = evaluation_episodes(policy, env, evaluation_factory(factory, n_workers=1), 2)
     # worker 0 of the two-worker evaluation is the one-worker evaluation's worker
     assert EpisodeBatch.concatenate(*two.split()[:2]).differences(one) == []
+
+
+def test_issue_example_mountain_car_scores_the_clipped_action() -> None:
+    """Issue 18: a policy whose mean is 3.0 on MountainCarContinuous (bounds +-1) scored -899.5 in
+    evaluation, -99.9 when clipped as the workers clip: 999 steps of -0.1 * 1.0**2."""
+    from corral.plugins.policies.mlp import MLPPolicy
+
+    env = EnvFactory("MountainCarContinuous-v0")
+    policy = MLPPolicy(EnvSpec.from_env(env()), hidden_sizes=[4])
+    with torch.no_grad():
+        for p in policy.net.parameters():
+            p.zero_()
+        policy.net[-1].bias.fill_(3.0)
+    stats = evaluate(policy, env, n_episodes=2, seed=1)
+    assert stats["eval/return_mean"] == pytest.approx(-99.9, abs=1e-4)  # float32 rewards
+    assert stats["eval/episode_length"] == 999
