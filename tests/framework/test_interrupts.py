@@ -134,6 +134,20 @@ def rows(run_dir: Path) -> list[dict[str, str]]:
         return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(f)]
 
 
+def csv_curve(run_dir: Path, key: str = "train/return_mean") -> list[tuple[int, float]]:
+    """``(env_steps, value)`` of ``key`` in progress.csv."""
+    return [(int(float(r["env_steps"])), float(r[key])) for r in rows(run_dir)]
+
+
+def tensorboard_curve(run_dir: Path, key: str = "train/return_mean") -> list[tuple[int, float]]:
+    """``(step, value)`` of ``key`` as TensorBoard shows it (events hidden by a resume's purge_step left out)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tb"), size_guidance={"scalars": 0})
+    events.Reload()
+    return [(e.step, pytest.approx(e.value, rel=1e-6)) for e in events.Scalars(key)]  # type: ignore[misc]
+
+
 def _filled(row: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in row.items() if v != ""}
 
@@ -188,6 +202,7 @@ def test_interrupt_then_resume_logs_every_epoch_once(tmp_path: Path, driver: Pat
     resumed = train(run, *extra, f"trainer.resume={run}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert rows(run) == expected  # every epoch exactly once, the same values as without the interrupt
+    assert tensorboard_curve(run) == csv_curve(run)  # TensorBoard too: one curve, what was re-run shown once
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["epochs"] == 4
     assert len(summary["resumes"]) == 1
@@ -211,3 +226,40 @@ def test_two_interrupts_and_two_resumes_make_one_run(tmp_path: Path, driver: Pat
     assert train(run, f"trainer.resume={run}").returncode == 0
     assert rows(run) == expected
     assert len(json.loads((run / "summary.json").read_text())["resumes"]) == 2
+
+
+def _without_epochs() -> list[str]:
+    return [o for o in SMALL if not o.startswith("trainer.n_epochs=")]
+
+
+def test_resume_under_another_sampler_continues_the_same_episodes(tmp_path: Path, expected: list[dict[str, str]]
+                                                                  ) -> None:
+    """A run started with the local sampler and resumed in place under the multiprocessing sampler
+    (same worker, same number of workers) logs exactly the uninterrupted local run's rows."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run}", *_without_epochs()]
+    first = subprocess.run([*cmd, "trainer.n_epochs=2"], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = subprocess.run([sys.executable, str(ROOT / "train.py"), f"trainer.resume={run}", "trainer.n_epochs=4",
+                              "sampler=multiprocessing"], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert rows(run) == expected
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["config"]["sampler"]["name"] == "multiprocessing" and summary["config"]["sampler"]["n_workers"] == 1
+    assert summary["overrides"] == [*_without_epochs(), "trainer.n_epochs=2"]  # the run's own, for corral results
+
+
+def test_resume_from_an_older_snapshot_file_branches_into_a_new_directory(tmp_path: Path,
+                                                                          expected: list[dict[str, str]]) -> None:
+    run = tmp_path / "run"
+    assert train(run).returncode == 0
+    original = (run / "progress.csv").read_text()
+    older = run / "snapshots" / "epoch_000002.pt"
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), f"trainer.resume={older}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"a branch of {run}" in proc.stderr
+    (branch,) = [p.parent for p in (tmp_path / "outputs").rglob("summary.json")]
+    assert rows(branch) == expected  # the original's epochs 0-1, then 2-3 run again from the snapshot
+    assert (run / "progress.csv").read_text() == original
+    assert json.loads((branch / "summary.json").read_text())["resumes"][0]["branch_of"] == str(run)
