@@ -148,6 +148,20 @@ def test_ppo_cartpole_vector_preset_composes() -> None:
     from corral.testing import compose_config
 
     cfg = compose_config(["experiment=ppo_cartpole_vector"])
-    assert cfg.worker.name == "vector" and cfg.worker.backend == "native" and cfg.worker.n_envs >= 16
+    assert cfg.worker.name == "vector" and cfg.worker.backend == "native" and cfg.worker.n_envs >= 8
     assert cfg.algo.name == "ppo"
     assert np.isclose(cfg.trainer.batch_size % cfg.worker.n_envs, 0)
+
+
+@pytest.mark.skipif(not has_envpool(), reason="needs EnvPool")
+def test_ppo_halfcheetah_envpool_preset_trains_one_epoch(tmp_path: Path) -> None:
+    """The preset's EnvPool HalfCheetah: one update of two whole 1,000-step episodes, then an evaluation
+    through the same worker."""
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(REPO / "train.py"), "experiment=ppo_halfcheetah_envpool", "trainer.n_epochs=1",
+           "trainer.eval_every=1", "trainer.eval_episodes=2", "logger=[csv]", f"hydra.run.dir={run}"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header, row = (run / "progress.csv").read_text().splitlines()[:2]
+    values = dict(zip(header.split(","), row.split(",")))
+    assert float(values["env_steps"]) == 2000 and values["eval/return_mean"] != ""
