@@ -43,14 +43,18 @@ from corral.framework.entry import main
 from corral.plugins.loggers import csv as csv_logger
 
 phase, row, nth, signame = os.environ["CORRAL_TEST_INTERRUPT"].split(":")
-row, nth, sig = int(row), int(nth), getattr(signal, signame)
+group = signame.endswith("-group")  # to the whole process group, workers included, as a terminal's Ctrl-C
+row, nth, sig = int(row), int(nth), getattr(signal, signame.replace("-group", ""))
 now = {"trainer": None, "phase": "idle", "count": 0, "fired": False}
 
 
 def fire():
     if not now["fired"]:
         now["fired"] = True
-        os.kill(os.getpid(), sig)
+        if group:
+            os.killpg(os.getpgrp(), sig)
+        else:
+            os.kill(os.getpid(), sig)
 
 
 def current_row():
@@ -102,8 +106,9 @@ def snapshotting(self):
 
 
 T.Trainer.save_snapshot = snapshotting
-sys.argv = ["train.py", *sys.argv[1:]]
-main()
+if __name__ == "__main__":  # worker processes (spawn) import this file too
+    sys.argv = ["train.py", *sys.argv[1:]]
+    main()
 '''
 
 
@@ -124,8 +129,9 @@ def train(run_dir: Path, *overrides: str, interrupt: str | None = None, driver: 
         cmd = [sys.executable, str(driver)]
         env["CORRAL_TEST_INTERRUPT"] = interrupt
     cmd += [f"hydra.run.dir={run_dir}", *SMALL, *overrides]
+    # its own session: a signal to its process group reaches it and its workers, never pytest
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT,
-                          preexec_fn=_default_sigint)
+                          preexec_fn=_default_sigint, start_new_session=True)
 
 
 def rows(run_dir: Path) -> list[dict[str, str]]:
@@ -179,6 +185,11 @@ CASES = [
     pytest.param("snapshotting", 2, 0, "SIGINT", (), id="snapshotting"),
     pytest.param("evaluating", 3, 40, "SIGTERM", (), id="sigterm-evaluating-last-epoch"),
     pytest.param("sampling", 3, 60, "SIGINT", ("trainer.snapshot_every=2",), id="sampling-between-snapshots"),
+    # worker processes: Ctrl-C reaches the whole process group (same seed and one worker: the local run's episodes)
+    pytest.param("sampling", 2, 0, "SIGINT-group", ("sampler=multiprocessing", "sampler.n_workers=1"),
+                 id="multiprocessing-ctrl-c-sampling"),
+    pytest.param("evaluating", 1, 0, "SIGTERM", ("sampler=multiprocessing", "sampler.n_workers=1"),
+                 id="multiprocessing-sigterm-evaluating"),
 ]
 
 
@@ -188,7 +199,7 @@ def test_interrupt_then_resume_logs_every_epoch_once(tmp_path: Path, driver: Pat
                                                      extra: tuple[str, ...]) -> None:
     run = tmp_path / "run"
     proc = train(run, *extra, interrupt=f"{phase}:{row}:{nth}:{signame}", driver=driver)
-    assert proc.returncode == (143 if signame == "SIGTERM" else 130), proc.stderr[-3000:]
+    assert proc.returncode == (143 if signame.startswith("SIGTERM") else 130), proc.stderr[-3000:]
     assert "corral: interrupted" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "trainer.resume=" in proc.stderr
     before = rows(run)
