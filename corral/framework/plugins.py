@@ -71,6 +71,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "corral.plugins.loggers.tensorboard",
     "corral.plugins.loggers.wandb",
     "corral.plugins.loggers.mlflow",
+    "corral.plugins.optuna_pruning",
     "corral.plugins.normalizers.running",
     "corral.plugins.validation",
 )

@@ -1,39 +1,158 @@
-"""``experiment=ppo_cartpole_optuna``: an Optuna sweep of PPO's learning rate and clip range reports the best."""
+"""``hydra/sweeper=optuna`` (corral's sweeper, current Optuna) and ``experiment=ppo_cartpole_optuna``, end to end.
+
+- the preset's search reports the best parameters and value (eight trials);
+- a search in SQLite storage interrupted with Ctrl-C resumes: the interrupted trial runs again, the
+  finished ones are kept, job directories follow trial numbers;
+- pruning across processes (joblib jobs, SQLite storage): each job reports its evaluation return
+  every epoch to its trial and stops when the pruner says so.
+"""
 
 from __future__ import annotations
 
+import csv
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+optuna = pytest.importorskip("optuna")
+if int(optuna.__version__.split(".")[0]) < 3:
+    pytest.skip("corral's Optuna sweeper needs optuna>=3", allow_module_level=True)
 
 ROOT = Path(__file__).resolve().parents[2]
+TINY = ["trainer.batch_size=500", "trainer.eval_episodes=1", "logger=[csv]", "trainer.progress=false"]
+
+
+def train(cwd: Path, *args: str, timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def summaries(sweep_dir: Path) -> dict[int, dict]:
+    return {int(p.parent.name): json.loads(p.read_text()) for p in sweep_dir.glob("*/summary.json")}
 
 
 def test_eight_trials_report_the_best_parameters(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "multirun"
-    cmd = [sys.executable, str(ROOT / "train.py"), "-m", "experiment=ppo_cartpole_optuna", "hydra.sweeper.n_trials=8",
-           "trainer.max_env_steps=1000", "trainer.batch_size=500", "trainer.eval_episodes=1", "logger=[csv]",
-           "trainer.progress=false", f"hydra.sweep.dir={sweep_dir}"]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=400)
+    proc = train(tmp_path, "experiment=ppo_cartpole_optuna", "hydra.sweeper.n_trials=8", "trainer.max_env_steps=1000",
+                 *TINY, f"hydra.sweep.dir={sweep_dir}")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "Best parameters:" in out and "Best value:" in out
-    summaries = sorted((json.loads(p.read_text()) for p in sweep_dir.glob("*/summary.json")),
-                       key=lambda s: s["job"]["num"])
-    assert len(summaries) == 8 and all(s["status"] == "completed" for s in summaries)
-    lrs = {s["config"]["algo"]["learning_rate"] for s in summaries}
+    by_job = summaries(sweep_dir)
+    assert sorted(by_job) == list(range(8))
+    # The preset's median pruner may stop trials early (in memory, in this process); the others complete.
+    assert all(s["status"] == "completed" or s["error"].startswith("TrialPruned") for s in by_job.values())
+    done = [s for s in by_job.values() if s["status"] == "completed"]
+    assert len(done) >= 4  # the pruner's n_startup_trials always run to the end
+    lrs = {s["config"]["algo"]["learning_rate"] for s in by_job.values()}
     assert len(lrs) == 8 and all(1e-4 <= lr <= 1e-2 for lr in lrs)
-    assert all(0.05 <= s["config"]["algo"]["clip_range"] <= 0.4 for s in summaries)
-    assert all(s["config"]["algo"]["name"] == "ppo" and s["config"]["env"]["id"] == "CartPole-v1" for s in summaries)
+    assert all(0.05 <= s["config"]["algo"]["clip_range"] <= 0.4 for s in by_job.values())
+    assert all(s["config"]["algo"]["name"] == "ppo" and s["config"]["env"]["id"] == "CartPole-v1"
+               for s in by_job.values())
     # The objective is each trial's final evaluation return; the best one is reported.
     result = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
-    best = max(summaries, key=lambda s: s["final_eval_return"])
+    best = max(done, key=lambda s: s["final_eval_return"])
     assert result["best_value"] == pytest.approx(best["final_eval_return"])
     assert result["best_params"]["algo.learning_rate"] == pytest.approx(best["config"]["algo"]["learning_rate"])
     assert result["best_params"]["algo.clip_range"] == pytest.approx(best["config"]["algo"]["clip_range"])
+    assert result["trials"]["complete"] == len(done) and result["trials"]["fail"] == 0
+    # Sweeper plumbing stays out of the runs' overrides (and so out of `corral results` and run names).
+    assert not any("CORRAL_OPTUNA" in o for s in by_job.values() for o in s["overrides"])
+
+
+def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if all(p.exists() for p in paths):
+            return True
+        time.sleep(0.2)
+    return all(p.exists() for p in paths)
+
+
+def test_an_interrupted_search_resumes_from_its_sqlite_storage(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "multirun"
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    common = ["experiment=ppo_cartpole_optuna", f"hydra.sweeper.storage={storage}", "hydra.sweeper.study_name=resume_me",
+              "hydra.sweeper.pruner=null", *TINY, f"hydra.sweep.dir={sweep_dir}"]
+    first = train(tmp_path, *common, "hydra.sweeper.n_trials=1", "trainer.max_env_steps=1000")
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    # The same search with n_trials=3 and trials that would run for hours: Ctrl-C while trial 1 runs.
+    cmd = [sys.executable, str(ROOT / "train.py"), "-m", *common, "hydra.sweeper.n_trials=3",
+           "trainer.max_env_steps=100000000", "trainer.n_epochs=1000000"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        assert _wait_for([sweep_dir / "1" / "progress.csv"], proc, 180), "trial 1 did not start"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode != 0, out[-3000:]
+    study = optuna.load_study(study_name="resume_me", storage=storage)
+    states = [t.state.name for t in study.trials]
+    assert states[0] == "COMPLETE" and states[1] == "RUNNING", states
+    interrupted_params = study.trials[1].params
+    before = (sweep_dir / "0" / "summary.json").read_bytes()
+
+    resumed = train(tmp_path, *common, "hydra.sweeper.n_trials=3", "trainer.max_env_steps=1000")
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out[-4000:]
+    assert "resumes with 1 finished trial(s)" in out and "trial 1 was left running" in out
+    study = optuna.load_study(study_name="resume_me", storage=storage)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
+    assert study.trials[2].params == interrupted_params  # the interrupted trial ran again
+    assert study.trials[3].params not in (study.trials[0].params, interrupted_params)
+    assert (sweep_dir / "0" / "summary.json").read_bytes() == before  # finished trials are kept
+    by_job = summaries(sweep_dir)
+    for number in (2, 3):  # job directory N is trial N
+        assert by_job[number]["status"] == "completed"
+        assert by_job[number]["config"]["algo"]["learning_rate"] == pytest.approx(
+            study.trials[number].params["algo.learning_rate"])
+        assert by_job[number]["final_eval_return"] == pytest.approx(study.trials[number].value)
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("hydra_plugins.hydra_joblib_launcher"),
+                    reason="needs hydra-joblib-launcher")
+def test_jobs_in_other_processes_report_each_epoch_and_are_pruned(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "multirun"
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    # A pruner that prunes every trial once it has reported epochs 0, 1 and 2: deterministic.
+    # The sweeper on its own (no preset): the search space on the command line.
+    proc = train(tmp_path, "hydra/sweeper=optuna", "algo.learning_rate=tag(log, interval(1e-4, 1e-2))",
+                 "algo.clip_range=choice(0.1, 0.2)", "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2",
+                 "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", f"hydra.sweeper.storage={storage}",
+                 "hydra.sweeper.study_name=prune_me",
+                 "hydra.sweeper.pruner={_target_: optuna.pruners.ThresholdPruner, lower: 1.0e9, n_warmup_steps: 2}",
+                 "trainer.max_env_steps=4000", "trainer.eval_every=1", *TINY, f"hydra.sweep.dir={sweep_dir}")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "no trial completed (2 pruned)" in out
+    study = optuna.load_study(study_name="prune_me", storage=storage)
+    assert [t.state.name for t in study.trials] == ["PRUNED", "PRUNED"]
+    by_job = summaries(sweep_dir)
+    pids = set()
+    for trial in study.trials:
+        summary = by_job[trial.number]
+        assert summary["error"].startswith(f"TrialPruned: trial {trial.number} pruned at epoch 2")
+        pids.add(summary["pid"])
+        with open(sweep_dir / str(trial.number) / "progress.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        # Three of the eight epochs ran, each reported its evaluation return to the trial; the run stopped
+        # inside epoch 2's end-of-epoch hooks, so epochs 0 and 1 are the ones committed to progress.csv.
+        assert sorted(trial.intermediate_values) == [0, 1, 2]
+        assert [int(float(r["epoch"])) for r in rows] == [0, 1]
+        assert [trial.intermediate_values[i] for i in (0, 1)] == [
+            pytest.approx(float(r["eval/return_mean"])) for r in rows]
+        assert summary["config"]["algo"]["clip_range"] == trial.params["algo.clip_range"] in (0.1, 0.2)
+    assert os.getpid() not in pids  # the trials ran in joblib's worker processes
+    result = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    assert result["trials"] == {"complete": 0, "pruned": 2, "fail": 0} and "best_value" not in result

@@ -1,0 +1,266 @@
+"""The Hydra ``Sweeper`` behind ``hydra/sweeper=optuna`` (settings in corral/conf/hydra/sweeper/optuna.yaml).
+
+hydra-optuna-sweeper (the last release, 1.2/1.3) requires ``optuna<3``; this sweeper does the same
+job on current Optuna with the same ``params`` syntax (``interval(a, b)``, ``tag(log, interval(a, b))``,
+``int(interval(a, b))``, ``range(a, b, step)``, ``choice(a, b, c)`` or ``a,b,c``), plus:
+
+- persistent studies: with ``storage: sqlite:///optuna.db`` an interrupted search resumes where it
+  stopped (``n_trials`` counts the study's finished trials; trials left running by the interrupted
+  sweep are marked failed and run again), and ``optuna-dashboard sqlite:///optuna.db`` shows it;
+- pruning: with a ``pruner`` each job reports its evaluation return every evaluation epoch to its
+  trial (corral/plugins/optuna_pruning.py) and stops when the pruner says so;
+- job numbers follow trial numbers, so ``<sweep dir>/<N>`` is trial N, across resumes too.
+
+Kept import-light: Hydra imports every module under ``hydra_plugins`` when it scans for plugins, so
+Optuna is imported only when a sweep starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Optional, Sequence, cast
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep
+from hydra.core.plugins import Plugins
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+#: Study attribute listing the trials an interrupted sweep left running (run again, not counted).
+INTERRUPTED_ATTR = "corral_interrupted"
+RESULTS_FILE = "optimization_results.yaml"
+
+
+def distribution(override: Override) -> Any:
+    """The Optuna distribution of one sweep override (``key=interval(0.1, 1)`` and such)."""
+    import optuna.distributions as d
+
+    value = override.value()
+    key = override.get_key_element()
+    if isinstance(value, ChoiceSweep):
+        choices = [x if isinstance(x, (str, int, float, bool)) or x is None else str(x) for x in value.list]
+        return d.CategoricalDistribution(choices)
+    if isinstance(value, RangeSweep):
+        if value.shuffle:
+            raise ValueError(f"optuna sweeper: {key}: shuffle(range(...)) has no meaning for Optuna")
+        values = list(value.range())
+        if not values:
+            raise ValueError(f"optuna sweeper: {key}: range({value.start}, {value.stop}, {value.step}) is empty")
+        if all(isinstance(v, int) for v in values):
+            return d.IntDistribution(values[0], values[-1], step=int(value.step))
+        return d.FloatDistribution(float(values[0]), float(values[-1]), step=float(value.step))
+    if isinstance(value, IntervalSweep):
+        assert value.start is not None and value.end is not None
+        log_scale = "log" in value.tags
+        if isinstance(value.start, int) and isinstance(value.end, int):
+            return d.IntDistribution(value.start, value.end, log=log_scale)
+        return d.FloatDistribution(float(value.start), float(value.end), log=log_scale)
+    raise ValueError(f"optuna sweeper: {key}: cannot search over {override.input_line!r} "
+                     "(use interval(a, b), tag(log, interval(a, b)), range(a, b, step) or choice(a, b, ...))")
+
+
+def search_space(params: dict[str, str] | None, arguments: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """Distributions by key, and the fixed overrides every trial gets, from ``hydra.sweeper.params`` and
+    the command line (the command line wins for a key given in both)."""
+    lines = [f"{k}={v}" for k, v in (params or {}).items()] + list(arguments)
+    space: dict[str, Any] = {}
+    fixed: dict[str, str] = {}
+    for override in OverridesParser.create().parse_overrides(lines):
+        key = override.get_key_element()
+        space.pop(key, None)
+        fixed.pop(key, None)
+        if override.is_sweep_override():
+            space[key] = distribution(override)
+        else:
+            fixed[key] = override.input_line or f"{key}={override.get_value_element_as_str()}"
+    return space, list(fixed.values())
+
+
+class CorralOptunaSweeper(Sweeper):
+    """Asks Optuna for ``n_jobs`` trials at a time, launches them as Hydra jobs, tells Optuna their
+    results (a job's return value: ``train.py`` returns the run's final evaluation return)."""
+
+    def __init__(
+        self,
+        direction: Any = "maximize",
+        study_name: Optional[str] = None,
+        storage: Optional[str] = None,
+        n_trials: int = 20,
+        n_jobs: int = 1,
+        sampler: Any = None,
+        pruner: Any = None,
+        prune_on: str = "eval/return_mean",
+        params: Optional[DictConfig] = None,
+        **ignored: Any,
+    ) -> None:
+        if n_trials < 1 or n_jobs < 1:
+            raise ValueError(f"optuna sweeper: n_trials and n_jobs must be >= 1, got {n_trials} and {n_jobs}")
+        self.direction = direction
+        self.study_name = study_name
+        self.storage = storage
+        self.n_trials = int(n_trials)
+        self.n_jobs = int(n_jobs)
+        self.sampler = sampler
+        self.pruner = pruner
+        self.prune_on = prune_on
+        self.params: Any = OmegaConf.to_container(params, resolve=True) if isinstance(params, DictConfig) else params
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+        self.launcher: Any = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        """Instantiate the launcher the jobs run with."""
+        self.config = config
+        self.hydra_context = hydra_context
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    # ------------------------------------------------------------------ the study
+    def _study(self, resumed: int = 0) -> Any:
+        """The study (created, or loaded from the storage); ``resumed``: trials it already has."""
+        import optuna
+        from hydra.utils import instantiate
+
+        from corral.plugins.optuna_pruning import LIVE_STUDIES, make_pruner
+
+        sampler = self.sampler  # a _target_ node (the preset sets _recursive_: false), or a sampler object
+        if isinstance(sampler, (dict, DictConfig)):
+            spec = OmegaConf.create(sampler)
+            if resumed and spec.get("seed") is not None:
+                # A seeded sampler would propose the earlier trials' parameters again: reseed it from the
+                # seed and the number of trials so far (a resumed search stays reproducible).
+                spec.seed = int(spec.seed) + resumed
+            sampler = instantiate(spec)
+        directions = list(self.direction) if isinstance(self.direction, (list, tuple)) or OmegaConf.is_list(
+            self.direction) else None
+        study = optuna.create_study(
+            study_name=self.study_name, storage=self.storage, sampler=sampler, pruner=make_pruner(self.pruner),
+            direction=None if directions else cast(Any, str(self.direction)), directions=directions,
+            load_if_exists=True)
+        LIVE_STUDIES[study.study_name] = study
+        return study
+
+    def _existing_trials(self) -> int:
+        """How many trials a stored study of this name already has (0 in memory or for a new study)."""
+        if not self.storage or not self.study_name:
+            return 0
+        import optuna
+
+        try:
+            return len(optuna.load_study(study_name=self.study_name, storage=self.storage).get_trials(deepcopy=False))
+        except KeyError:  # no such study yet
+            return 0
+
+    def _recover(self, study: Any) -> int:
+        """Mark trials an interrupted sweep left running as failed and queue their parameters again;
+        return how many finished trials the study already has."""
+        from optuna.trial import TrialState
+
+        interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, []))
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            interrupted.add(trial.number)
+            study.set_user_attr(INTERRUPTED_ATTR, sorted(interrupted))
+            study.tell(trial.number, state=TrialState.FAIL)
+            study.enqueue_trial(trial.params, skip_if_exists=False)
+            log.info("Optuna: trial %d was left running by an interrupted sweep; it runs again", trial.number)
+        done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED,
+                                                                     TrialState.FAIL))
+                if t.number not in interrupted]
+        if done:
+            log.info("Optuna: study %r resumes with %d finished trial(s)", study.study_name, len(done))
+        return len(done)
+
+    # ------------------------------------------------------------------ the sweep
+    def sweep(self, arguments: list[str]) -> Any:
+        """Run the search; log and write (``optimization_results.yaml``) the best parameters and value."""
+        from corral.plugins.optuna_pruning import STUDY_ENV, TRIAL_ENV
+
+        assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        space, fixed = search_space(self.params, arguments)
+        if not space:
+            raise ValueError("optuna sweeper: nothing to search; give hydra.sweeper.params or key=interval(a, b) "
+                             "overrides")
+        launcher = type(self.launcher).__name__
+        if self.pruner is not None and not self.storage and launcher != "BasicLauncher":
+            log.warning("Optuna: no pruning: jobs of %s run in other processes and reach the study only "
+                        "through a storage; set hydra.sweeper.storage (e.g. sqlite:///optuna.db)", launcher)
+        study = self._study(resumed=self._existing_trials())
+        done = self._recover(study)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        log.info("Optuna: study %r (%s), %d trial(s) to run, %d at a time; storage %s", study.study_name,
+                 ", ".join(d.name.lower() for d in study.directions), max(0, self.n_trials - done), self.n_jobs,
+                 self.storage or "in memory")
+        while done < self.n_trials:
+            batch = min(self.n_jobs, self.n_trials - done)
+            trials = [study.ask(space) for _ in range(batch)]
+            # The job finds its trial through these (Trial._trial_id: the storage's id, what optuna.Trial takes).
+            study_env = f"++hydra.job.env_set.{STUDY_ENV}='{study.study_name}'"
+            overrides = [tuple(f"{k}={v}" for k, v in t.params.items()) + tuple(fixed)
+                         + (f"++hydra.job.env_set.{TRIAL_ENV}={t._trial_id}", study_env) for t in trials]
+            self.validate_batch_is_legal(overrides)
+            numbers = [t.number for t in trials]
+            first = numbers[0] if numbers == list(range(numbers[0], numbers[0] + batch)) else done
+            returns = self.launcher.launch(overrides, initial_job_idx=first)
+            for trial, ret in zip(trials, returns):
+                self._tell(study, trial, ret)
+            done += batch
+        self._report(study, sweep_dir)
+        return study
+
+    def _tell(self, study: Any, trial: Any, ret: Any) -> None:
+        import optuna
+        from hydra.core.utils import JobStatus
+        from optuna.trial import TrialState
+
+        if ret.status == JobStatus.COMPLETED:
+            value = ret.return_value
+            values = list(value) if isinstance(value, (list, tuple)) else [value]
+            if any(v is None for v in values):
+                log.warning("Optuna: trial %d returned no objective (no evaluation and no episode); failed",
+                            trial.number)
+                study.tell(trial, state=TrialState.FAIL)
+                return
+            study.tell(trial, [float(v) for v in values] if len(values) > 1 else float(values[0]))
+            return
+        error = getattr(ret, "_return_value", None)
+        if isinstance(error, optuna.TrialPruned):
+            log.info("Optuna: %s", error)
+            study.tell(trial, state=TrialState.PRUNED)
+            return
+        log.warning("Optuna: trial %d (%s) failed: %s: %s", trial.number, " ".join(ret.overrides[:len(trial.params)]),
+                    type(error).__name__, error)
+        study.tell(trial, state=TrialState.FAIL)
+
+    def _report(self, study: Any, sweep_dir: Path) -> None:
+        """Log the best trial(s) and write ``optimization_results.yaml``. No completed trial: an error
+        when trials failed (a broken config fails every trial), a warning when they were all pruned."""
+        from optuna.trial import TrialState
+
+        counts = {s.name.lower(): len(study.get_trials(deepcopy=False, states=(s,)))
+                  for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)}
+        results: dict[str, Any] = {"name": "optuna", "study_name": study.study_name, "storage": self.storage,
+                                   "trials": counts}
+        if not counts["complete"]:
+            what = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
+            OmegaConf.save(OmegaConf.create(results), sweep_dir / RESULTS_FILE)
+            if counts["fail"] and not counts["pruned"]:
+                raise RuntimeError(f"optuna sweeper: no trial completed ({what}); see the jobs' summary.json "
+                                   f"under {sweep_dir}")
+            log.warning("Optuna: no trial completed (%s): no best parameters", what)
+            return
+        if len(study.directions) > 1:
+            best = [{"number": t.number, "params": t.params, "values": t.values} for t in study.best_trials]
+            log.info("Best trials (Pareto front): %s", best)
+            results["solutions"] = best
+        else:
+            trial = study.best_trial
+            log.info("Best parameters: %s", trial.params)
+            log.info("Best value: %s (trial %d)", trial.value, trial.number)
+            results.update(best_params=trial.params, best_value=trial.value, best_trial=trial.number)
+        OmegaConf.save(OmegaConf.create(results), sweep_dir / RESULTS_FILE)
