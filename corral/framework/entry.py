@@ -138,35 +138,50 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
     built = None
     stats: dict[str, float] = {}
     status, error = "failed", None
-    try:
-        built = build(cfg, log_dir=log_dir)
-        try:
-            stats = dict(built.train())
-            trainer = built.trainer
-            if trainer.already_finished:
-                resuming.say(resuming.finished_message(plan.run_dir if plan else log_dir, trainer.stop_reason,
-                                                       trainer.epoch, trainer.total_env_steps))
-                status = "finished"
-                return stats.get("eval/return_mean", stats.get("train/return_mean"))
-            if "eval/return_mean" not in stats and built.trainer.config.eval_every and built.trainer.epoch > 0:
-                stats.update(built.trainer.evaluate())
-                best = built.trainer.best_eval_return
-                final = stats["eval/return_mean"]
-                built.trainer.best_eval_return = final if best is None else max(best, final)
-        finally:
-            built.close()
-        status = "completed"
-    except BaseException as exc:
-        from corral.framework.trainer import TrainingInterrupted
+    from corral.framework.trainer import Terminated, TrainingInterrupted, sigterm_as_interrupt
 
-        status = "interrupted" if isinstance(exc, (TrainingInterrupted, KeyboardInterrupt)) else "failed"
+    try:
+        with sigterm_as_interrupt():  # SIGTERM while building or in the final evaluation: Ctrl-C's path too
+            built = build(cfg, log_dir=log_dir)
+            try:
+                stats = dict(built.train())
+                trainer = built.trainer
+                if trainer.already_finished:
+                    resuming.say(resuming.finished_message(plan.run_dir if plan else log_dir, trainer.stop_reason,
+                                                           trainer.epoch, trainer.total_env_steps))
+                    status = "finished"
+                    return stats.get("eval/return_mean", stats.get("train/return_mean"))
+                if "eval/return_mean" not in stats and built.trainer.config.eval_every and built.trainer.epoch > 0:
+                    stats.update(built.trainer.evaluate())
+                    best = built.trainer.best_eval_return
+                    final = stats["eval/return_mean"]
+                    built.trainer.best_eval_return = final if best is None else max(best, final)
+            finally:
+                built.close()
+            status = "completed"
+    except BaseException as exc:
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, TrainingInterrupted):
+            # outside the epochs: while starting (nothing to resume) or in the final evaluation (nothing lost)
+            trainer = built.trainer if built is not None else None
+            by = " by SIGTERM" if isinstance(exc, Terminated) else ""
+            if trainer is not None and trainer.stop_reason is not None:
+                what = f"in the final evaluation; training had finished ({trainer.stop_reason} reached) and is saved"
+            elif plan is not None:
+                what = f"before training resumed; the run is as it was (resume with trainer.resume={cfg.trainer.resume})"
+            else:
+                what = "before training started; nothing to resume"
+            resuming.say(f"\ncorral: interrupted{by} {what}")
+            raise TrainingInterrupted(None, 143 if by else 130) from None
         raise
     finally:
         wall = time.perf_counter() - t0
         if status != "finished":
             summary = None
-            if log_dir is not None and (built is not None or status != "failed"):
+            # a resume stopped before its snapshot was loaded leaves the run's summary as it was
+            untouched = plan is not None and (built is None or built.trainer.resumed_epoch is None)
+            if log_dir is not None and (built is not None or status != "failed") and not untouched:
                 summary = _write_summary(cfg, log_dir, built, stats, status, started, wall, error, previous, plan)
             if built is not None:
                 _closing_line(built.trainer, status, stats, summary, wall, log_dir)
