@@ -113,6 +113,7 @@ def evaluate_run(
     from corral.framework.compose import build
     from corral.framework.config import register_configs
     from corral.framework.evaluation import (
+        check_recordable,
         evaluation_episodes,
         evaluation_factory,
         recording_envs,
@@ -146,6 +147,7 @@ def evaluate_run(
             factory = dataclasses.replace(factory, max_episode_length=cfg.env.get("max_episode_length"))
         videos_before: set[Path] = set()
         if video_dir is not None:
+            check_recordable(env)
             videos_before = set(Path(video_dir).glob("*.mp4"))
             env = recording_envs(env, video_dir, n_workers, name_prefix="eval")
         batch = evaluation_episodes(run.algo.eval_policy, env, factory, episodes, deterministic=deterministic,

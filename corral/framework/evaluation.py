@@ -222,6 +222,13 @@ def require_video() -> None:
         ) from None
 
 
+def check_recordable(env: Any) -> None:
+    """Fail early, with one clear line, when videos of ``env`` cannot be recorded: the extra is
+    missing, or the environment does not render ``rgb_array`` frames."""
+    require_video()
+    _rgb_array_env(env.fn if isinstance(env, RecordedEnvFactory) else env, {}).close()
+
+
 def record_video(
     policy: Policy,
     env: Any,
@@ -278,21 +285,24 @@ def _always(episode_id: int) -> bool:
 
 def _rgb_array_env(source: Any, kwargs: Mapping[str, Any]) -> gym.Env:
     """An environment from ``source`` that renders ``rgb_array`` frames, or a clear error."""
-    if isinstance(source, EnvFactory) and not isinstance(source, RecordedEnvFactory):
-        try:
-            env = EnvFactory(source.fn, {**dict(source.kwargs), "render_mode": "rgb_array"})()
-        except TypeError:  # a callable recipe that takes no render_mode
-            env = source()
-    elif isinstance(source, str):
-        env = EnvFactory(source, {**dict(kwargs), "render_mode": "rgb_array"})()
-    else:
-        env = make_env(source)
+    with warnings.catch_warnings():  # gymnasium warns about a render mode the env lacks; we say it once
+        warnings.filterwarnings("ignore", message=".*render_mode.*")
+        if isinstance(source, EnvFactory) and not isinstance(source, RecordedEnvFactory):
+            try:
+                env = EnvFactory(source.fn, {**dict(source.kwargs), "render_mode": "rgb_array"})()
+            except TypeError:  # a callable recipe that takes no render_mode
+                env = source()
+        elif isinstance(source, str):
+            env = EnvFactory(source, {**dict(kwargs), "render_mode": "rgb_array"})()
+        else:
+            env = make_env(source)
     if env.render_mode not in ("rgb_array", "rgb_array_list"):
         name = getattr(env.spec, "id", None) or type(env.unwrapped).__name__
+        modes = list(env.metadata.get("render_modes", []))
         env.close()
         raise ConfigError(
-            f"environment {name} does not render rgb_array frames (render_mode={env.render_mode!r}), so it "
-            "cannot be recorded; give it render_mode='rgb_array' (env.kwargs.render_mode=rgb_array)"
+            f"environment {name} does not render rgb_array frames (its render modes: {modes}), so its episodes "
+            "cannot be recorded; evaluate it without --video / trainer.video_every"
         )
     return env
 
@@ -370,7 +380,8 @@ def _join(pieces: list[EpisodeBatch]) -> EpisodeBatch:
 
 
 __all__ = [
-    "EVAL_BRANCH", "EvalWorkerFactory", "RecordedEnvFactory", "VIDEO_EXTRA", "deterministic_copy", "encode_gif",
+    "EVAL_BRANCH", "EvalWorkerFactory", "RecordedEnvFactory", "VIDEO_EXTRA", "check_recordable", "deterministic_copy",
+    "encode_gif",
     "episode_statistics",
     "evaluate", "evaluation_episodes", "evaluation_factory", "read_video_frames", "record_video", "recording_envs",
     "require_video", "run_worker_factory",

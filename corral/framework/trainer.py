@@ -20,7 +20,7 @@ from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.checks import check
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError, SnapshotError
-from corral.framework.evaluation import evaluate, record_video, require_video, run_worker_factory
+from corral.framework.evaluation import check_recordable, evaluate, record_video, run_worker_factory
 from corral.framework.logger import Logger, run_log
 from corral.framework.progress import ProgressBar
 from corral.framework.snapshot import load_snapshot, remove_snapshot, save_snapshot
@@ -158,7 +158,7 @@ class Trainer:
         finally:
             probe.close()
         if self.config.video_every and self.config.eval_every:
-            require_video()  # before any training: the error names the extra to install
+            check_recordable(env)  # before any training: a missing extra or an env without rgb_array frames
 
     @property
     def snapshot_dir(self) -> Path | None:
