@@ -137,7 +137,7 @@ def test_library_trainer_applies_only_the_limits_it_is_given() -> None:
 
 def test_library_train_runs_the_epochs_asked_for_past_100k_steps() -> None:
     """``train(n_epochs=3, batch_size=40_000)``: 120,000 steps, more than the old silent cap."""
-    from corral import EnvFactory, EnvSpec, LocalSampler, MLPPolicy, Trainer, VPG
+    from corral import VPG, EnvFactory, EnvSpec, LocalSampler, MLPPolicy, Trainer
 
     env = EnvFactory("CartPole-v1")
     spec = EnvSpec.from_env(env())
