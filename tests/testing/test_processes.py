@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from multiprocessing import shared_memory
+
+import pytest
 
 from corral.testing import child_processes, descendants, process_alive, shm_entries, wait_gone
 
@@ -45,3 +49,54 @@ def test_shm_entries_sees_a_new_segment() -> None:
         segment.close()
         segment.unlink()
     assert segment.name.lstrip("/") not in shm_entries()
+
+
+# A child that starts a grandchild in its session, makes a /dev/shm entry named after its own pid
+# (as loky's semaphores and joblib's memmapping folders are) and ignores SIGTERM: what a timed-out
+# test can leave behind.
+STUBBORN = [sys.executable, "-c", (
+    "import os, signal, subprocess, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "open(f'/dev/shm/sem.loky-{os.getpid()}-corraltest', 'w').close()\n"
+    "os.makedirs(f'/dev/shm/joblib_memmapping_folder_{os.getpid()}_x_y', exist_ok=True)\n"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+    "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)\n"
+    "time.sleep(120)\n"
+)]
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm") or not os.path.isdir("/proc"), reason="needs /dev/shm and /proc")
+def test_started_session_cleans_up_after_a_failing_test_even_with_sigint_ignored() -> None:
+    from corral.testing import started_session
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a suite started with `cmd &` from a script
+    try:
+        with pytest.raises(RuntimeError, match="the test failed"):
+            with started_session(STUBBORN, stdout=subprocess.PIPE, text=True) as proc:
+                # The child reacts to SIGINT (Python's KeyboardInterrupt handler), though its parent ignores it.
+                assert proc.stdout.readline().strip() == "True"
+                pids = {proc.pid} | descendants(proc.pid)
+                assert len(pids) == 2
+                names = {f"sem.loky-{proc.pid}-corraltest", f"joblib_memmapping_folder_{proc.pid}_x_y"}
+                assert names <= shm_entries()
+                raise RuntimeError("the test failed")  # or timed out: the block is left all the same
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert wait_gone(pids, timeout=1) == set(), "a process of the session outlived it (SIGTERM ignored: killed)"
+    assert not names & shm_entries(), "its /dev/shm entries were left behind"
+
+
+def test_interruptible_raises_keyboard_interrupt_with_sigint_ignored() -> None:
+    import threading
+
+    from corral.testing import interruptible
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with interruptible():
+            with pytest.raises(KeyboardInterrupt):
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+                time.sleep(5)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN, "the disposition it found is restored"
+    finally:
+        signal.signal(signal.SIGINT, previous)
