@@ -179,3 +179,12 @@ def test_vector_worker_normalises_like_the_others(corral_build: Any, sampler: st
     _assert_same_stats(local["norm"], other["norm"])
     for key, value in local["params"].items():
         assert value.tobytes() == other["params"][key].tobytes(), key
+
+
+def test_reward_scaling_alone_keeps_the_plain_agent(corral_build: Any) -> None:
+    plain = [o for o in SMALL if not o.startswith("normalize.obs")]
+    run = corral_build(*plain, "sampler=local", "trainer.n_epochs=2")
+    assert run.algo.policy is run.policy and "obs_norm.mean" not in run.algo.get_agent_update()
+    stats = run.train()
+    assert stats["normalize/return_std"] > 1.0 and "normalize/obs_std_mean" not in stats
+    assert run.algo.state_dict()["normalization"]["obs"]["count"] < 1  # observations untouched
