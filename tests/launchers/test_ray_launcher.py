@@ -39,7 +39,38 @@ def test_bad_settings_are_config_errors(bad: dict) -> None:
         RayLauncherSettings(**bad).validate()
 
 
+def test_runtime_env_is_checked_and_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine").mkdir()
+    s = RayLauncherSettings(runtime_env={"working_dir": "mine", "env_vars": {"A": 1}, "pip": []})
+    s.validate()
+    assert s.runtime_env == {"working_dir": str(tmp_path / "mine"), "env_vars": {"A": "1"}}
+    with pytest.raises(ConfigError, match=r"hydra.launcher.runtime_env has unknown key\(s\) \['workdir'\]"):
+        RayLauncherSettings(runtime_env={"workdir": "."}).validate()
+    with pytest.raises(ConfigError, match="hydra.launcher.runtime_env.py_modules: 'nowhere' does not exist"):
+        RayLauncherSettings(runtime_env={"py_modules": ["nowhere"]}).validate()
+
+
 ray = pytest.importorskip("ray")
+
+
+def test_runtime_env_reaches_the_jobs_processes() -> None:
+    """The launcher's runtime environment is the runtime's: a task (a job) sees its env_vars."""
+    import os
+
+    from corral.launchers.ray import _connect
+
+    if ray.is_initialized():
+        pytest.skip("a Ray runtime is already running in this process")
+    os.environ.pop("CORRAL_RUNTIME_ENV_TEST", None)
+    settings = RayLauncherSettings(num_cpus=1, runtime_env={"env_vars": {"CORRAL_RUNTIME_ENV_TEST": "from-settings"}})
+    settings.validate()
+    assert _connect(ray, settings) is True
+    try:
+        seen = ray.get(ray.remote(lambda: os.environ.get("CORRAL_RUNTIME_ENV_TEST")).remote(), timeout=120)
+    finally:
+        ray.shutdown()
+    assert seen == "from-settings"
 sys.path.insert(0, str(ROOT / "tests" / "plugins" / "samplers"))
 from test_ray_runtime import ray_cluster  # noqa: E402,F401  - the two-node `ray start` cluster fixture
 
