@@ -80,8 +80,9 @@ def output(proc: subprocess.CompletedProcess[str]) -> str:
         (["env=goal_chain", "env.n_states=5", "logger=[jsonl]"], {"env": "goal_chain"}),
         (["logger=[console,jsonl]"], {}),
         (["experiment=example_quick"], {"env": "goal_chain", "worker": "noisy_obs"}),
+        (["algo=reinforce", "algo.vf_iters=5", "logger=[jsonl]"], {"algo": "reinforce"}),
     ],
-    ids=["worker=noisy_obs", "env=goal_chain", "logger=jsonl", "experiment=example_quick"],
+    ids=["worker=noisy_obs", "env=goal_chain", "logger=jsonl", "experiment=example_quick", "algo=reinforce"],
 )
 def test_each_option_trains_from_the_command_line(
     tmp_path: Path, site: Path, overrides: list[str], chosen: dict[str, str]
@@ -122,10 +123,11 @@ def test_discovery_lists_the_example(tmp_path: Path, site: Path) -> None:
     assert listing.returncode == 0, output(listing)
     data = json.loads(listing.stdout)
     mine = {(c["kind"], c["name"]): c for c in data["components"] if c["distribution"] == DIST}
-    assert set(mine) == {("worker", "noisy_obs"), ("env", "goal_chain"), ("logger", "jsonl")}
+    assert set(mine) == {("worker", "noisy_obs"), ("env", "goal_chain"), ("logger", "jsonl"), ("algo", "reinforce")}
     assert all(c["version"] == "0.1.0" and c["help"] for c in mine.values())
     fields = {f["name"]: f for f in mine[("worker", "noisy_obs")]["config"]}
     assert fields["noise_std"]["default"] == 0.05 and fields["noise_std"]["help"]
+    assert fields["noise_std"]["accepts"] == ">= 0" and fields["noise_std"]["path"] == "worker.noise_std"
 
     check = run([sys.executable, "-m", "corral.framework.cli", "plugins", "--check"], tmp_path, site)
     assert check.returncode == 0, output(check)
@@ -147,3 +149,13 @@ def test_the_examples_own_tests_pass(tmp_path: Path, site: Path) -> None:
     proc = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(EXAMPLE / "tests")], tmp_path, site)
     assert proc.returncode == 0, output(proc)
     assert " passed" in proc.stdout and "failed" not in proc.stdout, output(proc)
+
+
+def test_the_plugins_ranges_are_checked_like_corrals(tmp_path: Path, site: Path) -> None:
+    """A third-party option gets corral's range checks and unknown-key errors for free."""
+    proc = train(tmp_path, site, "algo=reinforce", "algo.learning_rate=-1", *TINY)
+    assert proc.returncode == 2 and proc.stderr == "corral: error: algo.learning_rate must be > 0, got -1.0\n", output(proc)
+    proc = train(tmp_path, site, "algo=reinforce", "+algo.vf_iter=5", *TINY)
+    assert proc.returncode == 2, output(proc)
+    assert "algo.vf_iter is not a setting: algo=reinforce has no setting 'vf_iter'" in proc.stderr
+    assert "did you mean algo.vf_iters?" in proc.stderr

@@ -22,6 +22,7 @@ from typing import Any, Optional
 import gymnasium as gym
 import numpy as np
 
+from corral import check
 from corral.framework.env import EnvFactory
 from corral.framework.errors import ConfigError
 
@@ -49,9 +50,10 @@ class GoalChainEnv(gym.Env):
         self.position = 0
 
     # ------------------------------------------------------------------ tasks
-    def sample_tasks(self, n: int) -> list[dict[str, int]]:
-        """``n`` goals drawn from this environment's RNG (seeded by ``reset(seed=...)``)."""
-        goals = self.np_random.integers(0, self.n_states, size=n)
+    def sample_tasks(self, n: int, rng: np.random.Generator | None = None) -> list[dict[str, int]]:
+        """``n`` goals drawn with ``rng`` (corral's task samplers pass their own), else with this
+        environment's RNG (seeded by ``reset(seed=...)``)."""
+        goals = (rng if rng is not None else self.np_random).integers(0, self.n_states, size=n)
         return [{"goal": int(g)} for g in goals]
 
     def set_task(self, task: dict[str, int]) -> None:
@@ -107,11 +109,11 @@ class SetTask:
 class GoalChainConfig:
     """Settings of ``env=goal_chain``."""
 
-    n_states: int = field(default=7, metadata={"help": "number of cells in the chain (>= 2)"})
-    goal: Optional[int] = field(default=None, metadata={"help": "goal cell (default: the last one)"})
+    n_states: int = field(default=7, metadata=check(ge=2, help="number of cells in the chain"))
+    goal: Optional[int] = field(default=None, metadata=check(ge=0, help="goal cell (default: the last one)"))
     observe_goal: bool = field(default=True, metadata={"help": "include the goal in the observation"})
-    step_penalty: float = field(default=0.01, metadata={"help": "reward subtracted for every step that misses the goal"})
-    max_episode_length: Optional[int] = field(default=30, metadata={"help": "steps before an episode is cut (TIMEOUT)"})
+    step_penalty: float = field(default=0.01, metadata=check(ge=0, help="reward subtracted for every step that misses the goal"))
+    max_episode_length: Optional[int] = field(default=30, metadata=check(ge=1, help="steps before an episode is cut (TIMEOUT)"))
 
 
 def build_goal_chain(config: GoalChainConfig) -> EnvFactory:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Mapping
 
-from corral.framework.logger import Logger
+from corral import Logger
 
 
 @dataclass
@@ -39,6 +39,15 @@ class JSONLinesLogger(Logger):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # append: a resumed run continues
+
+    def resume(self, epoch: int, env_steps: int) -> None:
+        """A resumed run continues in its own run directory from ``epoch``: keep the lines of the
+        epochs before it and drop later ones (written after the snapshot; the run logs them again)."""
+        self.close()
+        lines = self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
+        kept = [line for line in lines if line.strip() and json.loads(line).get("epoch", -1) < epoch]
+        self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        self._file = open(self.path, "a", encoding="utf-8")
 
     def log(self, epoch: int, stats: Mapping[str, float]) -> None:
         """Write one line for ``epoch``."""

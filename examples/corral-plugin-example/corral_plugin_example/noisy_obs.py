@@ -21,7 +21,7 @@ from typing import Any, Mapping
 import gymnasium as gym
 import numpy as np
 
-from corral import VecWorker
+from corral import VecWorker, check
 from corral.framework.env import child_seed
 from corral.framework.errors import ConfigError
 
@@ -33,8 +33,8 @@ NOISE_STREAM = 2
 class NoisyObsConfig:
     """Settings of ``worker=noisy_obs`` (every field can be overridden: ``worker.noise_std=0.1``)."""
 
-    noise_std: float = field(default=0.05, metadata={"help": "standard deviation of the Gaussian observation noise"})
-    n_envs: int = field(default=4, metadata={"help": "environments stepped together by one worker"})
+    noise_std: float = field(default=0.05, metadata=check(ge=0, help="standard deviation of the Gaussian observation noise"))
+    n_envs: int = field(default=4, metadata=check(ge=1, help="environments stepped together by one worker"))
 
 
 class ObservationNoise(gym.ObservationWrapper):

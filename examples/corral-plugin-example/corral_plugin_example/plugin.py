@@ -15,17 +15,20 @@ from corral.framework.errors import ConfigError
 from corral_plugin_example.goal_chain import GoalChainConfig, build_goal_chain
 from corral_plugin_example.jsonl import JSONLinesLoggerConfig, build_jsonl_logger
 from corral_plugin_example.noisy_obs import NoisyObsConfig, NoisyObsWorker
+from corral_plugin_example.reinforce import ReinforceConfig, build_reinforce
 
 
 @hookimpl
 def corral_register(register: Callable[..., None]) -> None:
-    """Register ``worker=noisy_obs``, ``env=goal_chain`` and ``logger=jsonl``."""
+    """Register ``worker=noisy_obs``, ``env=goal_chain``, ``logger=jsonl`` and ``algo=reinforce``."""
     register("worker", "noisy_obs", NoisyObsWorker, config=NoisyObsConfig,
              help="worker=vec with Gaussian observation noise from each env's own seed stream")
     register("env", "goal_chain", build_goal_chain, config=GoalChainConfig,
              help="walk a chain of cells to a goal; tasks = goals (sample_tasks / set_task)")
     register("logger", "jsonl", build_jsonl_logger, config=JSONLinesLoggerConfig,
              help="one JSON line per epoch in <run dir>/progress.jsonl")
+    register("algo", "reinforce", build_reinforce, config=ReinforceConfig,
+             help="REINFORCE with a learned value baseline (policy=mlp)")
 
 
 @hookimpl

@@ -11,6 +11,7 @@ from gymnasium.utils.env_checker import check_env
 from corral import DefaultWorker
 from corral.framework.compose import validate
 from corral.framework.errors import ConfigError
+from corral.testing import EnvContract
 from corral.testing.contracts import make_test_policy
 from corral_plugin_example.goal_chain import ENV_ID, GoalChainConfig, GoalChainEnv, SetTask, build_goal_chain
 
@@ -73,3 +74,10 @@ def test_validation_hook_rejects_a_goal_outside_the_chain(corral_compose) -> Non
     with pytest.raises(ConfigError, match=r"env.goal=7 is outside the chain: with env.n_states=4 choose 0..3"):
         validate(cfg)
     validate(corral_compose("env=goal_chain", "env.n_states=4", "env.goal=3"))
+
+
+class TestGoalChainEnvContract(EnvContract):
+    """corral's environment contract: gymnasium API, same seed same episode, picklable, samples under
+    corral's workers, tasks, config defaults inside their declared ranges."""
+
+    env = "goal_chain"
