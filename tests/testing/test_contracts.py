@@ -200,6 +200,16 @@ class StaleSampler(LocalSampler):
         self._had_agent = True
 
 
+class SwallowingSampler(LocalSampler):
+    """Ignores a failed update and samples with the agent it had (the fire-and-forget bug)."""
+
+    def _update(self, agent_update, env_update):
+        try:
+            super()._update(agent_update, env_update)
+        except WorkerError:
+            pass
+
+
 class LeakySampler(LocalSampler):
     """Starts a helper process and never stops it."""
 
@@ -242,6 +252,10 @@ class TestStale(SamplerContract):
     env_failure_errors = (WorkerError, EnvironmentFailure)
 
 
+class TestSwallowing(SamplerContract):
+    sampler_class = SwallowingSampler
+
+
 class TestLeaky(SamplerContract):
     sampler_class = LeakySampler
     shutdown_timeout = 0.5
@@ -268,7 +282,7 @@ def test_the_suites_fail_broken_components(pytester: pytest.Pytester, tmp_path) 
         result = pytester.runpytest_inprocess(
             "-p", "no:cacheprovider", "-q", "-k",
             "(Reversed and exact) or (Stale and agent_updates) or (Leaky and nothing_left) or GlobalNoise "
-            "or Forgetful",
+            "or Forgetful or (Swallowing and (failed_agent_update or obtain_samples_matches))",
         )
     finally:
         os.environ.pop("LEAK_PID_FILE", None)
@@ -288,6 +302,7 @@ def test_the_suites_fail_broken_components(pytester: pytest.Pytester, tmp_path) 
         "TestGlobalNoise::test_same_seed_same_episodes_other_seed_different",
         "TestGlobalNoise::test_state_dict_round_trip",
         "TestForgetful::test_state_dict_round_trip_trains_identically",
+        "TestSwallowing::test_a_failed_agent_update_is_a_worker_error",
     } <= failed, result.stdout.str()[-5000:]
     text = result.stdout.str()
     assert "are not worker 1's: results must come in worker order" in text or "are not worker 0's" in text
@@ -297,3 +312,5 @@ def test_the_suites_fail_broken_components(pytester: pytest.Pytester, tmp_path) 
     # The well-behaved checks of the same components still pass.
     assert "TestGlobalNoise::test_shutdown_closes_environments" not in failed
     assert "TestForgetful::test_train_once_changes_the_policy" not in failed
+    assert "instead of raising a WorkerError: the update failed and was ignored" in text
+    assert "TestSwallowing::test_obtain_samples_matches_local_sampler[default]" not in failed

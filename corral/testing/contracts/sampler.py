@@ -8,6 +8,7 @@ import os
 import time
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
+import numpy as np
 import pytest
 
 from corral.framework.batch import EpisodeBatch
@@ -53,6 +54,9 @@ class SamplerContract:
     - an environment that raises in ``step`` surfaces as ``env_failure_errors`` (by default only
       :class:`~corral.framework.errors.WorkerError`, which must name the worker and the original
       exception type);
+    - an agent update that cannot be applied (parameters of the wrong shape) is a
+      :class:`~corral.framework.errors.WorkerError` naming the original exception, raised before
+      any data of that round is returned or counted (never a batch sampled with the old agent);
     - nothing is left running: no new child processes (``multiprocessing.active_children()`` and
       a ``/proc`` scan), no process of ``worker_pids()`` alive, no new ``/dev/shm`` entry named
       after this process or a worker (``corral_<pid>_...``) or starting with ``shm_prefixes``.
@@ -301,6 +305,31 @@ class SamplerContract:
         self._baseline.seen_pids |= set(child_processes()) - self._baseline.children
         sampler.shutdown_worker()
         self.assert_nothing_left_running()
+
+    def test_a_failed_agent_update_is_a_worker_error(self) -> None:
+        """Wrongly shaped parameters: a WorkerError naming the original exception, nothing sampled."""
+        factory = self._factory()
+        policy = self._policy()
+        params = policy.get_param_values()
+        sampler = self.open_sampler(factory, policy, self._env())
+        sampler.obtain_samples(0, self.num_samples, params)
+        steps = sampler.total_env_steps
+        bad = {k: np.array(v, copy=True) for k, v in params.items()}
+        key = next(k for k, v in bad.items() if v.ndim == 2)
+        bad[key] = bad[key][:, :-1]  # one column short
+        try:
+            batch = sampler.obtain_samples(1, self.num_samples, bad)
+        except WorkerError as error:
+            assert "Error" in str(error).splitlines()[0], (
+                f"the WorkerError does not name the exception the update raised: {error}"
+            )
+        else:
+            raise AssertionError(
+                f"{self._name()} returned {len(batch)} steps for parameters of the wrong shape ({key} one column "
+                "short) instead of raising a WorkerError: the update failed and was ignored, so the batch was "
+                "sampled with the previous agent"
+            )
+        assert sampler.total_env_steps == steps, "steps of the failed round were counted"
 
     def test_environment_error_becomes_worker_error(self) -> None:
         """An environment raising in ``step`` is reported (a WorkerError naming the worker), not hung on."""
