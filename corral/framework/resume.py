@@ -93,7 +93,9 @@ def in_place_overrides(argv: Sequence[str]) -> list[str]:
     source = resume_arg(argv)
     if source is None or any(a in ("-m", "--multirun") for a in argv):
         return []
-    if any(a.partition("=")[0].lstrip("+~") in ("hydra.run.dir", "hydra.output_subdir") for a in argv):
+    given = {k: v for k, _, v in (a.partition("=") for a in argv)}
+    given = {k.lstrip("+~"): v.strip("'\"") for k, v in given.items()}
+    if "hydra.output_subdir" in given:
         return []
     try:
         snapshot = find_snapshot(source)
@@ -103,7 +105,10 @@ def in_place_overrides(argv: Sequence[str]) -> list[str]:
     if origin is None or not (Path(source).is_dir() or is_latest(snapshot)):
         return []
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d_%H-%M-%S")
-    return [f"hydra.run.dir={_quote(str(origin))}", f"hydra.output_subdir=.hydra/resume-{stamp}"]
+    subdir = f"hydra.output_subdir=.hydra/resume-{stamp}"  # the original .hydra/ stays as it was
+    if "hydra.run.dir" in given:  # the user's own run directory: in place only if it is the run's
+        return [subdir] if _same(Path(given["hydra.run.dir"]), origin) else []
+    return [f"hydra.run.dir={_quote(str(origin))}", subdir]
 
 
 def plan(source: str | os.PathLike, run_dir: str | os.PathLike | None) -> ResumePlan:
