@@ -79,3 +79,31 @@ def test_a_hook_added_without_docs_fails_the_check() -> None:
         "corral_epoch_end: argument `synthetic_new_argument` is not listed",
         "corral_synthetic_missing_hook: no '### corral_synthetic_missing_hook' heading in docs/plugins.md",
     ]
+
+
+def documented_errors(text: str) -> list[tuple[list[str], str]]:
+    """``$ python train.py <overrides>`` lines of the docs followed by a ``corral: error: ...`` line."""
+    pairs = re.findall(r"^\$ python train\.py (.*)\ncorral: error: (.*)$", text, flags=re.M)
+    return [(command.split(), message) for command, message in pairs]
+
+
+def test_the_documented_config_errors_are_what_corral_prints() -> None:
+    """The error lines shown in docs/plugins.md are the real messages ("..." stands for elided text)."""
+    from corral.framework.compose import validate
+    from corral.framework.errors import ConfigError
+    from corral.testing import compose_config
+
+    pairs = documented_errors(DOC.read_text())
+    assert len(pairs) >= 3
+    for overrides, message in pairs:
+        try:
+            validate(compose_config(overrides))
+        except ConfigError as exc:
+            actual = str(exc)
+        else:
+            raise AssertionError(f"{overrides} composed without an error")
+        pos = 0
+        for part in message.split("..."):
+            found = actual.find(part.strip(" ;"), pos)
+            assert found >= 0, f"{overrides}: documented {message!r}\nbut corral says {actual!r}"
+            pos = found + len(part.strip(" ;"))
