@@ -83,6 +83,13 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
 
     policy_reg = reg.get("policy", cfg.policy.name)
     policy = policy_reg.factory(config_of(policy_reg, cfg.policy), env_spec=env_spec)
+    if not isinstance(policy, Policy):  # a duck-typed agent: workers could not seed it or update it
+        kind = type(policy)
+        raise ConfigError(
+            f"policy={cfg.policy.name} ({policy_reg.source}) built a {kind.__module__}.{kind.__qualname__}, which is "
+            "not a corral.Policy; its class must subclass corral.Policy (get_actions, reset, get_param_values, "
+            "set_param_values) so that workers can seed it and send it parameter updates"
+        )
     normalization = _normalization(reg, cfg, env_spec)  # normalize=: None when off
     agents = normalization.wrap_policy(policy) if normalization is not None else policy
 

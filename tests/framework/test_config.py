@@ -202,3 +202,39 @@ def test_register_configs_is_idempotent() -> None:
         assert before[group].keys() == after[group].keys()
         for name in before[group]:
             assert before[group][name] is after[group][name]
+
+
+class DuckPolicy:
+    """Has get_actions and the parameter methods, but is not a corral.Policy."""
+
+    def get_actions(self, observations: Any) -> Any:
+        return observations[:, :1].astype(int) * 0, {}
+
+    def get_param_values(self) -> dict:
+        return {}
+
+    def set_param_values(self, params: dict) -> None:
+        pass
+
+    def reset(self, dones: Any = None) -> None:
+        pass
+
+
+class DuckPolicyPlugin:
+    @hookimpl
+    def corral_register(self, register: Any) -> None:
+        register("policy", "duck", lambda config, env_spec: DuckPolicy(), help="a duck-typed agent")
+
+
+def test_a_duck_typed_agent_is_named_at_build(corral_inline_plugin: Any, tmp_path: Any) -> None:
+    """A policy factory returning something that is not a corral.Policy fails before any worker
+    starts, saying what is wrong (instead of "worker 0 received parameters before it had an agent")."""
+    from corral.framework.compose import build
+
+    corral_inline_plugin(DuckPolicyPlugin(), name="duck")
+    cfg = compose("policy=duck", "algo=vpg")
+    with pytest.raises(ConfigError) as info:
+        build(cfg, log_dir=tmp_path)
+    message = str(info.value)
+    assert message.startswith("policy=duck (inline - (plugin 'duck')) built a ")
+    assert "DuckPolicy, which is not a corral.Policy; its class must subclass corral.Policy" in message

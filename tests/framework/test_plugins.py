@@ -509,3 +509,67 @@ def test_strict_mode_off_values(monkeypatch: pytest.MonkeyPatch, value: str) -> 
     monkeypatch.setenv("CORRAL_STRICT_PLUGINS", value)
     _, messages = register_inline(Plugin(fail=ValueError("x")), "failing")
     assert len(messages) == 1
+
+
+# ---------------------------------------------------------------- mistakes of installed plugins, end to end
+def fake_distribution(site: Any, dist: str, entry_point: str, module: str, source: str) -> None:
+    """An installed distribution as pip leaves it: the package plus ``*.dist-info`` with its entry point."""
+    package = site / module
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(source)
+    info = site / f"{dist.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[corral]\n{entry_point} = {module}\n")
+
+
+NOHOOK = '''
+def corral_register(register):  # the author forgot @hookimpl
+    register("algo", "forgotten", object)
+'''
+
+CLASH = '''
+from corral import hookimpl
+from corral.plugins.algos.vpg import VPGConfig, build_vpg
+
+
+@hookimpl
+def corral_register(register):
+    register("algo", "ppo", build_vpg, config=VPGConfig)       # clashes with corral's ppo
+    register("algo", "clash_vpg", build_vpg, config=VPGConfig)  # fine
+'''
+
+
+def test_installed_plugin_mistakes_are_named_and_fail_check(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    site = tmp_path / "site"
+    fake_distribution(site, "corral-nohook", "nohook", "corral_nohook", NOHOOK)
+    fake_distribution(site, "corral-clash", "clash", "corral_clash", CLASH)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    for var in ("CORRAL_PLUGINS", "CORRAL_DISABLE_PLUGINS", "CORRAL_STRICT_PLUGINS"):
+        env.pop(var, None)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+
+    check = run("-m", "corral.framework.cli", "plugins", "--check")
+    assert check.returncode == 1, check.stdout + check.stderr
+    failed = check.stdout.split("FAILED PLUGINS", 1)[1]
+    assert "nohook (corral-nohook 1.0): PluginError: corral_register is not decorated with @corral.hookimpl" in failed
+    assert "NAME CLASHES" in check.stdout and "Plugin author: rename the option" in check.stdout
+    assert "clash_vpg" in check.stdout.split("FAILED PLUGINS", 1)[0]  # the clash cost only the clashing option
+
+    train = Path(__file__).resolve().parents[2] / "train.py"
+    proc = run(str(train), "algo=clash_vpg", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr
+    assert "name: clash_vpg" in proc.stdout
+    warnings_ = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(warnings_) == 2 and all(line.startswith("corral: warning: ") for line in warnings_), proc.stderr
+    assert any("corral-clash 1.0 (plugin 'clash') registers algo 'ppo'" in line for line in warnings_)
+    assert any("corral-nohook 1.0 (plugin 'nohook') failed to load" in line for line in warnings_)
+    assert "PluginWarning" not in proc.stderr and "Traceback" not in proc.stderr
