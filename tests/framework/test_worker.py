@@ -95,6 +95,13 @@ def test_worker_argument_checks() -> None:
     worker = DefaultWorker(seed=0, max_episode_length=10)
     with pytest.raises(ConfigError, match="before it had an agent"):
         worker.update_agent(make_policy().get_param_values())
+
+    class DuckAgent:  # has get_actions, but is not a corral.Policy
+        def get_actions(self, observations):
+            return np.zeros(len(observations), dtype=np.int64), {}
+
+    with pytest.raises(ConfigError, match=r"agent of type .*DuckAgent, which is not a corral.Policy; subclass"):
+        worker.update_agent(DuckAgent())
     worker.update_env(EnvFactory("CartPole-v1"))
     with pytest.raises(ConfigError, match="env_update"):
         worker.update_env(42)
