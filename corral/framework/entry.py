@@ -15,11 +15,11 @@ from corral.framework.config import CONFIG_NAME, register_configs
 from corral.framework.errors import CorralError
 from corral.framework.plugins import get_plugin_manager, warnings_as_lines
 
-# corral/conf/hydra/launcher/joblib.yaml sets corral's defaults for the launcher and so shares the
-# name of the joblib plugin's own schema node, which Hydra merges in with a deprecation warning
+# corral/conf/hydra/launcher/joblib.yaml (and submitit_*.yaml) set corral's defaults for the launcher and
+# so share the name of the plugin's own schema node, which Hydra merges in with a deprecation warning
 # (in the sweep's process and again in each job process, which imports this module).
-warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/joblib' is validated against ConfigStore schema",
-                        category=UserWarning)
+warnings.filterwarnings("ignore", message=r"\s*'hydra/launcher/(joblib|submitit_local|submitit_slurm)' is "
+                                          r"validated against ConfigStore schema", category=UserWarning)
 
 
 def prepare(argv: Sequence[str]) -> list[str]:

@@ -1,0 +1,127 @@
+"""Hydra's submitit launcher with CPU requests that follow each job's sampler (``hydra/launcher=submitit_slurm``,
+``hydra/launcher=submitit_local``; settings in corral/conf/hydra/launcher/submitit_*.yaml).
+
+hydra-submitit-launcher submits every job of a sweep with the same resources. corral's launchers
+size each job from its own composed config instead, as ``hydra/launcher=ray`` does: with
+``cpus_per_task: null`` a job asks for
+
+- ``sampler=local``: 1 CPU (the trainer);
+- ``sampler=ray``: 1 CPU for the trainer plus ``sampler.n_workers * sampler.num_cpus`` for the
+  actors of the Ray runtime the job starts inside its allocation;
+- any other sampler (``multiprocessing``, ``action_server``, ...): ``max(1, sampler.n_workers *
+  sampler.num_cpus)`` CPUs, the worker processes sharing them with the trainer.
+
+Memory follows the CPUs through SLURM's ``mem_per_cpu`` (the preset's ``2G``). Jobs that need the
+same resources go to SLURM together as one job array; jobs needing different ones, as several.
+A ``cpus_per_task`` given explicitly applies to every job.
+
+Kept import-light: Hydra imports every module under ``hydra_plugins`` when it scans for plugins.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, filter_overrides
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+#: CPUs of a job's trainer (the process that runs train.py's work for the job).
+DRIVER_CPUS = 1
+
+
+def job_cpus(job_cfg: DictConfig | dict) -> int:
+    """The CPUs one job needs, from its composed config (see the module docstring)."""
+    sampler = OmegaConf.select(OmegaConf.create(job_cfg), "sampler") or {}
+    name = str(sampler.get("name", "local"))
+    n_workers = int(sampler.get("n_workers", 1) or 1)
+    per_worker = float(sampler.get("num_cpus") if sampler.get("num_cpus") is not None else 1.0)
+    if name == "local":
+        return DRIVER_CPUS
+    if name == "ray":
+        return DRIVER_CPUS + math.ceil(n_workers * per_worker)
+    return max(DRIVER_CPUS, math.ceil(n_workers * per_worker))
+
+
+try:
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
+except ImportError:  # hydra-submitit-launcher not installed: the presets say what to install
+    BaseQueueConf = None  # type: ignore[assignment,misc]
+
+    class BaseSubmititLauncher:  # type: ignore[no-redef]
+        """Stand-in that explains what is missing."""
+
+        def __init__(self, **params: Any) -> None:
+            raise ImportError("hydra/launcher=submitit_* needs hydra-submitit-launcher: pip install 'corral[sweep]' "
+                              "(or pip install hydra-submitit-launcher)")
+
+
+class _SizedJobs(BaseSubmititLauncher):
+    """Submits a sweep's jobs in groups of equal resource needs, one submitit job array per group."""
+
+    _EXECUTOR = "abstract"
+
+    def _executor(self, cpus: int | None) -> Any:
+        """A submitit executor with this preset's parameters and ``cpus_per_task=cpus``."""
+        import submitit
+
+        params = dict(self.params)
+        if cpus is not None:
+            params["cpus_per_task"] = cpus
+        init = {"folder": params.pop("submitit_folder")}
+        if "max_num_timeout" in params:
+            init[f"{self._EXECUTOR}_max_num_timeout"] = params.pop("max_num_timeout")
+        executor = submitit.AutoExecutor(cluster=self._EXECUTOR, **init)
+        shared = set(OmegaConf.structured(BaseQueueConf).keys())
+        executor.update_parameters(**{k if k in shared else f"{self._EXECUTOR}_{k}": v for k, v in params.items()})
+        return executor
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        """Submit every job (sized from its own config) and wait for their results, in job order."""
+        assert self.config is not None and self.hydra_context is not None
+        fixed = self.params.get("cpus_per_task")
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        log.info("Submitit '%s' sweep output dir: %s", self._EXECUTOR, sweep_dir)
+        groups: dict[int | None, list[int]] = {}
+        args = []
+        for i, overrides in enumerate(job_overrides):
+            idx = initial_job_idx + i
+            if fixed is None:
+                job_cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+                cpus: int | None = job_cpus(job_cfg)
+            else:
+                cpus = int(fixed)
+            log.info("\t#%d : %s (%s CPU(s))", idx, " ".join(filter_overrides(overrides)), cpus)
+            groups.setdefault(cpus, []).append(i)
+            args.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
+        submitted = []
+        for cpus, members in groups.items():
+            jobs = self._executor(cpus).map_array(self, *zip(*(args[i] for i in members)))
+            submitted.append((members, jobs))
+        results: list[Any] = [None] * len(job_overrides)
+        for members, jobs in submitted:
+            for i, job in zip(members, jobs):
+                results[i] = job.results()[0]
+        return results
+
+
+class CorralLocalLauncher(_SizedJobs):
+    """``hydra/launcher=submitit_local``: the jobs as local processes through submitit (a SLURM rehearsal)."""
+
+    _EXECUTOR = "local"
+
+
+class CorralSlurmLauncher(_SizedJobs):
+    """``hydra/launcher=submitit_slurm``: each job a SLURM job (array), CPUs and memory per job."""
+
+    _EXECUTOR = "slurm"
+
+
+__all__ = ["CorralLocalLauncher", "CorralSlurmLauncher", "job_cpus"]
