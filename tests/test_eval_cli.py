@@ -93,6 +93,14 @@ def test_python_api_is_the_command(cartpole_run: Path, tmp_path: Path) -> None:
     assert evaluate_run(cartpole_run, episodes=3, seed=8, output="").returns != api.returns
     stochastic = evaluate_run(cartpole_run, episodes=3, seed=7, deterministic=False, output="")
     assert stochastic.returns != api.returns and not stochastic.deterministic
+    # key=value overrides of the run's config, also after the options
+    assert evaluate_run(cartpole_run, ["env.max_episode_length=20"], episodes=2, output="").lengths == [20, 20]
+    proc = corral("eval", str(cartpole_run), "--episodes", "2", "env.max_episode_length=20", "--json", "-o", "",
+                  cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["lengths"] == [20, 20]
+    missing = corral("eval", str(tmp_path / "nowhere"), cwd=tmp_path)
+    assert missing.returncode == 2 and "no snapshot found" in missing.stderr and "Traceback" not in missing.stderr
 
 
 def test_default_seed_repeats_the_runs_own_evaluation(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from corral.framework.errors import ConfigError, CorralError
+from corral.framework.errors import ConfigError, CorralError, SnapshotError
 
 #: Samplers whose workers act through proxies that do not carry the policy's deterministic mode.
 PROXY_SAMPLERS = ("action_server", "alternating")
@@ -132,7 +132,11 @@ def evaluate_run(
         )
     if video_dir is not None:
         require_video()
-    snapshot = find_snapshot(source)
+    try:
+        snapshot = find_snapshot(source)
+    except SnapshotError:
+        raise ConfigError(f"no snapshot found in {source}: give corral eval a run directory (the one with "
+                          "snapshots/) or a snapshot file") from None
     run_dir = snapshot.parent.parent if snapshot.parent.name == "snapshots" else snapshot.parent
     register_configs()
     cfg = _run_config(snapshot, run_dir, overrides, trust)
@@ -252,7 +256,7 @@ def eval_command(argv: Sequence[str]) -> int:
                         help="load a snapshot that needs full unpickling (only for snapshots you trust)")
     parser.add_argument("-o", "--output", help="where eval.json goes (default: <run dir>/eval.json)")
     parser.add_argument("--json", action="store_true", help="print eval.json instead of the summary")
-    opts = parser.parse_args(list(argv))
+    opts = parser.parse_intermixed_args(list(argv))  # overrides may come after options
     try:
         result = evaluate_run(
             opts.run, opts.overrides, episodes=opts.episodes, deterministic=not opts.stochastic, seed=opts.seed,
