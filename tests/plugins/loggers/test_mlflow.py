@@ -216,3 +216,19 @@ def test_an_unreachable_server_warns_once_and_training_goes_on(tmp_path: Path) -
     assert len(progress(run_dir)) == 2
     assert not (run_dir / "mlflow_run.json").exists()
     assert time.monotonic() - started < 120  # bounded retries, not MLflow's minutes of backoff
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("ray"), reason="needs ray")
+def test_multirun_with_the_ray_launcher_gives_one_mlflow_run_per_job(tmp_path: Path) -> None:
+    sweep = tmp_path / "multirun"
+    uri = f"file:{tmp_path / 'store'}"
+    proc = train(tmp_path, "-m", "seed=1,2", "logger=[csv,mlflow]", f"logger.mlflow.tracking_uri={uri}",
+                 "hydra/launcher=ray", "hydra.launcher.num_cpus=2", *TINY, f"hydra.sweep.dir={sweep}", timeout=500)
+    assert proc.returncode == 0, output(proc)
+    runs = runs_of(uri)
+    assert sorted(r.data.params["seed"] for r in runs) == ["1", "2"]
+    c = client(uri)
+    for run in runs:
+        job = int(run.data.tags["corral.job_num"])
+        check_run(c, run, sweep / str(job))
+        assert json.loads((sweep / str(job) / "summary.json").read_text())["pid"] != os.getpid()

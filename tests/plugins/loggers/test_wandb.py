@@ -162,3 +162,14 @@ def test_an_unreachable_wandb_server_warns_once_and_training_goes_on(tmp_path: P
     assert summary["status"] == "completed" and summary["epochs"] == 2
     assert len(progress(run_dir)) == 2
     assert time.monotonic() - started < 200
+
+
+@pytest.mark.skipif(not __import__("importlib").util.find_spec("ray"), reason="needs ray")
+def test_multirun_with_the_ray_launcher_gives_two_offline_runs(tmp_path: Path) -> None:
+    sweep = tmp_path / "multirun"
+    proc = train(tmp_path, "-m", "seed=1,2", "logger=[csv,wandb]", "hydra/launcher=ray", "hydra.launcher.num_cpus=2",
+                 *TINY, f"hydra.sweep.dir={sweep}", timeout=500)
+    assert proc.returncode == 0, output(proc)
+    runs = [check_run(offline_runs(sweep / job)[0], sweep / job) for job in ("0", "1")]
+    assert sorted(r["config"]["update"]["seed"] for r in runs) == [1, 2]
+    assert runs[0]["run_group"] == runs[1]["run_group"] == f"{tmp_path.name}/multirun"
