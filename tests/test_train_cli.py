@@ -188,6 +188,9 @@ def test_corral_plugins_table(tmp_path: Path, sites: dict[str, Path]) -> None:
     assert ("worker", "testworker", "corral-testplugin", "0.1.0") in rows
     assert ("sampler", "local", "corral", "0.1.0") in rows
     assert "worker.noise_std: float = 0.0  # std of Gaussian noise added to every observation" in proc.stdout
+    # every field under the path a user types, with its declared range
+    assert "logger.csv.filename: str = 'progress.csv'  # file name inside the run directory" in proc.stdout
+    assert "algo.learning_rate: float = 0.0003  [> 0]  # Adam learning rate (policy and value)" in proc.stdout
     assert "FAILED PLUGINS" in proc.stdout
     assert "brokenregister (corral-brokenregister 0.2.0): RuntimeError: corral_brokenregister exploded" in proc.stdout
     assert "brokenpartial" not in proc.stdout

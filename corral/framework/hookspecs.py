@@ -40,7 +40,8 @@ def corral_run_start(trainer: Any, cfg: "DictConfig | None") -> None:
 
 @hookspec
 def corral_epoch_end(trainer: Any, epoch: int, stats: dict[str, float]) -> None:
-    """Called after each epoch with its logged statistics (you may add entries before loggers see them)."""
+    """Called after each epoch (``epoch`` an int) with its statistics (``stats["epoch"]`` and ``["env_steps"]``
+    ints, ``train/*``, ``loss/*``, ``eval/*``, ``time/*`` floats; you may add entries before loggers see them)."""
 
 
 @hookspec
