@@ -108,7 +108,8 @@ def _own_limit(venv: VectorEnv) -> int | None:
     limit = getattr(getattr(venv, "spec", None), "max_episode_steps", None) or getattr(venv, "max_episode_steps", None)
     if limit is None and isinstance(venv, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
         limits = [getattr(spec, "max_episode_steps", None) for spec in venv.get_attr("spec")]
-        limit = max(limits) if limits and None not in limits else None
+        known = [int(x) for x in limits if x is not None]
+        limit = max(known) if known and len(known) == len(limits) else None
     return limit
 
 
@@ -180,9 +181,9 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
         limit = _min_limit(max_episode_length, own_limit)
         if limit is not None:
             kwargs["max_episode_steps"] = limit
-        venv = envpool.make(env_id, env_type="gymnasium", num_envs=n_envs, batch_size=n_envs, seed=seed % 2**31,
-                            num_threads=num_threads, **kwargs)
-        return _Built(venv, limit, False, False, "envpool")
+        pool: Any = envpool.make(env_id, env_type="gymnasium", num_envs=n_envs, batch_size=n_envs, seed=seed % 2**31,
+                                 num_threads=num_threads, **kwargs)  # a VectorEnv (EnvPool's gymnasium mixin)
+        return _Built(pool, limit, False, False, "envpool")
     # sync / async over the env preset
     mode = AUTORESET_MODES.get(str(autoreset_mode).lower())
     if mode is None:
@@ -342,7 +343,8 @@ class VectorWorker(Worker):
         else:
             self._vseeded = True
             if built.seed_list:
-                obs, _ = venv.reset(seed=[seed_int(child_seed(s, 0)) for s in self.env_seeds])
+                # Sync/AsyncVectorEnv take one seed per slot (VectorEnv's annotation says int only).
+                obs, _ = venv.reset(seed=[seed_int(child_seed(s, 0)) for s in self.env_seeds])  # type: ignore[arg-type]
             else:
                 obs, _ = venv.reset(seed=self._env_seed)
         return obs
