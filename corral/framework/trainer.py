@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -232,7 +232,18 @@ class Trainer:
             with sigterm_as_interrupt():
                 self.hooks.corral_run_start(trainer=self, cfg=self.run_config)
                 while (reason := self.limit_reached(epochs_limit, steps_limit)) is None:
-                    self._run_epoch(batch_size)
+                    if not self._has_unsaved_epochs():
+                        self._run_epoch(batch_size)
+                        continue
+                    # Finished epochs not in a snapshot yet (trainer.snapshot_every > 1): a first
+                    # Ctrl-C lets this epoch finish and saves it instead of losing them.
+                    with finish_epoch_on_interrupt(self._stop_notice) as stop:
+                        self._run_epoch(batch_size)
+                    if stop.signum is not None and self.limit_reached(epochs_limit, steps_limit) is None:
+                        with defer_interrupts():
+                            if self.snapshot_dir is not None and self.snapshot_epoch != self.epoch:
+                                self.save_snapshot()
+                        raise Terminated() if stop.signum == signal.SIGTERM else KeyboardInterrupt()
                 self.stop_reason = reason
                 if self.snapshot_dir is not None and self.epoch > 0 and self.snapshot_epoch != self.epoch:
                     with defer_interrupts():
@@ -263,6 +274,18 @@ class Trainer:
                     self.shutdown()
         return self.last_stats
 
+    def _has_unsaved_epochs(self) -> bool:
+        """True when committed epochs are not in a snapshot yet (``trainer.snapshot_every`` > 1 or 0)."""
+        return self.snapshot_dir is not None and self.epoch > (self.snapshot_epoch or 0)
+
+    def _stop_notice(self, signum: int) -> str:
+        saved = self.snapshot_epoch or 0
+        held = f"the last snapshot holds epochs 0-{saved - 1}" if saved else "no snapshot was written yet"
+        again = "send SIGTERM again" if signum == signal.SIGTERM else "press Ctrl-C again"
+        return (f"\ncorral: {'SIGTERM' if signum == signal.SIGTERM else 'Ctrl-C'}: finishing epoch {self._committed[0]} "
+                f"to save it with {_epochs(0, self._committed[0] - 1)} ({held}, trainer.snapshot_every="
+                f"{self.config.snapshot_every}); {again} to stop now, and a resume runs the unsaved epochs again")
+
     def snapshot_path(self) -> Path | None:
         """The newest snapshot of this run (None when there is none)."""
         if self.snapshot_dir is None or self.snapshot_epoch is None:
@@ -286,10 +309,10 @@ class Trainer:
                     "so there is nothing to resume")
         resume = f"resume with trainer.resume={self.log_dir}"
         if saved == done:
-            return f"{head}; epochs 0-{done - 1} are saved (progress rows and snapshot); {resume}"
-        return (f"{head}; progress rows hold epochs 0-{done - 1}, the last snapshot epochs 0-{saved - 1} "
-                f"(trainer.snapshot_every={self.config.snapshot_every}); {resume}, which runs epochs "
-                f"{saved}-{done - 1} again and gets the same rows")
+            return f"{head}; {_epochs(0, done - 1)} {'is' if done == 1 else 'are'} saved (progress rows and snapshot); {resume}"
+        return (f"{head}; progress rows hold {_epochs(0, done - 1)}, the last snapshot {_epochs(0, saved - 1)} "
+                f"(trainer.snapshot_every={self.config.snapshot_every}); {resume}, which runs "
+                f"{_epochs(saved, done - 1)} again and gets the same rows")
 
     def _run_epoch(self, batch_size: int) -> None:
         """One epoch: sample, train, evaluate when due, then commit (see the class docstring)."""
@@ -469,6 +492,11 @@ class Trainer:
         return path
 
 
+def _epochs(first: int, last: int) -> str:
+    """``epoch 3`` or ``epochs 0-2``."""
+    return f"epoch {first}" if first == last else f"epochs {first}-{last}"
+
+
 def find_snapshot(source: str | os.PathLike) -> Path:
     """Resolve a run directory, a snapshot directory or a file to the snapshot to load."""
     p = Path(source).expanduser()
@@ -540,6 +568,42 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+@dataclass
+class StopRequest:
+    """The signal that asked training to stop after the current epoch (None: none yet)."""
+
+    signum: Optional[int] = None
+
+
+@contextlib.contextmanager
+def finish_epoch_on_interrupt(notice: Callable[[int], str]) -> Iterator[StopRequest]:
+    """Within the block, a first Ctrl-C or SIGTERM is only recorded (``notice(signum)`` is printed)
+    so the epoch can finish and be saved; a second one interrupts at once. A signal the process
+    ignores stays ignored."""
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if request.signum is None:
+            request.signum = signum
+            print(notice(signum), file=sys.stderr, flush=True)
+            return
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig, old in previous.items():
+        if old != signal.SIG_IGN:
+            signal.signal(sig, handler)
+    try:
+        yield request
+    finally:
+        for sig, old in previous.items():
+            if old is not None and signal.getsignal(sig) is handler:
+                signal.signal(sig, old)
+
+
 @contextlib.contextmanager
 def defer_interrupts() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM until the block ends, so state updates are never half done; the
@@ -570,6 +634,6 @@ def defer_interrupts() -> Iterator[None]:
 
 
 __all__ = [
-    "PHASES", "Terminated", "Trainer", "TrainerConfig", "TrainingInterrupted", "defer_interrupts", "episode_stats",
+    "PHASES", "StopRequest", "Terminated", "finish_epoch_on_interrupt", "Trainer", "TrainerConfig", "TrainingInterrupted", "defer_interrupts", "episode_stats",
     "find_snapshot", "sigterm_as_interrupt",
 ]

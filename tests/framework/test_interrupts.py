@@ -42,15 +42,15 @@ from corral.framework import trainer as T
 from corral.framework.entry import main
 from corral.plugins.loggers import csv as csv_logger
 
-phase, row, nth, signame = os.environ["CORRAL_TEST_INTERRUPT"].split(":")
+phase, row, nth, signame, times = (os.environ["CORRAL_TEST_INTERRUPT"] + ":1").split(":")[:5]
 group = signame.endswith("-group")  # to the whole process group, workers included, as a terminal's Ctrl-C
-row, nth, sig = int(row), int(nth), getattr(signal, signame.replace("-group", ""))
-now = {"trainer": None, "phase": "idle", "count": 0, "fired": False}
+row, nth, times, sig = int(row), int(nth), int(times), getattr(signal, signame.replace("-group", ""))
+now = {"trainer": None, "phase": "idle", "count": 0, "fired": 0}
 
 
 def fire():
-    if not now["fired"]:
-        now["fired"] = True
+    if now["fired"] < times:
+        now["fired"] += 1
         if group:
             os.killpg(os.getpgrp(), sig)
         else:
@@ -78,7 +78,7 @@ step = CartPoleEnv.step
 def counting_step(self, action):
     if now["trainer"] is not None and now["phase"] == phase and current_row() == row:
         now["count"] += 1
-        if now["count"] == nth:
+        if nth <= now["count"] < nth + times:  # a second signal one step later: "press Ctrl-C again"
             fire()
     return step(self, action)
 
@@ -177,31 +177,44 @@ def expected(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]:
 
 
 CASES = [
-    # (phase, epoch row, n-th env step in that phase (0: on entering it), signal, extra overrides)
-    pytest.param("sampling", 2, 60, "SIGINT", (), id="sampling"),
-    pytest.param("training", 1, 0, "SIGINT", (), id="training"),
-    pytest.param("evaluating", 1, 40, "SIGINT", (), id="evaluating"),
-    pytest.param("logging", 1, 0, "SIGINT", (), id="logging"),
-    pytest.param("snapshotting", 2, 0, "SIGINT", (), id="snapshotting"),
-    pytest.param("evaluating", 3, 40, "SIGTERM", (), id="sigterm-evaluating-last-epoch"),
-    pytest.param("sampling", 3, 60, "SIGINT", ("trainer.snapshot_every=2",), id="sampling-between-snapshots"),
+    # (phase, epoch row, n-th env step in that phase (0: on entering it), signal[:times], overrides, what it says)
+    pytest.param("sampling", 2, 60, "SIGINT", (), ["while sampling epoch 2", "epochs 0-1 are saved"], id="sampling"),
+    pytest.param("training", 1, 0, "SIGINT", (), ["while training epoch 1", "epoch 0 is saved"], id="training"),
+    pytest.param("evaluating", 1, 40, "SIGINT", (), ["while evaluating epoch 1", "epoch 0 is saved"], id="evaluating"),
+    pytest.param("logging", 1, 0, "SIGINT", (), ["after epoch 1", "epochs 0-1 are saved"], id="logging"),
+    pytest.param("snapshotting", 2, 0, "SIGINT", (), ["after epoch 2", "epochs 0-2 are saved"], id="snapshotting"),
+    pytest.param("evaluating", 3, 40, "SIGTERM", (), ["interrupted by SIGTERM while evaluating epoch 3"],
+                 id="sigterm-evaluating-last-epoch"),
+    # snapshot_every > 1: a first Ctrl-C finishes the epoch and saves it; a second one stops at once,
+    # and the resume runs the epochs after the last snapshot again
+    pytest.param("sampling", 1, 60, "SIGINT", ("trainer.snapshot_every=3",),
+                 ["Ctrl-C: finishing epoch 1 to save it", "after epoch 1", "epochs 0-1 are saved"],
+                 id="ctrl-c-finishes-an-unsaved-epoch"),
+    pytest.param("sampling", 3, 60, "SIGINT:2", ("trainer.snapshot_every=2",),
+                 ["press Ctrl-C again to stop now", "while sampling epoch 3",
+                  "the last snapshot epochs 0-1 (trainer.snapshot_every=2)", "runs epoch 2 again"],
+                 id="ctrl-c-twice-between-snapshots"),
     # worker processes: Ctrl-C reaches the whole process group (same seed and one worker: the local run's episodes)
     pytest.param("sampling", 2, 0, "SIGINT-group", ("sampler=multiprocessing", "sampler.n_workers=1"),
-                 id="multiprocessing-ctrl-c-sampling"),
-    pytest.param("evaluating", 1, 0, "SIGTERM", ("sampler=multiprocessing", "sampler.n_workers=1"),
+                 ["while sampling epoch 2", "epochs 0-1 are saved"], id="multiprocessing-ctrl-c-sampling"),
+    pytest.param("evaluating", 1, 0, "SIGTERM", ("sampler=multiprocessing", "sampler.n_workers=1",
+                                                 "trainer.snapshot_every=3"),
+                 ["SIGTERM: finishing epoch 1", "interrupted by SIGTERM after epoch 1", "epochs 0-1 are saved"],
                  id="multiprocessing-sigterm-evaluating"),
 ]
 
 
-@pytest.mark.parametrize(("phase", "row", "nth", "signame", "extra"), CASES)
+@pytest.mark.parametrize(("phase", "row", "nth", "signame", "extra", "says"), CASES)
 def test_interrupt_then_resume_logs_every_epoch_once(tmp_path: Path, driver: Path, expected: list[dict[str, str]],
                                                      phase: str, row: int, nth: int, signame: str,
-                                                     extra: tuple[str, ...]) -> None:
+                                                     extra: tuple[str, ...], says: list[str]) -> None:
     run = tmp_path / "run"
     proc = train(run, *extra, interrupt=f"{phase}:{row}:{nth}:{signame}", driver=driver)
     assert proc.returncode == (143 if signame.startswith("SIGTERM") else 130), proc.stderr[-3000:]
     assert "corral: interrupted" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "trainer.resume=" in proc.stderr
+    for words in says:
+        assert words in proc.stderr, proc.stderr[-3000:]
     before = rows(run)
     # what was logged is a prefix of the uninterrupted run (whose later epochs add the eval columns)
     assert [_filled(r) for r in before] == [_filled(r) for r in expected[: len(before)]]
