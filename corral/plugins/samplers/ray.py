@@ -242,12 +242,15 @@ class RaySampler(Sampler):
         if not refs:
             return
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
-        for ref in sorted(ready, key=lambda r: refs[r]):
+        first: WorkerError | None = None
+        for ref in sorted(ready, key=lambda r: refs[r]):  # every one collected: no "Unhandled error" pages
             try:
                 ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - mapped to WorkerError
-                self._cancel(pending)
-                raise self._worker_error(refs[ref], exc, f"failed while {activity}") from None
+                first = first or self._worker_error(refs[ref], exc, f"failed while {activity}")
+        if first is not None:
+            self._cancel({r: refs[r] for r in pending})
+            raise first
         if pending:
             stuck = sorted(refs[r] for r in pending)
             raise WorkerError(f"ray sampler: worker(s) {stuck} did not apply their updates within {timeout:.0f} s "
@@ -301,7 +304,7 @@ class RaySampler(Sampler):
                 except Exception as exc:  # noqa: BLE001 - mapped to WorkerError below
                     error, failed = self._worker_error(i, exc, "failed"), [i]
                     if self._is_update_failure(exc):  # deterministic: a restart would replay it
-                        self._cancel(pending)
+                        self._cancel(pending, settle_s=min(self.timeout, 5.0))
                         raise error from None
                 else:
                     if got_version != version:  # cannot happen with fresh refs; never mix versions
@@ -321,11 +324,24 @@ class RaySampler(Sampler):
                 pending[getattr(self._actors[i], method).remote(version, amounts[i])] = i
         return EpisodeBatch.concatenate(*[results[i] for i in range(self.n_workers)])
 
-    def _cancel(self, pending: Mapping[Any, int]) -> None:
-        """Cancel rollouts that are no longer needed."""
-        for ref in pending:
+    def _cancel(self, pending: Mapping[Any, int], settle_s: float = 0.0) -> None:
+        """Cancel calls that are no longer needed; collect those finished (within ``settle_s``
+        seconds), so that their errors (the other workers failing the same update) are not printed
+        again as Ray's "Unhandled error" pages."""
+        ray = self._ray
+        refs = list(pending)
+        done: list[Any] = []
+        if refs:
             try:
-                self._ray.cancel(ref)
+                done, _ = ray.wait(refs, num_returns=len(refs), timeout=settle_s)
+            except Exception:  # noqa: BLE001 - the runtime may be going away
+                done = []
+        for ref in refs:
+            try:
+                if ref in done:
+                    ray.get(ref, timeout=0)
+                else:
+                    ray.cancel(ref)
             except Exception:  # noqa: BLE001 - best effort; the actor is killed at shutdown anyway
                 pass
 
