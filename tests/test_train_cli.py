@@ -84,16 +84,20 @@ def test_unknown_option_lists_the_available_ones(tmp_path: Path, sites: dict[str
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["worker.n_envs=abc"], "Could not override 'worker.n_envs'"),  # worker=default has no n_envs
-        (["worker=vec", "worker.n_envs=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
+        # worker=default has no n_envs: say so, and which workers have it
+        (["worker.n_envs=abc"], "corral: error: worker.n_envs is not a setting: worker=default has no setting 'n_envs'"),
+        (["worker=vec", "worker.n_envs=abc"],
+         "corral: error: worker.n_envs=abc: Value 'abc' of type 'str' could not be converted to Integer\n"),
+        (["worker=vec", "worker.n_envs=0"], "corral: error: worker.n_envs must be >= 1, got 0\n"),
     ],
 )
 def test_bad_value_is_rejected_before_training(
     tmp_path: Path, sites: dict[str, Path], overrides: list[str], message: str
 ) -> None:
     proc = train(tmp_path, sites, *overrides, *SMALL)
-    assert proc.returncode != 0, output(proc)
+    assert proc.returncode == 2, output(proc)
     assert message in proc.stderr, output(proc)
+    assert not (tmp_path / "run").exists()  # checked before Hydra creates the run directory
     assert "worker.n_envs" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "run" / "progress.csv").exists()

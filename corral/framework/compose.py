@@ -50,6 +50,14 @@ def validate(cfg: DictConfig, manager: PluginManager | None = None) -> None:
     value is inside its field's declared range (:mod:`corral.framework.checks`), and that the
     choices fit together (the ``corral_validate_config`` hook). Nothing is built before this."""
     manager = manager or get_plugin_manager()
+    check_values(cfg, manager)
+    manager.hook.corral_validate_config(cfg=cfg)
+
+
+def check_values(cfg: DictConfig, manager: PluginManager | None = None) -> None:
+    """The cheap part of :func:`validate`: every chosen option exists, every key is a field of its
+    option, every value is inside its declared range. Builds nothing and runs no plugin hook."""
+    manager = manager or get_plugin_manager()
     for kind in ("trainer", "env", "algo", "policy", "sampler", "worker"):
         node = cfg.get(kind)
         if not isinstance(node, DictConfig) or "name" not in node:
@@ -60,7 +68,6 @@ def validate(cfg: DictConfig, manager: PluginManager | None = None) -> None:
     problems = composed_problems(cfg, manager.registry, CorralConfig, KINDS)
     if problems:
         raise ConfigError("\ncorral: error: ".join(problems))
-    manager.hook.corral_validate_config(cfg=cfg)
 
 
 def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: PluginManager | None = None) -> Run:
@@ -148,4 +155,4 @@ def _asdict(obj: Any) -> dict[str, Any]:
     return dict(OmegaConf.to_container(obj, resolve=True))  # type: ignore[arg-type]
 
 
-__all__ = ["Run", "build", "validate"]
+__all__ = ["Run", "build", "check_values", "validate"]

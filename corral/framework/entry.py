@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from corral.framework.config import CONFIG_NAME, register_configs
 from corral.framework.errors import CorralError
 from corral.framework.plugins import get_plugin_manager, warnings_as_lines
+from corral.framework.precheck import precheck
 
 # corral/conf/hydra/launcher/joblib.yaml (and submitit_*.yaml) set corral's defaults for the launcher and
 # so share the name of the plugin's own schema node, which Hydra merges in with a deprecation warning
@@ -37,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     try:
         with warnings_as_lines():  # a broken or clashing plugin: one `corral: warning: ...` line each
             args = prepare(sys.argv[1:] if argv is None else argv)
+        precheck(args)  # every value checked, in one message style, before Hydra creates a run directory
     except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
         print(f"corral: error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None

@@ -238,3 +238,33 @@ def test_a_duck_typed_agent_is_named_at_build(corral_inline_plugin: Any, tmp_pat
     message = str(info.value)
     assert message.startswith("policy=duck (inline - (plugin 'duck')) built a ")
     assert "DuckPolicy, which is not a corral.Policy; its class must subclass corral.Policy" in message
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["algo.learning_rate=abc"], "algo.learning_rate=abc: Value 'abc' of type 'str' could not be converted to Float"),
+    (["algo.discount=[1"], "algo.discount=[1: no viable alternative at input '[1'"),
+    (["algo.learning_rate=-1", "seed=3"], "algo.learning_rate must be > 0, got -1.0"),
+])
+def test_precheck_gives_hydras_errors_corrals_style(args: list[str], message: str) -> None:
+    """train.py's precheck: Hydra's composition errors and corral's range errors alike are one
+    ConfigError (printed as ``corral: error: ...``, exit 2) before a run directory exists."""
+    from corral.framework.precheck import precheck
+
+    prepare([])
+    with pytest.raises(ConfigError) as info:
+        precheck(args)
+    assert str(info.value).startswith(message)
+    assert "HYDRA_FULL_ERROR" not in str(info.value)
+
+
+def test_precheck_keeps_the_available_options_and_skips_flags_and_resume() -> None:
+    from corral.framework.precheck import precheck
+
+    prepare([])
+    with pytest.raises(ConfigError) as info:
+        precheck(["sampler=nonexistent"])
+    assert "Could not find 'sampler/nonexistent'" in str(info.value) and "\tlocal" in str(info.value)
+    assert "Config search path" not in str(info.value)
+    precheck(["--cfg", "job", "algo.learning_rate=-1"])  # flags: Hydra's business
+    precheck(["trainer.resume=/nowhere", "algo.learning_rate=-1"])  # resume: the run's own config
+    precheck(["hydra.run.dir=/tmp/x", "algo=vpg"])
