@@ -89,15 +89,16 @@ def documented_errors(text: str) -> list[tuple[list[str], str]]:
 
 def test_the_documented_config_errors_are_what_corral_prints() -> None:
     """The error lines shown in docs/plugins.md are the real messages ("..." stands for elided text)."""
-    from corral.framework.compose import validate
+    from corral.framework.entry import prepare
     from corral.framework.errors import ConfigError
-    from corral.testing import compose_config
+    from corral.framework.precheck import precheck
 
+    prepare([])
     pairs = documented_errors(DOC.read_text())
-    assert len(pairs) >= 3
+    assert len(pairs) >= 4
     for overrides, message in pairs:
         try:
-            validate(compose_config(overrides))
+            precheck(overrides)  # what train.py runs before Hydra starts
         except ConfigError as exc:
             actual = str(exc)
         else:
