@@ -144,3 +144,22 @@ def test_ray_keeps_only_what_a_restart_needs(policy, ray_runtime) -> None:
     from corral.framework.batch import EpisodeBatch
 
     assert EpisodeBatch.concatenate(*got).differences(want) == []
+
+
+@pytest.mark.parametrize("name", ["multiprocessing", "ray"])
+def test_a_failed_update_is_not_restarted_away(name: str, policy, ray_runtime) -> None:
+    """With on_worker_failure=restart a failed update still raises at once: a restarted worker would
+    be given the same update and fail again."""
+    from corral.framework.plugins import get_registry
+
+    if name == "ray" and ray_runtime is None:
+        pytest.skip("needs Ray")
+    cls = get_registry().get("sampler", name).factory
+    sampler = cls(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=50, seed=3, n_workers=N_WORKERS,
+                  timeout=60, on_worker_failure="restart", max_restarts=3)
+    try:
+        with pytest.raises(WorkerError, match="could not apply the agent update"):
+            sampler.obtain_samples(0, 100, wrongly_shaped(policy.get_param_values()))
+        assert sampler.n_restarts == 0
+    finally:
+        sampler.shutdown_worker()
