@@ -60,6 +60,16 @@ def test_every_plugin_family_is_in_the_independence_contract() -> None:
     assert families == set(contracts()["plugin-families"]["modules"])
 
 
+def test_every_hydra_plugin_shim_is_analysed() -> None:
+    """corral's packages under hydra_plugins/ are analysed, and corral may not import them."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11+")
+    config = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]
+    shims = {f"hydra_plugins.{p.name}" for p in (ROOT / "hydra_plugins").iterdir()
+             if p.name.startswith("corral_") and (p / "__init__.py").exists()}
+    assert shims and shims <= set(config["root_packages"])
+    assert shims == set(contracts()["hydra-shim"]["forbidden_modules"])
+
+
 @pytest.mark.parametrize(
     ("module", "line", "named"),
     [
