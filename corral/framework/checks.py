@@ -247,6 +247,7 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
     Options that are not registered are left to the caller's lookup.
     """
     from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     problems: list[str] = []
     kinds = tuple(kinds)
@@ -263,7 +264,11 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
         if key not in registry.entries or not isinstance(node, DictConfig):
             return
         reg = registry.entries[key]
-        container = OmegaConf.to_container(node, resolve=True)
+        try:
+            container = OmegaConf.to_container(node, resolve=True)
+        except OmegaConfBaseException as exc:  # e.g. an interpolation that does not resolve
+            problems.append(f"{prefix}: {str(exc).splitlines()[0]}")
+            return
         assert isinstance(container, dict)
         values = {str(k): v for k, v in container.items()}
         fields = [f.name for f in dataclasses.fields(reg.config)] if reg.config is not None else []
@@ -288,11 +293,12 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
 
 
 def _unknown_top_level(key: str, top: set[str], registry: Any, kinds: tuple[str, ...]) -> str:
+    groups = [k for k in (*kinds, "experiment") if k in top or k in kinds]
     owners = sorted({f"{reg.kind}.{key}" for reg in registry if reg.config is not None
                      and key in {f.name for f in dataclasses.fields(reg.config)}})
     hint = f"; did you mean {' or '.join(owners[:3])}?" if owners else ""
     if not hint:
         close = difflib.get_close_matches(key, sorted(top), n=1)
         hint = f"; did you mean {close[0]}?" if close else ""
-    return (f"{key} is not a setting: the top-level settings are {', '.join(sorted(top - set(kinds)))} and the "
-            f"groups {', '.join(kinds)}{hint}")
+    return (f"{key} is not a setting: the top-level settings are {', '.join(sorted(top - set(groups)))} and the "
+            f"groups {', '.join(groups)}{hint}")

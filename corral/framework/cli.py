@@ -73,7 +73,8 @@ def plugins_command(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="corral plugins", description="List corral's registered components.")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--check", action="store_true",
-                        help="exit 1 when a plugin failed to load or registers nothing, or an option name clashed")
+                        help="exit 1 when a plugin failed to load or registers nothing, an option name clashed, "
+                             "or a config default is outside its own declared range")
     opts = parser.parse_args(list(argv))
 
     import warnings
@@ -100,17 +101,27 @@ def plugins_command(argv: Sequence[str]) -> int:
         {"plugin": f.source.plugin, "distribution": f.source.distribution, "version": f.source.version, "error": f.error}
         for f in registry.failed
     ]
-    if opts.json:
-        print(json.dumps({"components": components, "failed": failed, "clashes": clashes}, indent=2))
-    else:
-        _print_table(components, failed, clashes)
-    return 1 if (opts.check and (failed or clashes)) else 0
-
-
     clashes = [
         {"kind": c.kind, "name": c.name, "kept": str(c.kept), "skipped": str(c.skipped), "message": c.message()}
         for c in registry.clashes
     ]
+    from corral.framework.checks import check_defaults
+
+    # A default outside its own declared range would make every run with that option fail: the author's mistake.
+    config_problems = [f"{r.kind}={r.name} ({r.source}): {p}" for r in registry if r.config is not None
+                       for p in check_defaults(r.config, r.path)]
+    if opts.json:
+        print(json.dumps({"components": components, "failed": failed, "clashes": clashes,
+                          "config_problems": config_problems}, indent=2))
+    else:
+        _print_table(components, failed, clashes)
+        if config_problems:
+            print("\nCONFIG DEFAULTS OUTSIDE THEIR DECLARED RANGES")
+            for line in config_problems:
+                print(f"  {line}")
+    return 1 if (opts.check and (failed or clashes or config_problems)) else 0
+
+
 def results_command(argv: Sequence[str]) -> int:
     """``corral results <dir>``: the grouped table of every run under a run or multirun directory."""
     parser = argparse.ArgumentParser(prog="corral results", description="Summarise the runs under a directory.")
@@ -179,11 +190,11 @@ def _print_table(components: list[dict[str, Any]], failed: list[dict[str, Any]],
         print("\nFAILED PLUGINS")
         for f in failed:
             print(f"  {f['plugin']} ({f['distribution']} {f['version']}): {f['error']}")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
     if clashes:  # the option kept its first registration; the plugin's other options loaded
         print("\nNAME CLASHES (the second registration was skipped)")
         for c in clashes:
             print(f"  {c['message']}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

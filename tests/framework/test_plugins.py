@@ -540,6 +540,23 @@ def corral_register(register):
 '''
 
 
+BADDEFAULT = '''
+from dataclasses import dataclass, field
+from corral import check, hookimpl
+from corral.plugins.algos.vpg import build_vpg
+
+
+@dataclass
+class Config:
+    discount: float = field(default=1.5, metadata=check(ge=0, le=1, help="a default outside its own range"))
+
+
+@hookimpl
+def corral_register(register):
+    register("algo", "baddefault", build_vpg, config=Config)
+'''
+
+
 def test_installed_plugin_mistakes_are_named_and_fail_check(tmp_path: Any) -> None:
     import os
     import subprocess
@@ -549,6 +566,7 @@ def test_installed_plugin_mistakes_are_named_and_fail_check(tmp_path: Any) -> No
     site = tmp_path / "site"
     fake_distribution(site, "corral-nohook", "nohook", "corral_nohook", NOHOOK)
     fake_distribution(site, "corral-clash", "clash", "corral_clash", CLASH)
+    fake_distribution(site, "corral-baddefault", "baddefault", "corral_baddefault", BADDEFAULT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
     for var in ("CORRAL_PLUGINS", "CORRAL_DISABLE_PLUGINS", "CORRAL_STRICT_PLUGINS"):
         env.pop(var, None)
@@ -563,6 +581,8 @@ def test_installed_plugin_mistakes_are_named_and_fail_check(tmp_path: Any) -> No
     assert "nohook (corral-nohook 1.0): PluginError: corral_register is not decorated with @corral.hookimpl" in failed
     assert "NAME CLASHES" in check.stdout and "Plugin author: rename the option" in check.stdout
     assert "clash_vpg" in check.stdout.split("FAILED PLUGINS", 1)[0]  # the clash cost only the clashing option
+    assert ("CONFIG DEFAULTS OUTSIDE THEIR DECLARED RANGES\n  algo=baddefault (corral-baddefault 1.0 (plugin "
+            "'baddefault')): algo.discount must be >= 0 and <= 1, got 1.5") in check.stdout
 
     train = Path(__file__).resolve().parents[2] / "train.py"
     proc = run(str(train), "algo=clash_vpg", "--cfg", "job")
