@@ -73,8 +73,9 @@ def test_corral_eval_prints_the_return_and_writes_five_videos(cartpole_run: Path
     assert len(videos) == 5 and sorted(result["videos"]) == [str(v) for v in videos]
     for i, length in enumerate(result["lengths"]):
         frames = read_video_frames(out / f"eval-w0-s0-episode-{i}.mp4")
-        # one frame after the reset and one after every step; CartPole renders 600 x 400
-        assert frames.shape == (length + 1, 400, 600, 3), (i, frames.shape, length)
+        # one frame after the reset and one after every step (moviepy's writer can lose the last one
+        # to rounding n / fps); CartPole renders 600 x 400
+        assert frames.shape[1:] == (400, 600, 3) and length <= len(frames) <= length + 1, (i, frames.shape, length)
         assert frames.std() > 0
 
 
@@ -174,7 +175,7 @@ def test_video_every_records_to_the_run_and_tensorboard_without_changing_trainin
     from corral.framework.evaluation import read_video_frames
 
     frames = read_video_frames(videos[0])
-    assert float(video[1]["eval/return_min"]) <= len(frames) - 1 <= float(video[1]["eval/return_max"])
+    assert float(video[1]["eval/return_min"]) <= len(frames) <= float(video[1]["eval/return_max"]) + 1
 
 
 def test_trust_is_passed_to_the_snapshot_loader(cartpole_run: Path, tmp_path: Path) -> None:

@@ -132,6 +132,9 @@ def evaluate_run(
         )
     if video_dir is not None:
         require_video()
+        if episodes % n_workers:
+            raise ConfigError(f"--video with --n-workers {n_workers} needs --episodes a multiple of {n_workers} "
+                              "(each worker runs the same number, and every recorded episode is counted)")
     try:
         snapshot = find_snapshot(source)
     except SnapshotError:

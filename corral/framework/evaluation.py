@@ -119,11 +119,14 @@ def evaluation_episodes(
     agent = deterministic_copy(policy, deterministic)
     n_workers = worker_factory.n_workers
     per_worker = math.ceil(n_episodes / n_workers)
+    fragments = bool(getattr(worker_factory.worker_class, "returns_fragments", False))
     with sampler_cls.from_worker_factory(worker_factory, agents=agent, envs=env, **dict(sampler_options or {})) as s:
-        if getattr(worker_factory.worker_class, "returns_fragments", False):
+        if fragments:
             episodes = _whole_episodes_from_fragments(s, worker_factory, per_worker, env_update)
         else:
             episodes = s.obtain_exact_episodes(per_worker, None, env_update).split()
+    if fragments:  # the slots ran on past the episodes taken: drop the videos of the others
+        _prune_fragment_videos(env, worker_factory, per_worker)
     if len(episodes) < n_episodes:  # pragma: no cover - a sampler that broke its contract
         raise RuntimeError(f"evaluation asked for {n_episodes} episodes and got {len(episodes)}")
     # Worker by worker, so that the first n_episodes take ceil(n/W) from the first workers.
@@ -365,6 +368,22 @@ def _whole_episodes_from_fragments(sampler: Any, factory: WorkerFactory, per_wor
         ordered = [done[w][j][e] for e in range(max(need)) for j in range(k) if e < need[j]]
         out.extend(ordered[:per_worker])
     return out
+
+
+def _prune_fragment_videos(env: Any, factory: WorkerFactory, per_worker: int) -> None:
+    """Delete the videos a fragment worker's slots recorded of episodes the evaluation did not take
+    (slot ``j`` keeps its first ``ceil((per_worker - j) / n_envs)``)."""
+    recipes = [r for r in (env if isinstance(env, list) else [env]) if isinstance(r, RecordedEnvFactory)]
+    if not recipes:
+        return
+    k = _worker_arg(factory, "n_envs")
+    need = [math.ceil((per_worker - j) / k) for j in range(k)]
+    for recipe in recipes:
+        prefix = f"{recipe.name_prefix}-w{recipe.worker}-s"
+        for path in Path(recipe.video_folder).glob(f"{prefix}*-episode-*.mp4"):
+            slot, _, episode = path.stem[len(prefix):].partition("-episode-")
+            if slot.isdigit() and episode.isdigit() and int(episode) >= need[int(slot)]:
+                path.unlink(missing_ok=True)
 
 
 def _join(pieces: list[EpisodeBatch]) -> EpisodeBatch:

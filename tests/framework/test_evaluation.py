@@ -6,6 +6,7 @@ training episodes."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -275,3 +276,26 @@ def test_issue_example_mountain_car_scores_the_clipped_action() -> None:
     stats = evaluate(policy, env, n_episodes=2, seed=1)
     assert stats["eval/return_mean"] == pytest.approx(-99.9, abs=1e-4)  # float32 rewards
     assert stats["eval/episode_length"] == 999
+
+
+def test_fragment_worker_videos_are_the_episodes_taken(tmp_path: Path) -> None:
+    """The slots of a fragment worker run on past the episodes evaluation takes; only the taken
+    episodes keep their videos, one frame after the reset and one per step."""
+    pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
+    from corral.framework.evaluation import read_video_frames, recording_envs
+    from corral.plugins.policies.mlp import MLPPolicy
+
+    env = EnvFactory("CartPole-v1")
+    torch.manual_seed(0)
+    policy = MLPPolicy(EnvSpec.from_env(env()), hidden_sizes=[8])
+    fragment = get_registry().get("worker", "fragment").factory
+    factory = WorkerFactory(seed=5, max_episode_length=None, worker_class=fragment,
+                            worker_args={"n_envs": 2, "timesteps_per_call": 7})
+    episodes = evaluation_episodes(policy, recording_envs(env, tmp_path), evaluation_factory(factory), 3)
+    # taken: slot 0's first, slot 1's first, slot 0's second
+    names = ["eval-w0-s0-episode-0.mp4", "eval-w0-s1-episode-0.mp4", "eval-w0-s0-episode-1.mp4"]
+    assert sorted(p.name for p in tmp_path.glob("*.mp4")) == sorted(names)
+    for name, length in zip(names, episodes.lengths.tolist()):
+        # one frame after the reset and one per step; moviepy's writer can lose the last frame of a
+        # clip to rounding (n / fps seconds, floored back to frames)
+        assert length <= len(read_video_frames(tmp_path / name)) <= length + 1, name
