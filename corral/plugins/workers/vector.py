@@ -647,6 +647,27 @@ def _gather_fragments(log: StepLog, pieces: list[tuple[np.ndarray, ...]]) -> Epi
     )
 
 
+def _check_backend_has(backend: str, env_id: str) -> None:
+    """A ConfigError, before anything starts, when ``backend`` cannot make ``env_id``."""
+    if backend == "native":
+        try:
+            spec = gym.spec(env_id)
+        except gym.error.Error:
+            return  # an id gymnasium does not know: building the environment reports it
+        if spec.vector_entry_point is None:
+            raise ConfigError(
+                f"{env_id} has no vector entry point, so worker.backend=native cannot make it; ids that have one: "
+                f"{', '.join(_native_ids())}. Use worker.backend=sync (or async, or envpool) for {env_id}")
+    elif backend == "envpool":
+        try:
+            import envpool
+        except ImportError as exc:
+            raise ConfigError("worker.backend=envpool needs EnvPool: pip install 'corral[envpool]'") from exc
+        if env_id not in envpool.list_all_envs():
+            raise ConfigError(f"EnvPool has no environment {env_id!r}; use worker.backend=sync for it "
+                              f"(EnvPool's ids: {', '.join(envpool.list_all_envs())})")
+
+
 @hookimpl
 def corral_validate_config(cfg: Any) -> None:
     """Reject ``worker=vector`` fragments (``worker.timesteps_per_call > 0``) for an algorithm that needs whole
@@ -657,6 +678,9 @@ def corral_validate_config(cfg: Any) -> None:
     backend = worker.get("backend", "native")
     if backend not in BACKENDS:
         raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
+    env_id = cfg.env.get("id") if cfg.get("env") is not None else None
+    if isinstance(env_id, str) and ":" not in env_id:
+        _check_backend_has(backend, env_id)
     if int(worker.get("timesteps_per_call", 0) or 0) > 0 and cfg.get("algo") is not None:
         from corral.framework.plugins import get_registry
 

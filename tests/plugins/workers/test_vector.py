@@ -385,3 +385,15 @@ def test_ppo_with_vector_fragments_is_refused_at_composition() -> None:
         validate(cfg)
     validate(compose_config(["worker=vector"]))
     validate(compose_config(["experiment=dqn_cartpole", "worker=vector", "worker.timesteps_per_call=8"]))
+
+
+def test_a_backend_without_the_environment_is_refused_at_composition() -> None:
+    from corral.framework.compose import validate
+    from corral.testing import compose_config
+
+    with pytest.raises(ConfigError, match=r"^Acrobot-v1 has no vector entry point.*worker.backend=sync"):
+        validate(compose_config(["env=acrobot", "worker=vector"]))
+    validate(compose_config(["env=acrobot", "worker=vector", "worker.backend=sync"]))
+    if has_envpool():
+        with pytest.raises(ConfigError, match="EnvPool has no environment 'Taxi-v4'; use worker.backend=sync"):
+            validate(compose_config(["env=gym", "env.id=Taxi-v4", "worker=vector", "worker.backend=envpool"]))
