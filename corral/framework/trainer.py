@@ -21,7 +21,7 @@ from corral.framework.checks import check
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError, SnapshotError
 from corral.framework.evaluation import check_recordable, evaluate, record_video, run_worker_factory
-from corral.framework.logger import Logger, run_log
+from corral.framework.logger import Logger, job_prefix, run_log
 from corral.framework.progress import ProgressBar
 from corral.framework.snapshot import load_snapshot, remove_snapshot, save_snapshot
 
@@ -256,7 +256,7 @@ class Trainer:
             message = self.interrupt_message(terminated)
             # An epoch that was not committed is not part of the run: its counters go back.
             self.epoch, self.total_env_steps = self._committed
-            print(f"\n{message}", file=sys.stderr, flush=True)
+            print(f"\n{job_prefix()}{message}", file=sys.stderr, flush=True)  # [job N] in a multirun
             run_log(self.log_dir).info(message)
             raise TrainingInterrupted(self.snapshot_path(), 143 if terminated else 130) from None
         except BaseException as exc:
@@ -282,7 +282,7 @@ class Trainer:
         saved = self.snapshot_epoch or 0
         held = f"the last snapshot holds epochs 0-{saved - 1}" if saved else "no snapshot was written yet"
         again = "send SIGTERM again" if signum == signal.SIGTERM else "press Ctrl-C again"
-        return (f"\ncorral: {'SIGTERM' if signum == signal.SIGTERM else 'Ctrl-C'}: finishing epoch {self._committed[0]} "
+        return (f"\n{job_prefix()}corral: {'SIGTERM' if signum == signal.SIGTERM else 'Ctrl-C'}: finishing epoch {self._committed[0]} "
                 f"to save it with {_epochs(0, self._committed[0] - 1)} ({held}, trainer.snapshot_every="
                 f"{self.config.snapshot_every}); {again} to stop now, and a resume runs the unsaved epochs again")
 
