@@ -134,9 +134,12 @@ def results_command(argv: Sequence[str]) -> int:
     from corral.results.table import results_for_dir
 
     table = results_for_dir(opts.dir, ignore=opts.ignore)
-    if not table.rows:
+    if not table.rows and not table.skipped:
         raise FileNotFoundError(f"no completed run (a directory with summary.json) under {opts.dir}")
     print(json.dumps(table.to_json(), indent=2) if opts.json else table.format())
+    if not table.rows:  # an interrupted sweep before its first job finished: the skipped jobs were listed
+        print(f"corral results: error: no completed run under {opts.dir} yet", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -200,8 +200,11 @@ def finished_message(run_dir: Any, reason: str, epoch: int, env_steps: int) -> s
 
 
 def say(message: str) -> None:
-    """Print a ``corral:`` line on stderr."""
-    print(message, file=sys.stderr, flush=True)
+    """Print a ``corral:`` line on stderr (after ``[job N] `` in a multirun)."""
+    from corral.framework.logger import job_prefix
+
+    lead = "\n" if message.startswith("\n") else ""
+    print(lead + job_prefix() + message[len(lead):], file=sys.stderr, flush=True)
 
 
 def _change(old: DictConfig, new: DictConfig, key: str) -> str | None:
