@@ -77,6 +77,11 @@ def test_corral_eval_prints_the_return_and_writes_five_videos(cartpole_run: Path
         # to rounding n / fps); CartPole renders 600 x 400
         assert frames.shape[1:] == (400, 600, 3) and length <= len(frames) <= length + 1, (i, frames.shape, length)
         assert frames.std() > 0
+    # recording again into the same directory replaces this recording's videos
+    from corral.framework.eval_run import evaluate_run
+
+    again = evaluate_run(cartpole_run, episodes=2, video_dir=out, output="")
+    assert len(again.videos) == 2 and sorted(out.glob("*.mp4")) == [Path(v) for v in again.videos]
 
 
 def test_python_api_is_the_command(cartpole_run: Path, tmp_path: Path) -> None:

@@ -116,6 +116,7 @@ def evaluate_run(
         check_recordable,
         evaluation_episodes,
         evaluation_factory,
+        recorded_videos,
         recording_envs,
         require_video,
     )
@@ -152,17 +153,15 @@ def evaluate_run(
         if env_id is not None:
             env = _other_env(cfg, env_id, run.env_spec)
             factory = dataclasses.replace(factory, max_episode_length=cfg.env.get("max_episode_length"))
-        videos_before: set[Path] = set()
         if video_dir is not None:
             check_recordable(env)
-            videos_before = set(Path(video_dir).glob("*.mp4"))
             env = recording_envs(env, video_dir, n_workers, name_prefix="eval")
         batch = evaluation_episodes(run.algo.eval_policy, env, factory, episodes, deterministic=deterministic,
                                     sampler=sampler)
         epoch, env_steps = run.trainer.epoch, run.trainer.total_env_steps
     finally:
         run.close()
-    videos = sorted(str(p) for p in set(Path(video_dir).glob("*.mp4")) - videos_before) if video_dir else []
+    videos = [str(p) for p in recorded_videos(video_dir, "eval")] if video_dir is not None else []
     result = EvalResult(
         run=str(run_dir), snapshot=str(snapshot), epoch=epoch, env_steps=env_steps,
         env_id=env_id or cfg.env.get("id"), episodes=episodes, deterministic=deterministic,

@@ -23,6 +23,7 @@ import inspect
 import io
 import math
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,11 +209,26 @@ class RecordedEnvFactory(EnvFactory):
 
 
 def recording_envs(env: Any, video_folder: str | Path, n_workers: int = 1, name_prefix: str = "eval") -> Any:
-    """``env`` as recording environments for :func:`evaluation_episodes` (one recipe per worker)."""
+    """``env`` as recording environments for :func:`evaluation_episodes` (one recipe per worker).
+    Videos an earlier recording left under the same names are deleted first (they would be
+    overwritten or, from a longer run, mistaken for this one's); see :func:`recorded_videos`."""
     Path(video_folder).mkdir(parents=True, exist_ok=True)
+    for old in recorded_videos(video_folder, name_prefix):
+        old.unlink(missing_ok=True)
     recipes = [RecordedEnvFactory(env, {}, video_folder=str(video_folder), name_prefix=name_prefix, worker=w)
                for w in range(n_workers)]
     return recipes if n_workers > 1 else recipes[0]
+
+
+def recorded_videos(video_folder: str | Path, name_prefix: str = "eval") -> list[Path]:
+    """The videos :func:`recording_envs` recipes named ``name_prefix`` wrote, by worker, slot and episode."""
+    pattern = re.compile(rf"{re.escape(name_prefix)}-w(\d+)-s(\d+)-episode-(\d+)\.mp4")
+    found = []
+    for path in Path(video_folder).glob(f"{name_prefix}-w*-s*-episode-*.mp4"):
+        m = pattern.fullmatch(path.name)
+        if m:
+            found.append((tuple(int(g) for g in m.groups()), path))
+    return [path for _, path in sorted(found)]
 
 
 def require_video() -> None:
@@ -246,11 +262,10 @@ def record_video(
     ``{video_folder}/{name_prefix}.mp4``; return its path and the episode."""
     require_video()
     folder = Path(video_folder)
-    before = set(folder.glob("*.mp4")) if folder.is_dir() else set()
     factory = evaluation_factory(worker_factory, seed=seed)
     episode = evaluation_episodes(policy, recording_envs(env, folder, 1, name_prefix), factory, 1,
                                   deterministic=deterministic)
-    new = sorted(set(folder.glob("*.mp4")) - before)
+    new = recorded_videos(folder, name_prefix)
     if not new:  # pragma: no cover - RecordVideo writes on reset/close
         raise RuntimeError(f"no video was written to {folder}")
     for extra in new[1:]:  # a fragment worker's slots run on past the episode
@@ -402,6 +417,6 @@ __all__ = [
     "EVAL_BRANCH", "EvalWorkerFactory", "RecordedEnvFactory", "VIDEO_EXTRA", "check_recordable", "deterministic_copy",
     "encode_gif",
     "episode_statistics",
-    "evaluate", "evaluation_episodes", "evaluation_factory", "read_video_frames", "record_video", "recording_envs",
+    "evaluate", "evaluation_episodes", "evaluation_factory", "read_video_frames", "record_video", "recorded_videos", "recording_envs",
     "require_video", "run_worker_factory",
 ]
