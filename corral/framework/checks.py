@@ -108,9 +108,14 @@ def field_check(f: dataclasses.Field) -> Check | None:
 
 
 def describe_field(f: dataclasses.Field) -> str:
-    """What a field accepts in words (``""`` when it declares nothing)."""
+    """What a field accepts in words (``""`` when it declares nothing); ``... or null`` for an
+    ``Optional`` field."""
     spec = field_check(f)
-    return spec.describe() if spec is not None else ""
+    if spec is None:
+        return ""
+    hint = f.type
+    optional = ("Optional[" in hint or "None" in hint) if isinstance(hint, str) else _allows_none(hint)
+    return spec.describe() + (" or null" if optional else "")
 
 
 def field_problems(config: type, values: Mapping[str, Any], prefix: str) -> list[str]:

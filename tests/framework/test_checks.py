@@ -1,0 +1,109 @@
+"""corral.check: declaring what a config field accepts, and the messages when a value does not fit."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Optional
+
+import pytest
+
+from corral import Check, check
+from corral.framework.checks import (
+    check_defaults,
+    check_values,
+    describe_field,
+    field_problems,
+    unchecked_fields,
+    unknown_key_message,
+)
+from corral.framework.errors import ConfigError
+
+
+@dataclass
+class Example:
+    """One field of each kind of declaration."""
+
+    rate: float = field(default=0.1, metadata=check(gt=0, help="step size"))
+    fraction: float = field(default=0.5, metadata=check(ge=0, le=1))
+    ratio: float = field(default=0.5, metadata=check(gt=0, lt=1))
+    count: int = field(default=1, metadata=check(ge=1))
+    limit: Optional[int] = field(default=None, metadata=check(ge=1))
+    widths: list[int] = field(default_factory=lambda: [8, 8], metadata=check(ge=1))
+    mode: str = field(default="a", metadata=check(choices=("a", "b")))
+    device: str = field(default="cpu", metadata=check(pattern=r"cpu|cuda(:[0-9]+)?", describe="cpu, cuda or cuda:N"))
+    offset: float = field(default=0.0, metadata=check(help="any finite number"))
+    flag: bool = True
+    name_: str = "free text"
+
+
+def problems(**values: object) -> list[str]:
+    return field_problems(Example, values, "algo")
+
+
+def test_metadata_keeps_the_help() -> None:
+    assert check(gt=0, help="step size")["help"] == "step size"
+    assert isinstance(check(gt=0)["check"], Check) and "help" not in check(gt=0)
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ({"rate": -1.0}, ["algo.rate must be > 0, got -1.0"]),
+    ({"rate": 0.0}, ["algo.rate must be > 0, got 0.0"]),
+    ({"fraction": 1.5}, ["algo.fraction must be >= 0 and <= 1, got 1.5"]),
+    ({"ratio": 1.0}, ["algo.ratio must be > 0 and < 1, got 1.0"]),
+    ({"count": 0}, ["algo.count must be >= 1, got 0"]),
+    ({"limit": -5}, ["algo.limit must be >= 1, got -5"]),
+    ({"widths": [64, 0, -1]}, ["algo.widths[1] must be >= 1, got 0", "algo.widths[2] must be >= 1, got -1"]),
+    ({"mode": "c"}, ["algo.mode must be one of 'a', 'b', got 'c'"]),
+    ({"device": "gpu"}, ["algo.device must be cpu, cuda or cuda:N, got 'gpu'"]),
+    ({"offset": math.nan}, ["algo.offset must be a finite number, got nan"]),
+    ({"rate": math.inf}, ["algo.rate must be a finite number > 0, got inf"]),
+])
+def test_out_of_range_values_are_named(values: dict, expected: list[str]) -> None:
+    assert problems(**values) == expected
+
+
+@pytest.mark.parametrize("values", [
+    {"rate": 1e-8, "fraction": 0.0, "ratio": 0.999, "count": 10**9},
+    {"fraction": 1, "limit": None, "widths": [], "mode": "b", "device": "cuda:1", "offset": -1e30},
+])
+def test_values_inside_their_range_pass(values: dict) -> None:
+    assert problems(**values) == []
+
+
+def test_check_values_raises_one_error_with_every_problem() -> None:
+    with pytest.raises(ConfigError, match=r"^algo.rate must be > 0, got -1; algo.count must be >= 1, got 0$"):
+        check_values(Example, {"rate": -1, "count": 0}, "algo")
+
+
+def test_descriptions_for_corral_plugins() -> None:
+    described = {f.name: describe_field(f) for f in fields(Example)}
+    assert described == {"rate": "> 0", "fraction": ">= 0 and <= 1", "ratio": "> 0 and < 1", "count": ">= 1",
+                         "limit": ">= 1 or null", "widths": ">= 1", "mode": "one of 'a', 'b'",
+                         "device": "cpu, cuda or cuda:N", "offset": "any finite number", "flag": "", "name_": ""}
+
+
+def test_defaults_and_undeclared_numeric_fields() -> None:
+    assert check_defaults(Example, "algo") == [] and unchecked_fields(Example) == []
+
+    @dataclass
+    class Careless:
+        lr: float = field(default=0.0, metadata=check(gt=0))
+        layers: int = 2
+        sizes: list[int] = field(default_factory=list)
+        by_hand: float = field(default=1.0, metadata={"check": "> 0"})
+
+    assert unchecked_fields(Careless) == ["layers", "sizes", "by_hand"]
+    assert check_defaults(Careless, "algo") == [
+        "algo.by_hand: metadata['check'] must come from corral.check(...), got '> 0'",
+        "algo.lr must be > 0, got 0.0",
+    ]
+
+
+def test_unknown_key_message_names_fields_close_matches_and_other_options() -> None:
+    assert unknown_key_message("algo", "algo=vpg", "vf_iter", ["vf_iters", "vf_lr"]) == (
+        "algo.vf_iter is not a setting: algo=vpg has no setting 'vf_iter'; its settings are algo.vf_iters, "
+        "algo.vf_lr; did you mean algo.vf_iters? (`corral plugins` lists every option's settings)")
+    assert unknown_key_message("worker", "worker=default", "n_envs", [], ["worker=vec"]) == (
+        "worker.n_envs is not a setting: worker=default has no setting 'n_envs' (it has no settings); worker=vec "
+        "has 'n_envs': choose it (e.g. worker=vec worker.n_envs=...) (`corral plugins` lists every option's settings)")
