@@ -134,6 +134,9 @@ def test_env_id_and_parallel_workers(cartpole_run: Path, tmp_path: Path) -> None
     mp = evaluate_run(cartpole_run, episodes=4, sampler="multiprocessing", n_workers=2, output="")
     local = evaluate_run(cartpole_run, episodes=4, sampler="local", n_workers=2, output="")
     assert mp.returns == local.returns and len(mp.returns) == 4
+    # the action server runs the policy in its own process; its workers' proxies carry the mode
+    served = evaluate_run(cartpole_run, episodes=4, sampler="action_server", n_workers=2, output="")
+    assert served.returns == local.returns
     proc = corral("eval", str(cartpole_run), "--env-id", "Pendulum-v1", cwd=tmp_path)
     assert proc.returncode == 2 and "corral eval: error:" in proc.stderr and "Traceback" not in proc.stderr
 

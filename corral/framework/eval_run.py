@@ -26,9 +26,6 @@ import numpy as np
 
 from corral.framework.errors import ConfigError, CorralError, SnapshotError
 
-#: Samplers whose workers act through proxies that do not carry the policy's deterministic mode.
-PROXY_SAMPLERS = ("action_server", "alternating")
-
 
 @dataclasses.dataclass
 class EvalResult:
@@ -126,11 +123,6 @@ def evaluate_run(
         raise ConfigError(f"--episodes must be at least 1, got {episodes}")
     if n_workers < 1:
         raise ConfigError(f"--n-workers must be at least 1, got {n_workers}")
-    if deterministic and sampler in PROXY_SAMPLERS:
-        raise ConfigError(
-            f"--sampler {sampler} runs the policy in its own server, whose deterministic mode the workers cannot set; "
-            "evaluate in parallel with --sampler multiprocessing or ray (or pass --stochastic)"
-        )
     if video_dir is not None:
         require_video()
         if episodes % n_workers:

@@ -269,8 +269,8 @@ class ActionServerError(RuntimeError):
     """The action server failed to answer a request (its message carries the server's traceback)."""
 
 
-def _connected_proxy(worker_number: int, recurrent: bool) -> "ActionProxy":
-    return ActionProxy(worker_number, recurrent)
+def _connected_proxy(worker_number: int, recurrent: bool, deterministic: bool = False) -> "ActionProxy":
+    return ActionProxy(worker_number, recurrent, deterministic=deterministic)
 
 
 class ActionProxy(Policy):
@@ -282,12 +282,13 @@ class ActionProxy(Policy):
     :data:`PROXY_METHODS` is an AttributeError naming the sampler to use instead.
     """
 
-    def __init__(self, worker_number: int, recurrent: bool = False, endpoint: ProxyEndpoint | None = None) -> None:
+    def __init__(self, worker_number: int, recurrent: bool = False, endpoint: ProxyEndpoint | None = None,
+                 deterministic: bool = False) -> None:
         self.worker_number = worker_number
         self._endpoint = endpoint  # None: this process's installed endpoint
         self._own_slot: SlotView | None = None
         self.recurrent = recurrent
-        self._deterministic = False
+        self._deterministic = bool(deterministic)  # the served policy's mode (evaluation sends a deterministic one)
         self._pending_reset: np.ndarray | None = None
         self._seq = 0
         self._meta_version = -1
@@ -295,7 +296,7 @@ class ActionProxy(Policy):
         self._keys: list[str] = []
 
     def __reduce__(self) -> Any:
-        return (_connected_proxy, (self.worker_number, self.recurrent))
+        return (_connected_proxy, (self.worker_number, self.recurrent, self._deterministic))
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):

@@ -201,8 +201,8 @@ class ActionServerSampler(MultiprocessingSampler):
         if fresh:
             items = agent_update if isinstance(agent_update, list) else [agent_update] * n
             self._recurrent = any(bool(getattr(u, "recurrent", False)) for u in items if isinstance(u, Policy))
-            worker_update = [ActionProxy(i, self._recurrent) if isinstance(u, Policy) else None
-                             for i, u in enumerate(items)]
+            worker_update = [ActionProxy(i, self._recurrent, deterministic=bool(getattr(u, "deterministic", False)))
+                             if isinstance(u, Policy) else None for i, u in enumerate(items)]
         elif agent_update is not None:
             self.agent_version += 1  # applied here: replies to older requests are still told apart
         return super()._call(commands, worker_update, env_update, activity)
