@@ -4,6 +4,7 @@ native, EnvPool and sync backends; action_server and alternating through the pro
 from __future__ import annotations
 
 import copy
+import csv
 import os
 import subprocess
 import sys
@@ -165,3 +166,38 @@ def test_ppo_halfcheetah_envpool_preset_trains_one_epoch(tmp_path: Path) -> None
     header, row = (run / "progress.csv").read_text().splitlines()[:2]
     values = dict(zip(header.split(","), row.split(",")))
     assert float(values["env_steps"]) == 2000 and values["eval/return_mean"] != ""
+
+
+def _train(run: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, str(REPO / "train.py"), *overrides, f"hydra.run.dir={run}"]
+    proc = subprocess.run(cmd, cwd=run.parent, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+RESUMABLE = ["worker=vector", "worker.n_envs=8", "trainer.batch_size=600", "trainer.eval_every=0", "logger=[csv]",
+             "trainer.snapshot_every=1", "trainer.progress=false"]
+
+
+def test_a_resumed_native_run_continues_the_same_curve(tmp_path: Path) -> None:
+    """The native backend's RNG state is in the snapshot: 2 epochs + a resume to 3 = 3 epochs straight."""
+    _train(tmp_path / "full", *RESUMABLE, "trainer.n_epochs=3")
+    _train(tmp_path / "part", *RESUMABLE, "trainer.n_epochs=2")
+    subprocess.run([sys.executable, str(REPO / "train.py"), f"trainer.resume={tmp_path / 'part'}", "trainer.n_epochs=3"],
+                   cwd=tmp_path, capture_output=True, text=True, timeout=240, check=True)
+    def rows(run: str) -> list[dict[str, str]]:
+        with open(tmp_path / run / "progress.csv") as f:
+            return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in csv.DictReader(f)]
+
+    assert len(rows("full")) == 3 and rows("part") == rows("full")
+
+
+@pytest.mark.skipif(not has_envpool(), reason="needs EnvPool")
+def test_a_resumed_envpool_run_says_once_that_it_starts_fresh_episodes(tmp_path: Path) -> None:
+    args = [*RESUMABLE, "worker.backend=envpool", "worker.num_threads=1"]
+    _train(tmp_path / "part", *args, "trainer.n_epochs=2")
+    proc = subprocess.run([sys.executable, str(REPO / "train.py"), f"trainer.resume={tmp_path / 'part'}",
+                           "trainer.n_epochs=3"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "starts fresh episodes" in line]
+    assert len(said) == 1 and "worker.backend=envpool cannot save its environments' state" in said[0]
