@@ -397,3 +397,38 @@ def test_a_backend_without_the_environment_is_refused_at_composition() -> None:
     if has_envpool():
         with pytest.raises(ConfigError, match="EnvPool has no environment 'Taxi-v4'; use worker.backend=sync"):
             validate(compose_config(["env=gym", "env.id=Taxi-v4", "worker=vector", "worker.backend=envpool"]))
+
+
+# ------------------------------------------------------------------- the contract through the action proxy
+class TestNativeContractUnderProxy(TestNativeContract):
+    """The worker contract with the worker's agent an action-server proxy (the agent the action_server and
+    alternating samplers give workers): one batched forward pass per vector step, served elsewhere."""
+
+    @pytest.fixture(autouse=True)
+    def _servers(self) -> Any:
+        self._action_servers: list[Any] = []
+        yield
+        for worker in self._workers:
+            worker.agent = None  # the proxies hold their servers' semaphores
+        for server in self._action_servers:
+            server.close()
+
+    def make_worker(self, *, seed: int, max_episode_length: int | None, env: Any, policy: Any) -> Any:
+        import multiprocessing
+
+        from corral.parallel.action_proxy import ActionProxy
+        from corral.parallel.action_server import ActionServer
+        from corral.plugins.samplers.action_server import server_policy
+
+        factory = WorkerFactory(seed=seed, max_episode_length=max_episode_length, n_workers=1,
+                                worker_class=self.resolved_worker_class(), worker_args=dict(self.worker_args))
+        worker = factory(0)
+        self._workers.append(worker)
+        worker.update_env(env)
+        server = ActionServer(multiprocessing.get_context("spawn"), 1, [[0]], lambda p: server_policy(p, "cpu"),
+                              lambda i: True, obs_bytes=1 << 20, resp_bytes=1 << 20, timeout=30.0)
+        self._action_servers.append(server)
+        server.start()
+        server.apply_agent_update(copy.deepcopy(policy), 1)
+        worker.update_agent(ActionProxy(0, endpoint=server.endpoint(0)))
+        return worker
