@@ -15,6 +15,10 @@ Memory follows the CPUs through SLURM's ``mem_per_cpu`` (the preset's ``2G``). J
 same resources go to SLURM together as one job array; jobs needing different ones, as several.
 A ``cpus_per_task`` given explicitly applies to every job.
 
+Preemption and time limits: SLURM's warning signal (``signal_delay_s`` before the limit, or on
+preemption) makes submitit requeue the job; corral's launcher requeues it with
+``trainer.resume=<job dir>``, so the job continues from its latest snapshot, in place, as one run.
+
 Kept import-light: Hydra imports every module under ``hydra_plugins`` when it scans for plugins.
 """
 
@@ -27,7 +31,7 @@ from typing import Any, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, filter_overrides
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +85,23 @@ class _SizedJobs(BaseSubmititLauncher):
         shared = set(OmegaConf.structured(BaseQueueConf).keys())
         executor.update_parameters(**{k if k in shared else f"{self._EXECUTOR}_{k}": v for k, v in params.items()})
         return executor
+
+    def checkpoint(self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_id: str,
+                   singleton_state: Any) -> Any:
+        """Preempted or at its time limit (SLURM's warning signal): requeue the job so that it resumes
+        from its latest snapshot (``trainer.resume=<job dir>``, in place) instead of starting over."""
+        import submitit
+
+        assert self.config is not None and self.hydra_context is not None
+        overrides = [o for o in sweep_overrides if o.partition("=")[0].lstrip("+~") != "trainer.resume"]
+        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(sweep_config.hydra.job):
+            sweep_config.hydra.job.num = job_num
+        job_dir = Path(str(sweep_config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
+        if (job_dir / "snapshots" / "latest").is_file():
+            overrides.append(f"trainer.resume={job_dir}")
+            log.warning("job #%d requeued; it resumes from its latest snapshot in %s", job_num, job_dir)
+        return submitit.helpers.DelayedSubmission(self, overrides, job_dir_key, job_num, job_id, singleton_state)
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Submit every job (sized from its own config) and wait for their results, in job order."""

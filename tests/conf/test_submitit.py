@@ -84,3 +84,57 @@ def test_the_slurm_preset_asks_sbatch_for_the_jobs_cpus_and_memory(tmp_path: Pat
     assert {"#SBATCH --cpus-per-task=6", "#SBATCH --mem-per-cpu=2G", "#SBATCH --partition=cpu",
             "#SBATCH --time=60", "#SBATCH --job-name=corral"} <= lines, script
     assert not any(line.startswith("#SBATCH --mem=") for line in lines)
+
+
+def _session_processes(session: int, needle: str) -> list[int]:
+    """Live processes of ``session`` whose command line contains ``needle``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(fields[3]) == session and fields[0] != "Z" and needle in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_preempted_submitit_job_is_requeued_and_resumes_from_its_snapshot(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    sweep = tmp_path / "multirun"
+    job_dir = sweep / "0"
+    cmd = [sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=submitit_local", "seed=1",
+           "trainer.n_epochs=60", "trainer.max_env_steps=1000000", "trainer.batch_size=200", "trainer.eval_every=0",
+           "logger=[csv]", "trainer.progress=false", f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            rows = (job_dir / "progress.csv").read_text().count("\n") - 1 if (job_dir / "progress.csv").exists() else 0
+            if rows >= 5 and (job_dir / "snapshots" / "latest").exists():
+                break
+            time.sleep(0.2)
+        (task,) = _session_processes(proc.pid, "submitit.core._submit")
+        os.kill(task, signal.SIGUSR2)  # what SLURM sends on preemption (and before the time limit)
+        out, _ = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, out[-4000:]
+    summary = json.loads((job_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs"] == 60
+    assert len(summary["resumes"]) == 1  # one run, resumed once, in place
+    with open(job_dir / "progress.csv") as f:
+        epochs = [int(float(line.split(",")[0])) for line in list(f)[1:]]
+    assert epochs == list(range(60))  # one curve: every epoch exactly once
+    logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.*"))  # the job's own logs
+    assert "this job is preempted" in logs and "Requeued job" in logs
+    assert "job #0 requeued; it resumes from its latest snapshot" in logs
+    assert summary["resumes"][0]["in_place"] and summary["resumes"][0]["from_epoch"] >= 5
