@@ -162,7 +162,8 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
                 built.close()
             status = "completed"
     except BaseException as exc:
-        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        # An exception may name its own status (an Optuna trial stopped by its pruner: "pruned").
+        status = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(getattr(exc, "summary_status", "failed"))
         error = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, TrainingInterrupted):
             # outside the epochs: while starting (nothing to resume) or in the final evaluation (nothing lost)

@@ -90,9 +90,33 @@ def corral_epoch_end(trainer: Any, epoch: int, stats: dict[str, float]) -> None:
     value = float(stats[key])
     trial.report(value, step=int(epoch))
     if trial.should_prune():
+        raise _pruned()(f"trial {trial.number} pruned at epoch {epoch} ({key} = {value:.4g})")
+
+
+def _pruned() -> type:
+    """The ``TrialPruned`` class (built on first use: Optuna is imported only inside Optuna sweeps)."""
+    global _PRUNED
+    if _PRUNED is None:
         import optuna
 
-        raise optuna.TrialPruned(f"trial {trial.number} pruned at epoch {epoch} ({key} = {value:.4g})")
+        class TrialPruned(optuna.TrialPruned):
+            """``optuna.TrialPruned`` that marks the run's ``summary.json`` with ``status: pruned``."""
+
+            summary_status = "pruned"
+
+        TrialPruned.__module__, TrialPruned.__qualname__ = __name__, "TrialPruned"
+        _PRUNED = TrialPruned
+    return _PRUNED
+
+
+_PRUNED: type | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """``corral.plugins.optuna_pruning.TrialPruned`` (so a pruned job's exception unpickles anywhere)."""
+    if name == "TrialPruned":
+        return _pruned()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["LIVE_STUDIES", "STUDY_ENV", "TRIAL_ENV", "current_trial", "make_pruner"]
