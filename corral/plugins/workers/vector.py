@@ -453,11 +453,10 @@ class VectorWorker(Worker):
                     first_row[starting] = row
                     agent.reset(starting)
         self.env_steps_taken += row * k
-        slots = np.concatenate(ep_slots)
-        rows = np.concatenate(ep_rows)
-        order = np.lexsort((slots, rows))
-        return log.gather(slots[order], rows[order], np.concatenate(ep_lengths)[order],
-                          np.concatenate(ep_term)[order], list(np.concatenate(ep_last)[order]))
+        term = np.concatenate(ep_term)
+        return _gather(log, np.concatenate(ep_slots), np.concatenate(ep_rows), np.concatenate(ep_lengths),
+                       np.zeros(len(term), dtype=np.int64),
+                       np.where(term, StepType.TERMINAL, StepType.TIMEOUT).astype(np.uint8), np.concatenate(ep_last))
 
     def _rollout_fragments(self) -> EpisodeBatch:
         venv, log, agent, clip, limit = self.venv, self._log, self.agent, self._clip, self.episode_limit
@@ -517,7 +516,10 @@ class VectorWorker(Worker):
                            np.full(len(idx), StepType.MID, dtype=np.uint8), obs[idx]))
         self.env_steps_taken += steps_per_call * k
         self._frag = {"obs": np.array(obs, copy=True), "t": t, "ret": ret, "rec": rec, "prev_done": prev_done}
-        return _gather_fragments(log, pieces)
+        if not pieces:
+            raise ValueError("no steps to batch")
+        slots, first, lengths, prior_len, prior_ret, last_type, last_obs = (np.concatenate(p) for p in zip(*pieces))
+        return _gather(log, slots, first, lengths, prior_len, last_type, last_obs, prior_ret)
 
     # ------------------------------------------------------------------ updates, snapshots, shutdown
     def update_agent(self, agent_update: Any) -> None:
@@ -615,35 +617,43 @@ class VectorWorker(Worker):
         super().shutdown()
 
 
-def _gather_fragments(log: StepLog, pieces: list[tuple[np.ndarray, ...]]) -> EpisodeBatch:
-    """An EpisodeBatch of the pieces (slots, first rows, lengths, prior lengths, prior returns, last step
-    types, last observations), ordered by first row then slot."""
-    if not pieces:
-        raise ValueError("no steps to batch")
-    slots, first, lengths, prior_len, prior_ret, last_type, last_obs = (np.concatenate(p) for p in zip(*pieces))
+def _rows(a: np.ndarray, flat: np.ndarray) -> np.ndarray:
+    """Rows ``flat`` of a time-major ``[row, slot, ...]`` array, indexed as one flat ``row * n_slots + slot``
+    axis (``np.take`` on it is many times faster than fancy indexing with two index arrays)."""
+    return np.take(a.reshape(-1, *a.shape[2:]), flat, axis=0)
+
+
+def _gather(log: StepLog, slots: np.ndarray, first: np.ndarray, lengths: np.ndarray, prior_len: np.ndarray,
+            last_type: np.ndarray, last_obs: np.ndarray, prior_ret: np.ndarray | None = None) -> EpisodeBatch:
+    """An EpisodeBatch of episodes (or fragments) ordered by first row, then slot: piece ``i`` is slot
+    ``slots[i]``'s log rows ``first[i] : first[i] + lengths[i]``. Its first step is FIRST when nothing of its
+    episode came before (``prior_len`` 0), else MID; its last step is ``last_type`` (TERMINAL, TIMEOUT, or MID
+    for a fragment still running, whose last step keeps its type). With ``prior_ret`` the pieces are
+    fragments carrying ``episode_infos["prior_length"]`` / ``["prior_return"]``."""
     order = np.lexsort((slots, first))
     slots, first, lengths = slots[order], first[order], lengths[order].astype(np.int64)
+    prior_len, last_type = prior_len[order], last_type[order]
     ends = np.cumsum(lengths)
     starts = ends - lengths
     total = int(ends[-1])
-    rows = np.repeat(first, lengths) + (np.arange(total, dtype=np.int64) - np.repeat(starts, lengths))
-    cols = np.repeat(slots, lengths)
+    flat = (np.repeat(first, lengths) + (np.arange(total, dtype=np.int64) - np.repeat(starts, lengths))) * log.n_slots
+    flat += np.repeat(slots, lengths)
     step_types = np.full(total, StepType.MID, dtype=np.uint8)
-    prior_len = prior_len[order]
     step_types[starts] = np.where(prior_len == 0, StepType.FIRST, StepType.MID)
-    last_type = last_type[order]
-    cut = last_type != StepType.MID  # a running piece's last step keeps its type (FIRST for a one-step piece)
+    cut = last_type != StepType.MID  # a running fragment's last step keeps its type (FIRST for a one-step piece)
     step_types[(ends - 1)[cut]] = last_type[cut]
+    fragments = prior_ret is not None
     return EpisodeBatch(
-        observations=log.observations[rows, cols],
-        actions=log.actions[rows, cols],
-        rewards=log.rewards[rows, cols],
+        observations=_rows(log.observations, flat),
+        actions=_rows(log.actions, flat),
+        rewards=_rows(log.rewards, flat),
         step_types=step_types,
         lengths=lengths,
-        last_observations=last_obs[order],
-        agent_infos={key: v[rows, cols] for key, v in log.agent_infos.items()},
-        episode_infos={"prior_length": prior_len.astype(np.int64), "prior_return": prior_ret[order].astype(np.float64)},
-        allow_fragments=True,
+        last_observations=np.asarray(last_obs[order], dtype=log.observations.dtype),
+        agent_infos={key: _rows(v, flat) for key, v in log.agent_infos.items()},
+        episode_infos=({"prior_length": prior_len.astype(np.int64), "prior_return": prior_ret[order].astype(np.float64)}
+                       if fragments else {}),
+        allow_fragments=fragments,
     )
 
 
