@@ -1,9 +1,12 @@
 """Each run's machine-readable ``summary.json``: writing it atomically and finding runs under a directory.
 
-A summary holds ``status`` (``completed``, ``interrupted`` or ``failed``), the final and best
-evaluation returns, the final training return, environment steps, epochs, wall and training
+A summary holds ``status`` (``completed``, ``interrupted`` or ``failed``), ``stop_reason`` (the
+limit that ended a completed run: ``n_epochs=100`` or ``max_env_steps=100000``), the final and
+best evaluation returns, the final training return, environment steps, epochs, wall and training
 time, UTC start and end times, the host, the job's Hydra overrides and number, and the resolved
-config. Everything else in a run directory (``progress.csv``, ``.hydra/``) stays where Hydra and
+config. A resumed run keeps one summary: its first session's start time, overrides and job, the
+wall time of all sessions, and ``resumes`` (one entry per resume: when, from which snapshot and
+epoch, with which overrides, in place or as a branch of another directory). Everything else in a run directory (``progress.csv``, ``.hydra/``) stays where Hydra and
 the loggers put it.
 """
 
