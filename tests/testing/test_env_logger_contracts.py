@@ -3,6 +3,7 @@ fail on the mistakes they exist to catch."""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,33 @@ class TestPointNavEnv(EnvContract):
 
 class TestBanditsEnv(EnvContract):
     env = "bandits"
+
+
+class TestAcrobotEnv(EnvContract):
+    env = "acrobot"
+
+
+class TestMountainCarContinuousEnv(EnvContract):
+    env = "mountaincar_continuous"
+
+
+needs_mujoco = pytest.mark.skipif(importlib.util.find_spec("mujoco") is None,
+                                  reason="needs MuJoCo: pip install 'corral[mujoco]'")
+
+
+@needs_mujoco
+class TestHalfCheetahEnv(EnvContract):
+    env = "halfcheetah"
+
+
+@needs_mujoco
+class TestHalfCheetahVelEnv(EnvContract):
+    env = "half_cheetah_vel"
+
+
+@needs_mujoco
+class TestHalfCheetahDirEnv(EnvContract):
+    env = "half_cheetah_dir"
 
 
 class TestEnvFromAFactory(EnvContract):
