@@ -185,7 +185,7 @@ class Trainer:
             n_epochs = self.config.n_epochs
         if max_env_steps is None and (self._limits_from_config or self.config.max_env_steps is not None):
             max_env_steps = self.config.max_env_steps
-        return (None if n_epochs is None else int(n_epochs)), (int(max_env_steps) if max_env_steps else None)
+        return (None if n_epochs is None else int(n_epochs)), (None if max_env_steps is None else int(max_env_steps))
 
     def limit_reached(self, n_epochs: int | None, max_env_steps: int | None) -> str | None:
         """The limit the run has reached, as ``"n_epochs=50"`` or ``"max_env_steps=100000"`` (None: neither)."""
