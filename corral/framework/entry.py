@@ -170,7 +170,9 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
             trainer = built.trainer if built is not None else None
             by = " by SIGTERM" if isinstance(exc, Terminated) else ""
             if trainer is not None and trainer.stop_reason is not None:
-                what = f"in the final evaluation; training had finished ({trainer.stop_reason} reached) and is saved"
+                what = (f"in the final evaluation; training had finished ({trainer.stop_reason} reached) and is saved, "
+                        "so the run counts as completed")
+                status, error = "completed", None  # only the extra evaluation for the objective is missing
             elif plan is not None:
                 what = f"before training resumed; the run is as it was (resume with trainer.resume={cfg.trainer.resume})"
             else:
