@@ -287,3 +287,16 @@ def test_resume_from_an_older_snapshot_file_branches_into_a_new_directory(tmp_pa
     assert rows(branch) == expected  # the original's epochs 0-1, then 2-3 run again from the snapshot
     assert (run / "progress.csv").read_text() == original
     assert json.loads((branch / "summary.json").read_text())["resumes"][0]["branch_of"] == str(run)
+
+
+def test_interrupt_in_the_final_evaluation_leaves_a_completed_run(tmp_path: Path, driver: Path) -> None:
+    """Three epochs with eval_every=2: one more evaluation runs after training (for the run's
+    objective); Ctrl-C there loses nothing, and the run counts as completed."""
+    run = tmp_path / "run"
+    proc = train(run, "trainer.n_epochs=3", interrupt="idle:3:10:SIGINT", driver=driver)
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "interrupted in the final evaluation; training had finished (n_epochs=3 reached)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs"] == 3
+    assert [float(r["epoch"]) for r in rows(run)] == [0.0, 1.0, 2.0]
