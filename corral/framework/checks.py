@@ -54,6 +54,15 @@ class Check:
     pattern: str | None = None
     describe_pattern: str | None = None
     finite: bool = True
+    gt_field: str | None = None
+    ge_field: str | None = None
+    lt_field: str | None = None
+    le_field: str | None = None
+
+    def relations(self) -> list[tuple[str, str]]:
+        """``(operator, other field)`` pairs: this field compared with a sibling field's value."""
+        return [(op, name) for op, name in ((">", self.gt_field), (">=", self.ge_field), ("<", self.lt_field),
+                                            ("<=", self.le_field)) if name is not None]
 
     def describe(self) -> str:
         """The accepted values in words: ``> 0``, ``>= 0 and <= 1``, ``one of 'spawn', 'fork'``."""
@@ -63,6 +72,7 @@ class Check:
             parts.append("one of " + ", ".join(repr(c) for c in self.choices))
         if self.pattern is not None:
             parts.append(self.describe_pattern or f"matching {self.pattern!r}")
+        parts += [f"{op} {name}" for op, name in self.relations()]
         return " and ".join(parts) if parts else ("any finite number" if self.finite else "any number")
 
     def problem(self, value: Any) -> str | None:
@@ -85,16 +95,20 @@ class Check:
 
 def check(*, gt: float | None = None, ge: float | None = None, lt: float | None = None, le: float | None = None,
           choices: Iterable[Any] | None = None, pattern: str | None = None, describe: str | None = None,
-          finite: bool = True, help: str = "") -> dict[str, Any]:
+          finite: bool = True, gt_field: str | None = None, ge_field: str | None = None,
+          lt_field: str | None = None, le_field: str | None = None, help: str = "") -> dict[str, Any]:
     """Field metadata declaring what a config field accepts (and its help line).
 
     ``field(default=3e-4, metadata=check(gt=0, help="Adam step size"))``. ``gt``/``ge``/``lt``/``le``
     bound a number (each item of a list of numbers); ``choices`` lists the accepted values;
     ``pattern`` is a regular expression a string must match in full, ``describe`` says in words
-    what it accepts. With no argument but ``help`` it declares "any finite number".
+    what it accepts. ``gt_field``/``ge_field``/``lt_field``/``le_field`` compare the value with
+    another field of the same config (``min_buffer_size: ... check(ge=1, le_field="buffer_size")``;
+    skipped while either is None). With no argument but ``help`` it declares "any finite number".
     """
     spec = Check(gt=gt, ge=ge, lt=lt, le=le, choices=tuple(choices) if choices is not None else None,
-                 pattern=pattern, describe_pattern=describe, finite=finite)
+                 pattern=pattern, describe_pattern=describe, finite=finite, gt_field=gt_field, ge_field=ge_field,
+                 lt_field=lt_field, le_field=le_field)
     metadata: dict[str, Any] = {CHECK_KEY: spec}
     if help:
         metadata["help"] = help
@@ -136,6 +150,10 @@ def field_problems(config: type, values: Mapping[str, Any], prefix: str) -> list
             if why is not None:
                 key = f"{prefix}.{f.name}" + (f"[{index}]" if index is not None else "")
                 problems.append(f"{key} {why}, got {item!r}")
+        for op, other in spec.relations():
+            bound = values.get(other)
+            if _is_number(value) and _is_number(bound) and not _COMPARE[op](value, bound):
+                problems.append(f"{prefix}.{f.name} must be {op} {prefix}.{other} ({bound!r}), got {value!r}")
     return problems
 
 
@@ -197,6 +215,13 @@ def unknown_key_message(prefix: str, option: str, key: str, fields: list[str],
         hint += (f"; {named} {'has' if len(elsewhere) == 1 else 'have'} {key!r}: choose "
                  f"{'it' if len(elsewhere) == 1 else 'one of them'} (e.g. {elsewhere[0]} {prefix}.{key}=...)")
     return f"{prefix}.{key} is not a setting: {where}{hint} (`corral plugins` lists every option's settings)"
+
+
+_COMPARE = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _has_bounds(spec: Check) -> bool:

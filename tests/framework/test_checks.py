@@ -107,3 +107,24 @@ def test_unknown_key_message_names_fields_close_matches_and_other_options() -> N
     assert unknown_key_message("worker", "worker=default", "n_envs", [], ["worker=vec"]) == (
         "worker.n_envs is not a setting: worker=default has no setting 'n_envs' (it has no settings); worker=vec "
         "has 'n_envs': choose it (e.g. worker=vec worker.n_envs=...) (`corral plugins` lists every option's settings)")
+
+
+@dataclass
+class Related:
+    """Fields bounded by a sibling field."""
+
+    buffer_size: int = field(default=100, metadata=check(ge=1))
+    min_buffer_size: int = field(default=10, metadata=check(ge=1, le_field="buffer_size"))
+    low: Optional[float] = field(default=-1.0, metadata=check(lt_field="high"))
+    high: float = field(default=1.0, metadata=check())
+
+
+def test_a_field_bounded_by_another_field() -> None:
+    assert field_problems(Related, {"buffer_size": 100, "min_buffer_size": 100, "low": None, "high": 0.0}, "algo") == []
+    assert field_problems(Related, {"buffer_size": 100, "min_buffer_size": 101, "low": 2.0, "high": 1.0}, "algo") == [
+        "algo.min_buffer_size must be <= algo.buffer_size (100), got 101",
+        "algo.low must be < algo.high (1.0), got 2.0",
+    ]
+    described = {f.name: describe_field(f) for f in fields(Related)}
+    assert described["min_buffer_size"] == ">= 1 and <= buffer_size" and described["low"] == "< high or null"
+    assert check_defaults(Related) == []

@@ -51,7 +51,7 @@ class PEARLPolicyConfig:
                                             metadata=check(ge=1, help="context encoder widths"))
     latent_size: int = field(default=5, metadata=check(ge=1, help="dimensions of the latent task variable z"))
     activation: str = field(default="relu", metadata=check(choices=tuple(ACTIVATIONS), help="tanh, relu, elu, gelu or silu"))
-    log_std_min: float = field(default=-20.0, metadata=check(help="lower clip of the actor's log standard deviation"))
+    log_std_min: float = field(default=-20.0, metadata=check(lt_field="log_std_max", help="lower clip of the actor's log standard deviation"))
     log_std_max: float = field(default=2.0, metadata=check(help="upper clip of the actor's log standard deviation"))
 
 

@@ -44,7 +44,7 @@ class TanhGaussianPolicyConfig:
 
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256], metadata=check(ge=1, help="hidden layer widths"))
     activation: str = field(default="relu", metadata=check(choices=tuple(ACTIVATIONS), help="tanh, relu, elu, gelu or silu"))
-    log_std_min: float = field(default=-20.0, metadata=check(help="lower clip of the log standard deviation"))
+    log_std_min: float = field(default=-20.0, metadata=check(lt_field="log_std_max", help="lower clip of the log standard deviation"))
     log_std_max: float = field(default=2.0, metadata=check(help="upper clip of the log standard deviation"))
 
 

@@ -55,7 +55,7 @@ class PEARLWorkerConfig:
     """Settings of the PEARL worker."""
 
     n_episodes_per_trial: int = field(default=3, metadata=check(ge=1, help="episodes per task (context kept across them)"))
-    n_prior_episodes: int = field(default=1, metadata=check(ge=0, help="first episodes of a trial, acting with z from the prior"))
+    n_prior_episodes: int = field(default=1, metadata=check(ge=0, le_field="n_episodes_per_trial", help="first episodes of a trial, acting with z from the prior"))
     n_envs: int = field(default=1, metadata=check(ge=1, help="environments stepped together by one worker"))
     context_reward: Optional[str] = field(
         default=None, metadata={"help": "info key whose value the encoder sees as the reward (null: the reward)"}
