@@ -59,8 +59,9 @@ class Terminated(KeyboardInterrupt):
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Ctrl-C or SIGTERM stopped training after a snapshot was written; ``exit_code`` is the shell's
-    convention for the signal (130 for SIGINT, 143 for SIGTERM)."""
+    """Ctrl-C or SIGTERM stopped training; the trainer has printed what is kept. ``snapshot`` is the
+    run's newest snapshot, the one a resume continues from (None: nothing to resume); ``exit_code``
+    is the shell's convention for the signal (130 for SIGINT, 143 for SIGTERM)."""
 
     def __init__(self, snapshot: Path | None, exit_code: int = 130) -> None:
         super().__init__(str(snapshot))
