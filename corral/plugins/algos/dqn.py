@@ -51,7 +51,7 @@ class DQNConfig:
     learning_rate: float = field(default=1e-4, metadata=check(gt=0, help="Adam learning rate"))
     buffer_size: int = field(default=1_000_000, metadata=check(ge=1, help="replay buffer capacity (transitions)"))
     min_buffer_size: int = field(
-        default=100, metadata=check(ge=1, le_field="buffer_size", help="transitions collected (epsilon = 1) before gradient steps start")
+        default=100, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (epsilon = 1) before gradient steps start")
     )
     batch_size: int = field(default=32, metadata=check(ge=1, help="transitions per gradient step"))
     utd_ratio: float = field(default=0.25, metadata=check(gt=0, help="gradient steps per new environment step"))

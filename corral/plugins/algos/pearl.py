@@ -91,7 +91,7 @@ class PEARLConfig:
                           "collects data (0: the trial's own episodes only; meta-test trials always start empty)"),
     )
     buffer_size: int = field(default=100_000, metadata=check(ge=1, help="capacity of each task's RL and context buffers"))
-    min_buffer_size: int = field(default=1000, metadata=check(ge=1, le_field="buffer_size", help="RL transitions collected before gradient steps start"))
+    min_buffer_size: int = field(default=1000, metadata=check(ge=0, le_field="buffer_size", help="RL transitions collected before gradient steps start"))
     utd_ratio: float = field(default=0.5, metadata=check(ge=0, help="gradient steps per new environment step"))
     gradient_steps: Optional[int] = field(
         default=None, metadata=check(ge=1, help="fixed gradient steps per epoch (overrides utd_ratio when set)")

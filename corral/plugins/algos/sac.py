@@ -53,7 +53,7 @@ class SACConfig:
     learning_rate: float = field(default=3e-4, metadata=check(gt=0, help="Adam learning rate (actor, critics, temperature)"))
     buffer_size: int = field(default=1_000_000, metadata=check(ge=1, help="replay buffer capacity (transitions)"))
     min_buffer_size: int = field(
-        default=100, metadata=check(ge=1, le_field="buffer_size", help="transitions collected (uniformly random actions) before gradient steps start")
+        default=100, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (uniformly random actions) before gradient steps start")
     )
     batch_size: int = field(default=256, metadata=check(ge=1, help="transitions per gradient step"))
     utd_ratio: float = field(default=1.0, metadata=check(ge=0, help="gradient steps per new environment step"))
