@@ -135,6 +135,23 @@ def run_interleaved(name: str, seeds: list[int], overrides: list[str], peer: str
     return ours, theirs
 
 
+def recorded(name: str, run: str, seed: int, peer: str | None = None) -> dict[str, object]:
+    """A seed's run already under ``experiments/runs/<name>/<run>`` (``--record-only``); its wall
+    time is the run's own ``time/total_s``, and a peer run's mapping is printed again by its runner."""
+    run_dir = ROOT / "experiments" / "runs" / name / run
+    path = run_dir / "progress.csv"
+    if not path.is_file():
+        raise SystemExit(f"learning.py: error: --record-only: {path} does not exist; run that seed first")
+    rows = read_progress(path)
+    log = ""
+    if peer is not None:
+        config = ROOT / "experiments" / "runs" / name / f"seed{seed}" / ".hydra" / "config.yaml"
+        cmd = [sys.executable, str(PEERS[peer]), "--config", str(config), "--seed", str(seed), "--out", str(run_dir),
+               "--dry-run"]
+        log = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True).stdout
+    return {"seed": seed, "rows": rows, "wall_s": rows[-1].get("time/total_s", 0.0), "run_dir": run_dir, "log": log}
+
+
 def last_value(rows: list[dict[str, float]], metric: str) -> float | None:
     """The last value ``metric`` took in a run (None if it never appeared)."""
     values = [row[metric] for row in rows if metric in row]
@@ -222,11 +239,19 @@ def main() -> None:
     parser.add_argument("--time-target", type=float, default=1.2,
                         help="with --peer: the target ratio of corral's wall time per step to the peer's "
                              "(issue 6: 1.2; issue 22, MuJoCo PPO: 0.7)")
+    parser.add_argument("--record-only", action="store_true",
+                        help="run nothing: write the table and plot from the seeds' runs already under "
+                             "experiments/runs/<name>/ (a comparison stopped part-way; wall_s is then each "
+                             "run's own time/total_s)")
     parser.add_argument("overrides", nargs="*", help="train.py overrides (after --)")
     args = parser.parse_args()
 
     peer_results: list[dict] = []
-    if args.peer:
+    if args.record_only:
+        results = [recorded(args.name, f"seed{s}", s) for s in args.seeds]
+        if args.peer:
+            peer_results = [recorded(args.name, f"{args.peer}_seed{s}", s, args.peer) for s in args.seeds]
+    elif args.peer:
         results, peer_results = run_interleaved(args.name, args.seeds, args.overrides, args.peer)
     else:
         results = [run_seed(args.name, s, args.overrides) for s in args.seeds]

@@ -330,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", type=Path, required=True, help="composed corral config (YAML)")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--out", type=Path, required=True, help="directory for progress.csv")
+    parser.add_argument("--dry-run", action="store_true", help="print the mapping and stop (train nothing)")
     args = parser.parse_args(argv)
     spec = sb3_spec(load_config(args.config))
     for line in spec.unmapped:
@@ -338,7 +339,8 @@ def main(argv: list[str] | None = None) -> None:
     wrapped = f" in VecNormalize({spec.normalize})" if spec.normalize is not None else ""
     print(f"sb3_runner: {spec.sb3_class[0]}.{spec.sb3_class[1]}({shown}) on {spec.env_id} x{spec.n_envs}{wrapped}, "
           f"{spec.total_steps} steps", flush=True)
-    run(spec, args.seed, args.out)
+    if not args.dry_run:
+        run(spec, args.seed, args.out)
 
 
 if __name__ == "__main__":

@@ -87,5 +87,15 @@ def test_learning_py_peer_sb3_runs_vecnormalize(tmp_path: Path) -> None:
         assert "the <= 0.7x target" in md
         rows = (ROOT / "experiments" / "runs" / name / "sb3_seed1" / "progress.csv").read_text().splitlines()
         assert "eval/return_mean" in rows[0] and len(rows) == 2
+        # --record-only writes the same table from those runs, training nothing.
+        again = tmp_path / "again"
+        record = [*cmd[:cmd.index("--results-dir")], "--results-dir", str(again), "--record-only",
+                  *cmd[cmd.index("--results-dir") + 2:]]
+        proc = subprocess.run(record, cwd=ROOT, capture_output=True, text=True, timeout=280)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        table = [line for line in md.splitlines() if line.startswith(("| corral |", "| sb3 |"))]
+        again_md = (again / f"{name}.md").read_text()
+        assert table and all(line.rsplit("|", 2)[0] in again_md for line in table)  # all but wall_s
+        assert "in VecNormalize({'norm_obs': True" in again_md
     finally:
         shutil.rmtree(ROOT / "experiments" / "runs" / name, ignore_errors=True)
