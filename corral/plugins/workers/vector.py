@@ -642,7 +642,8 @@ def _gather(log: StepLog, slots: np.ndarray, first: np.ndarray, lengths: np.ndar
     step_types[starts] = np.where(prior_len == 0, StepType.FIRST, StepType.MID)
     cut = last_type != StepType.MID  # a running fragment's last step keeps its type (FIRST for a one-step piece)
     step_types[(ends - 1)[cut]] = last_type[cut]
-    fragments = prior_ret is not None
+    infos = {} if prior_ret is None else {"prior_length": prior_len.astype(np.int64),
+                                          "prior_return": prior_ret[order].astype(np.float64)}
     return EpisodeBatch(
         observations=_rows(log.observations, flat),
         actions=_rows(log.actions, flat),
@@ -651,9 +652,8 @@ def _gather(log: StepLog, slots: np.ndarray, first: np.ndarray, lengths: np.ndar
         lengths=lengths,
         last_observations=np.asarray(last_obs[order], dtype=log.observations.dtype),
         agent_infos={key: _rows(v, flat) for key, v in log.agent_infos.items()},
-        episode_infos=({"prior_length": prior_len.astype(np.int64), "prior_return": prior_ret[order].astype(np.float64)}
-                       if fragments else {}),
-        allow_fragments=fragments,
+        episode_infos=infos,
+        allow_fragments=prior_ret is not None,
     )
 
 
