@@ -137,4 +137,4 @@ def test_a_preempted_submitit_job_is_requeued_and_resumes_from_its_snapshot(tmp_
     logs = "".join(p.read_text() for p in (sweep / ".submitit").rglob("*_log.*"))  # the job's own logs
     assert "this job is preempted" in logs and "Requeued job" in logs
     assert "job #0 requeued; it resumes from its latest snapshot" in logs
-    assert summary["resumes"][0]["in_place"] and summary["resumes"][0]["from_epoch"] >= 5
+    assert summary["resumes"][0]["in_place"] and summary["resumes"][0]["from_epoch"] >= 1  # not from scratch
