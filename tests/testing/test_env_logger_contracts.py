@@ -167,3 +167,27 @@ def test_config_contract_catches_a_default_outside_its_range() -> None:
     assert "BadDefaults.learning_rate must be > 0, got 0.0" in str(info.value)
     assert "BadDefaults.n_layers is numeric but declares no range" in str(info.value)
     assert config_problems(BadDefaults, "x", require_ranges=False) == ["x.learning_rate must be > 0, got 0.0"]
+
+
+def test_worker_contract_checks_the_registered_config_of_its_class() -> None:
+    from corral import VecWorker, hookimpl
+    from corral.testing import WorkerContract, inline_plugin
+
+    class BadVecWorker(VecWorker):
+        """A registered worker whose config default breaks its own range."""
+
+    @dataclass
+    class BadVecConfig:
+        n_envs: int = field(default=0, metadata=check(ge=1, help="environments"))
+
+    class Plugin:
+        @hookimpl
+        def corral_register(self, register: Any) -> None:
+            register("worker", "bad_vec", BadVecWorker, config=BadVecConfig)
+
+    class Suite(WorkerContract):
+        worker_class = BadVecWorker
+
+    with inline_plugin(Plugin(), "bad_vec"):
+        with pytest.raises(AssertionError, match=r"worker=bad_vec: worker.n_envs must be >= 1, got 0"):
+            Suite().test_config_defaults_satisfy_their_ranges()

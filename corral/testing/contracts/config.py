@@ -9,7 +9,7 @@ defaults satisfy those declarations.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from corral.framework.checks import check_defaults, unchecked_fields
 
@@ -19,6 +19,19 @@ def registered_config(kind: str, name: str) -> type | None:
     from corral.framework.plugins import get_registry
 
     return get_registry().get(kind, name).config
+
+
+def factory_config_problems(kind: str, factory: Any) -> list[str]:
+    """:func:`config_problems` of every registered ``kind`` option built by ``factory`` (a worker or
+    sampler class): what a Worker/Sampler contract suite checks for the class under test. An
+    unregistered class has nothing to check."""
+    from corral.framework.plugins import get_registry
+
+    problems: list[str] = []
+    for reg in get_registry():
+        if reg.kind == kind and reg.factory is factory:
+            problems += [f"{reg.kind}={reg.name}: {p}" for p in config_problems(reg.config, reg.path)]
+    return problems
 
 
 def config_problems(config: type | None, prefix: str = "config", *, require_ranges: bool = True) -> list[str]:
@@ -61,4 +74,4 @@ class ConfigContract:
         assert not problems, "; ".join(problems)
 
 
-__all__ = ["ConfigContract", "config_problems", "registered_config"]
+__all__ = ["ConfigContract", "config_problems", "factory_config_problems", "registered_config"]

@@ -348,3 +348,11 @@ class SamplerContract:
         sampler.shutdown_worker()
         sampler.shutdown_worker()
         self.assert_nothing_left_running()
+
+    def test_config_defaults_satisfy_their_ranges(self) -> None:
+        """Every registered sampler option built by this class: its config defaults satisfy the ranges its
+        fields declare (``corral.check``), and its numeric fields declare one."""
+        from corral.testing.contracts.config import factory_config_problems
+
+        problems = factory_config_problems("sampler", self.sampler_class)
+        assert not problems, "; ".join(problems)

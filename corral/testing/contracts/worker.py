@@ -282,3 +282,11 @@ class WorkerContract:
         worker.shutdown()
         still_open = [e for e in made if not e.closed]
         assert not still_open, f"{len(still_open)} of {len(made)} environments were not closed by shutdown()"
+
+    def test_config_defaults_satisfy_their_ranges(self) -> None:
+        """Every registered worker option built by this class: its config defaults satisfy the ranges its
+        fields declare (``corral.check``), and its numeric fields declare one."""
+        from corral.testing.contracts.config import factory_config_problems
+
+        problems = factory_config_problems("worker", self.resolved_worker_class())
+        assert not problems, "; ".join(problems)
