@@ -43,6 +43,7 @@ _EXPORTS = {
     "AlternatingSampler": "corral.plugins.samplers.alternating",
     "DefaultWorker": "corral.plugins.workers.default",
     "VecWorker": "corral.plugins.workers.vec",
+    "VectorWorker": "corral.plugins.workers.vector",
     "FragmentWorker": "corral.plugins.workers.fragment",
     "MLPPolicy": "corral.plugins.policies.mlp",
     "GRUPolicy": "corral.plugins.policies.gru",
