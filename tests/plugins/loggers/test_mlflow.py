@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -157,8 +158,16 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=20)
 
 
+@dataclass
+class Server:
+    """A running ``mlflow server``: its URL and process."""
+
+    url: str
+    proc: subprocess.Popen
+
+
 @pytest.fixture
-def mlflow_server(tmp_path: Path) -> Iterator[str]:
+def server(tmp_path: Path) -> Iterator[Server]:
     """A real ``mlflow server`` on 127.0.0.1 (SQLite backend, served artifacts); stopped after the test."""
     port = free_port()
     mlflow_cli = Path(sys.executable).parent / "mlflow"
@@ -182,10 +191,16 @@ def mlflow_server(tmp_path: Path) -> Iterator[str]:
             if time.monotonic() > deadline:
                 pytest.fail(f"mlflow server not up after 120 s:\n{(tmp_path / 'server.log').read_text()[-3000:]}")
             time.sleep(0.5)
-        yield url
+        yield Server(url, proc)
     finally:
         _stop(proc)
         log.close()
+
+
+@pytest.fixture
+def mlflow_server(server: Server) -> str:
+    """The URL of a real local ``mlflow server``."""
+    return server.url
 
 
 def test_a_real_mlflow_server(tmp_path: Path, mlflow_server: str) -> None:
@@ -232,3 +247,30 @@ def test_multirun_with_the_ray_launcher_gives_one_mlflow_run_per_job(tmp_path: P
         job = int(run.data.tags["corral.job_num"])
         check_run(c, run, sweep / str(job))
         assert json.loads((sweep / str(job) / "summary.json").read_text())["pid"] != os.getpid()
+
+
+def test_a_server_that_dies_mid_run_warns_once_and_training_goes_on(tmp_path: Path, server: Server) -> None:
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, str(TRAIN), "trainer.n_epochs=60", "trainer.max_env_steps=1000000", "trainer.batch_size=200",
+           "trainer.eval_every=0", "trainer.progress=false", "logger=[csv,mlflow]",
+           f"logger.mlflow.tracking_uri={server.url}", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "MLFLOW_ALLOW_FILE_STORE": "true"})
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (run_dir / "mlflow_run.json").exists() and (run_dir / "progress.csv").exists() and \
+                    (run_dir / "progress.csv").read_text().count("\n") >= 3:
+                break
+            time.sleep(0.1)
+        _stop(server.proc)  # the tracking server goes away while the run trains
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-4000:]
+    assert err.count("TrackerWarning") == 1 and "mlflow logger failed while" in err, err[-4000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["epochs"] == 60
+    assert [int(float(r["epoch"])) for r in progress(run_dir)] == list(range(60))
