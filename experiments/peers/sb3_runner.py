@@ -126,7 +126,8 @@ def sb3_spec(cfg: Mapping[str, Any]) -> SB3Spec:
         if name == "ppo":
             kwargs.update(learning_rate=algo["learning_rate"], n_epochs=algo["n_epochs"],
                           batch_size=algo["minibatch_size"], clip_range=algo["clip_range"],
-                          vf_coef=algo["vf_coef"], ent_coef=algo["ent_coef"], max_grad_norm=algo["max_grad_norm"],
+                          # SB3's value loss is vf_coef * mse; corral's (as CleanRL's) vf_coef * 0.5 * mse.
+                          vf_coef=algo["vf_coef"] / 2, ent_coef=algo["ent_coef"], max_grad_norm=algo["max_grad_norm"],
                           target_kl=algo.get("target_kl"))
         else:
             kwargs.update(learning_rate=algo["vf_lr"], batch_size=algo["vf_minibatch_size"],

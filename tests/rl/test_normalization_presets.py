@@ -47,6 +47,8 @@ def test_presets_normalise_and_map_to_vecnormalize(runner: ModuleType, preset: s
     assert spec.normalize == {"norm_obs": True, "norm_reward": True, "clip_obs": 10.0, "clip_reward": 10.0,
                               "gamma": 0.99, "epsilon": 1e-8}
     assert spec.kwargs["n_steps"] == batch and spec.kwargs["batch_size"] == 64 and spec.kwargs["n_epochs"] == 10
+    # The same value loss: corral's vf_coef * 0.5 * mse is SB3's (vf_coef / 2) * mse, SB3's default 0.5.
+    assert cfg["algo"]["vf_coef"] == 1.0 and spec.kwargs["vf_coef"] == 0.5
     assert spec.total_steps == 1_000_000 and (spec.eval_every, spec.eval_episodes) == (10, 5)
 
 
