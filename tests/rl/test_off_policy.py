@@ -9,9 +9,9 @@ import torch
 
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
-from corral.rl.off_policy import polyak_update
 from corral.plugins.algos.dqn import DQN
 from corral.plugins.policies.qnet import QNetworkPolicy
+from corral.rl.off_policy import polyak_update
 
 SPEC = EnvSpec(gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2), 50)
 

@@ -51,6 +51,8 @@ from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
 from corral.meta.context_encoder import kl_to_standard_normal
 from corral.meta.meta_eval import curve_stats, pearl_episode_returns, run_meta_test
+from corral.meta.task_replay import TaskReplayBuffers
+from corral.meta.tasks import TaskSampler, TaskSplit, schedule_length
 from corral.rl.networks import flat_dim, mlp
 from corral.rl.off_policy import (
     TORCH_BRANCH,
@@ -59,8 +61,6 @@ from corral.rl.off_policy import (
     networks_state,
     polyak_update,
 )
-from corral.meta.task_replay import TaskReplayBuffers
-from corral.meta.tasks import TaskSampler, TaskSplit, schedule_length
 
 #: Spawn-key branches of PEARL's buffers and task draws (workers use 0, 1, ...).
 RL_BUFFER_BRANCH = 2**31 - 5

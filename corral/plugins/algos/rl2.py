@@ -35,10 +35,10 @@ from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
 from corral.meta.meta_eval import adaptation_stats, run_meta_test
-from corral.rl.networks import flat_dim, mlp
-from corral.rl.returns import gae
 from corral.meta.tasks import TaskSampler, TaskSplit, schedule_length
 from corral.plugins.algos.ppo import PPO, PPOConfig
+from corral.rl.networks import flat_dim, mlp
+from corral.rl.returns import gae
 
 
 @dataclass

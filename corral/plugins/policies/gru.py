@@ -31,9 +31,9 @@ from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
+from corral.parallel.slot_noise import SlotNoiseMixin
 from corral.rl.networks import flat_dim, numpy_to_params, params_to_numpy, rowwise_linear
 from corral.rl.noise import NoiseStreams
-from corral.parallel.slot_noise import SlotNoiseMixin
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 

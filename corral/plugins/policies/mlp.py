@@ -16,6 +16,7 @@ from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
+from corral.parallel.slot_noise import SlotNoiseMixin
 from corral.rl import networks
 from corral.rl.networks import (
     batch_invariant_forward,
@@ -26,7 +27,6 @@ from corral.rl.networks import (
     rowwise_linear,
 )
 from corral.rl.noise import NoiseStreams
-from corral.parallel.slot_noise import SlotNoiseMixin
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 

@@ -34,9 +34,9 @@ from corral.framework.env import EnvSpec, child_seed
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.meta.context_encoder import MIN_VARIANCE, ContextEncoder
+from corral.plugins.policies.tanh_gaussian import TanhGaussianPolicy
 from corral.rl.networks import ACTIVATIONS, batch_invariant_forward, flat_dim, numpy_to_params, params_to_numpy
 from corral.rl.noise import NoiseStreams
-from corral.plugins.policies.tanh_gaussian import TanhGaussianPolicy
 
 #: Child of a slot's noise seed that ``z`` is drawn from (the actor's noise uses the seed itself).
 Z_NOISE_BRANCH = 2

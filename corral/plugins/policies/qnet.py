@@ -23,7 +23,7 @@ from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
-from corral.rl.networks import activation as activation_class
+from corral.parallel.slot_noise import SlotNoiseMixin
 from corral.rl.networks import (
     ACTIVATIONS,
     batch_invariant_forward,
@@ -32,7 +32,7 @@ from corral.rl.networks import (
     numpy_to_params,
     params_to_numpy,
 )
-from corral.parallel.slot_noise import SlotNoiseMixin
+from corral.rl.networks import activation as activation_class
 
 
 @dataclass

@@ -45,9 +45,9 @@ from corral.framework.checks import check
 from corral.framework.errors import ConfigError
 from corral.framework.plugins import get_registry
 from corral.framework.worker import Worker
-from corral.rl.episode_buffer import EpisodeBuffers, action_clipper, batch_from_episodes
 from corral.meta.trial_tasks import TrialTasksMixin
 from corral.plugins.validation import component_class
+from corral.rl.episode_buffer import EpisodeBuffers, action_clipper, batch_from_episodes
 
 
 @dataclass

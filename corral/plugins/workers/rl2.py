@@ -35,9 +35,9 @@ from corral.framework.env import child_seed, current_task_id, seed_int
 from corral.framework.errors import ConfigError
 from corral.framework.plugins import get_registry
 from corral.framework.worker import Worker
-from corral.rl.episode_buffer import StepLog, action_clipper
 from corral.meta.rl2_env import CONTINUE_TRIAL, is_rl2_env
 from corral.meta.trial_tasks import TrialTasksMixin
+from corral.rl.episode_buffer import StepLog, action_clipper
 
 
 @dataclass
