@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from corral.testing.processes import default_signal_dispositions
+
 optuna = pytest.importorskip("optuna")
 if int(optuna.__version__.split(".")[0]) < 3:
     pytest.skip("corral's Optuna sweeper needs optuna>=3", allow_module_level=True)
@@ -87,8 +89,10 @@ def test_an_interrupted_search_resumes_from_its_sqlite_storage(tmp_path: Path) -
     # The same search with n_trials=3 and trials that would run for hours: Ctrl-C while trial 1 runs.
     cmd = [sys.executable, str(ROOT / "train.py"), "-m", *common, "hydra.sweeper.n_trials=3",
            "trainer.max_env_steps=100000000", "trainer.n_epochs=1000000"]
+    # Its own session and SIGINT at its default disposition, even when the suite runs with SIGINT
+    # ignored by inheritance (detached, or `cmd &` from a script), so the SIGINT acts as a Ctrl-C.
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=default_signal_dispositions)
     try:
         assert _wait_for([sweep_dir / "1" / "progress.csv"], proc, 180), "trial 1 did not start"
         os.killpg(proc.pid, signal.SIGINT)
