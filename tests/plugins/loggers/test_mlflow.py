@@ -175,7 +175,10 @@ def server(tmp_path: Path) -> Iterator[Server]:
            "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
            "--artifacts-destination", str(tmp_path / "server-artifacts"), "--workers", "1"]
     log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    # Job execution off: a tracking server needs none, and with it on, `mlflow server` makes a temporary
+    # directory in /dev/shm (its job queue) that it never removes.
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
