@@ -1,17 +1,19 @@
-"""Trainer: runs epochs, logs, evaluates, snapshots atomically and resumes bit-for-bit."""
+"""Trainer: runs epochs, logs, evaluates, snapshots atomically and resumes bit-for-bit.
+
+Signal handling (when Ctrl-C and SIGTERM interrupt training, and when they wait) lives in
+:mod:`corral.framework.interrupts`; its names are importable from here too.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -21,6 +23,13 @@ from corral.framework.checks import check
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError, SnapshotError
 from corral.framework.evaluation import check_recordable, evaluate, record_video, run_worker_factory
+from corral.framework.interrupts import (
+    StopRequest,
+    Terminated,
+    defer_interrupts,
+    finish_epoch_on_interrupt,
+    sigterm_as_interrupt,
+)
 from corral.framework.logger import Logger, job_prefix, run_log
 from corral.framework.progress import ProgressBar
 from corral.framework.snapshot import load_snapshot, remove_snapshot, save_snapshot
@@ -52,10 +61,6 @@ class TrainerConfig:
     torch_threads: int = field(
         default=1, metadata=check(ge=0, help="torch intra-op threads in the training process (0: torch's default)")
     )
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (``kill``, a cluster scheduler's preemption) arrived while training."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -549,89 +554,6 @@ def _try_state(sampler: Any) -> Any:
         return sampler.state_dict()
     except NotImplementedError:
         return None
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises :class:`Terminated` (a KeyboardInterrupt), so ``kill`` or a
-    scheduler's preemption takes Ctrl-C's path: snapshot, sampler shut down, a clear line."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@dataclass
-class StopRequest:
-    """The signal that asked training to stop after the current epoch (None: none yet)."""
-
-    signum: Optional[int] = None
-
-
-@contextlib.contextmanager
-def finish_epoch_on_interrupt(notice: Callable[[int], str]) -> Iterator[StopRequest]:
-    """Within the block, a first Ctrl-C or SIGTERM is only recorded (``notice(signum)`` is printed)
-    so the epoch can finish and be saved; a second one interrupts at once. A signal the process
-    ignores stays ignored."""
-    request = StopRequest()
-    if threading.current_thread() is not threading.main_thread():
-        yield request
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        if request.signum is None:
-            request.signum = signum
-            print(notice(signum), file=sys.stderr, flush=True)
-            return
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig, old in previous.items():
-        if old != signal.SIG_IGN:
-            signal.signal(sig, handler)
-    try:
-        yield request
-    finally:
-        for sig, old in previous.items():
-            if old is not None and signal.getsignal(sig) is handler:
-                signal.signal(sig, old)
-
-
-@contextlib.contextmanager
-def defer_interrupts() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM until the block ends, so state updates are never half done; the
-    first signal that arrived is then handled as it would have been."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[Any] = []
-
-    def handler(signum: int, frame: Any) -> None:
-        received.append((signum, frame))
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-        if received:
-            signum, frame = received[0]
-            old = previous[signum]
-            if callable(old):
-                old(signum, frame)
-            elif old == signal.SIG_DFL and signum == signal.SIGTERM:
-                raise Terminated()
-            elif old != signal.SIG_IGN:
-                raise KeyboardInterrupt
 
 
 __all__ = [

@@ -1,0 +1,108 @@
+"""Ctrl-C and SIGTERM while training: when a signal interrupts, and when it waits.
+
+The trainer (:mod:`corral.framework.trainer`) runs its loop inside :func:`sigterm_as_interrupt`, so
+``kill`` or a scheduler's preemption takes Ctrl-C's path; it commits each epoch inside
+:func:`defer_interrupts`, so an epoch's state is updated wholly or not at all; and while finished
+epochs are not in a snapshot yet it runs the epoch inside :func:`finish_epoch_on_interrupt`, so a
+first signal lets the epoch finish and be saved. Outside the main thread each of them does nothing
+(signal handlers can only be installed there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, a cluster scheduler's preemption) arrived while training."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` (a KeyboardInterrupt), so ``kill`` or a
+    scheduler's preemption takes Ctrl-C's path: snapshot, sampler shut down, a clear line."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@dataclass
+class StopRequest:
+    """The signal that asked training to stop after the current epoch (None: none yet)."""
+
+    signum: Optional[int] = None
+
+
+@contextlib.contextmanager
+def finish_epoch_on_interrupt(notice: Callable[[int], str]) -> Iterator[StopRequest]:
+    """Within the block, a first Ctrl-C or SIGTERM is only recorded (``notice(signum)`` is printed)
+    so the epoch can finish and be saved; a second one interrupts at once. A signal the process
+    ignores stays ignored."""
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if request.signum is None:
+            request.signum = signum
+            print(notice(signum), file=sys.stderr, flush=True)
+            return
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig, old in previous.items():
+        if old != signal.SIG_IGN:
+            signal.signal(sig, handler)
+    try:
+        yield request
+    finally:
+        for sig, old in previous.items():
+            if old is not None and signal.getsignal(sig) is handler:
+                signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def defer_interrupts() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM until the block ends, so state updates are never half done; the
+    first signal that arrived is then handled as it would have been."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[Any] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        received.append((signum, frame))
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        if received:
+            signum, frame = received[0]
+            old = previous[signum]
+            if callable(old):
+                old(signum, frame)
+            elif old == signal.SIG_DFL and signum == signal.SIGTERM:
+                raise Terminated()
+            elif old != signal.SIG_IGN:
+                raise KeyboardInterrupt
+
+
+__all__ = ["StopRequest", "Terminated", "defer_interrupts", "finish_epoch_on_interrupt", "sigterm_as_interrupt"]
