@@ -7,6 +7,7 @@ Who uses it: the ``multiprocessing``, ``action_server``, ``alternating`` and ``r
 - ``shared_memory``: named shared-memory segments and blobs that carry arrays between processes;
 - ``action_proxy`` / ``action_server``: the proxy agent a worker holds under an action server,
   and the server that runs one batched forward pass for every worker's environments;
+  ``action_slot``: the shared-memory slot format and the polling wait both of them use;
 - ``slot_state`` / ``slot_noise``: per-environment-slot agent state and noise streams kept by
   the action server for each worker's slots;
 - ``ray_runtime``: the ``runtime_env`` the Ray sampler and the Ray launcher pass on to Ray, and

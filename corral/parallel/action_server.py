@@ -29,7 +29,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from corral.framework.policy import Policy
-from corral.parallel.action_proxy import (
+from corral.parallel.action_proxy import ProxyEndpoint
+from corral.parallel.action_slot import (
     CALL,
     DETERMINISTIC,
     ERROR,
@@ -41,7 +42,6 @@ from corral.parallel.action_proxy import (
     RESET,
     RESET_ROWS,
     STATUS,
-    ProxyEndpoint,
     SlotLayout,
     SlotView,
     poll_acquire,
@@ -117,7 +117,7 @@ class ActionServer:
         obs_bytes, resp_bytes: capacity of each slot's observation and response areas.
         timeout: seconds a worker waits for an answer before giving up.
         spin_s: seconds a worker (and the serving thread) polls for what it waits for before
-            sleeping on its semaphore (see :func:`~corral.parallel.action_proxy.poll_acquire`).
+            sleeping on its semaphore (see :func:`~corral.parallel.action_slot.poll_acquire`).
     """
 
     def __init__(self, ctx: Any, n_workers: int, groups: Sequence[Sequence[int]],
