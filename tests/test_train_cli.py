@@ -6,6 +6,7 @@ temporary directory and made visible through ``PYTHONPATH`` (see ``tests/data/pl
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -103,15 +104,21 @@ def test_bad_value_is_rejected_before_training(
     assert not (tmp_path / "run" / "progress.csv").exists()
 
 
-def test_ppo_with_fragments_is_a_clear_error(tmp_path: Path, sites: dict[str, Path]) -> None:
-    proc = train(tmp_path, sites, "algo=ppo", "worker=fragment", *SMALL)
-    assert proc.returncode == 2, output(proc)
-    assert (
-        "corral: error: algo=ppo needs whole episodes, but worker=fragment returns fragments; "
-        "choose worker=default or worker=vec"
-    ) in proc.stderr, output(proc)
-    assert "Traceback" not in proc.stderr
-    assert not (tmp_path / "run" / "progress.csv").exists()
+@pytest.mark.parametrize("worker", [["worker=fragment", "worker.n_envs=4", "worker.timesteps_per_call=50"],
+                                    ["worker=vector", "worker.n_envs=4", "worker.timesteps_per_call=50"]],
+                         ids=["fragment", "vector"])
+def test_ppo_trains_from_fragments(tmp_path: Path, sites: dict[str, Path], worker: list[str]) -> None:
+    """PPO learns from fragments cut at the end of each rollout (as SB3's n_steps): every epoch gets
+    at least batch_size steps in one rollout per worker, and episodes spanning rollouts are counted once."""
+    proc = train(tmp_path, sites, "algo=ppo", *worker, "trainer.n_epochs=3", "trainer.batch_size=200",
+                 "trainer.eval_every=0", "logger=[csv]")
+    assert proc.returncode == 0, output(proc)
+    with open(tmp_path / "run" / "progress.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3
+    steps = [int(float(r["env_steps"])) for r in rows]
+    assert all(200 <= b - a < 200 + 4 for a, b in zip([0, *steps], steps)), steps  # one rollout each, no second
+    assert all(float(r["ppo/explained_variance"]) == float(r["ppo/explained_variance"]) for r in rows)
 
 
 # ------------------------------------------------------------------------------------ with plugins

@@ -22,9 +22,15 @@ ALGO_BRANCH = 2**31 - 2
 
 
 class OnPolicyAlgorithm(Algorithm):
-    """Base of the on-policy algorithms: holds the policy, a value network and an RNG."""
+    """Base of the on-policy algorithms: holds the policy, a value network and an RNG.
 
-    accepts_fragments = False
+    They learn from whole episodes and from fragments alike (``worker=fragment``, ``worker=vector`` with
+    ``worker.timesteps_per_call``), as SB3's and CleanRL's PPO learn from ``n_steps`` per environment: GAE
+    bootstraps a fragment cut by the end of a rollout (last step MID) from the value of its last
+    observation, as it does a TIMEOUT, and only a TERMINAL end has no future value.
+    """
+
+    accepts_fragments = True
 
     def __init__(
         self,

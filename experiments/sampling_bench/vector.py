@@ -68,16 +68,18 @@ def bare_vector_row(backend: str, n_envs: int, *, threads: int = 0, envs: tuple[
 def vector_rows() -> list[RowSpec]:
     """Issue 20's rows: local + vector beside a bare loop over the same VectorEnv (native CartPole at 32,
     256 and 1024 environments, EnvPool CartPole at 32 and 256, EnvPool HalfCheetah with 1 and 2 threads),
-    fragments at 256, and multiprocessing 2 x vector(native, 128). EnvPool rows only where it is installed."""
+    each CartPole row also in fragment mode (what PPO, TRPO and VPG can now train from, as SB3 and CleanRL
+    do), and multiprocessing 2 x vector(native, 128) in both modes. EnvPool rows only where it is installed."""
     rows: list[RowSpec] = []
     for n in VECTOR_NATIVE_N:
-        rows += [bare_vector_row("native", n), vector_row("native", n)]
-    rows.append(vector_row("native", 256, fragments=True))
+        rows += [bare_vector_row("native", n), vector_row("native", n), vector_row("native", n, fragments=True)]
     rows.append(vector_row("native", 128, sampler="multiprocessing", n_workers=2))
+    rows.append(vector_row("native", 128, sampler="multiprocessing", n_workers=2, fragments=True))
     if ENVPOOL_INSTALLED:
         for n in VECTOR_ENVPOOL_N:
             rows += [bare_vector_row("envpool", n, threads=1, envs=("CartPole-v1",)),
-                     vector_row("envpool", n, threads=1, envs=("CartPole-v1",))]
+                     vector_row("envpool", n, threads=1, envs=("CartPole-v1",)),
+                     vector_row("envpool", n, threads=1, envs=("CartPole-v1",), fragments=True)]
         for t in (1, 2):
             rows += [bare_vector_row("envpool", HALF_CHEETAH_POOL_N, threads=t, envs=(HALF_CHEETAH_ID,)),
                      vector_row("envpool", HALF_CHEETAH_POOL_N, threads=t, envs=(HALF_CHEETAH_ID,))]

@@ -151,6 +151,16 @@ def test_the_examples_own_tests_pass(tmp_path: Path, site: Path) -> None:
     assert " passed" in proc.stdout and "failed" not in proc.stdout, output(proc)
 
 
+def test_an_algorithm_that_needs_whole_episodes_refuses_fragments(tmp_path: Path, site: Path) -> None:
+    """``accepts_fragments = False`` (REINFORCE's Monte-Carlo returns need whole episodes) is read by corral's
+    composition check: one line naming both options and what to choose, before anything runs."""
+    proc = train(tmp_path, site, "algo=reinforce", "worker=fragment", *TINY)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr == ("corral: error: algo=reinforce needs whole episodes, but worker=fragment returns "
+                           "fragments; choose worker=default or worker=vec\n"), output(proc)
+    assert not (tmp_path / "run" / "progress.csv").exists()
+
+
 def test_the_plugins_ranges_are_checked_like_corrals(tmp_path: Path, site: Path) -> None:
     """A third-party option gets corral's range checks and unknown-key errors for free."""
     proc = train(tmp_path, site, "algo=reinforce", "algo.learning_rate=-1", *TINY)

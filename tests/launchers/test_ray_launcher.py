@@ -108,11 +108,11 @@ def test_sweep_with_ray_samplers_on_a_two_node_cluster(ray_cluster, tmp_path: Pa
 
     # A job that fails (here a config error inside the job) fails the sweep with a message naming it.
     cmd_bad = [c for c in cmd if not c.startswith(("seed=", "hydra.sweep.dir="))]
-    proc = subprocess.run([*cmd_bad, "seed=1", "worker=fragment", f"hydra.sweep.dir={tmp_path / 'bad'}"], cwd=tmp_path,
+    proc = subprocess.run([*cmd_bad, "seed=1", "algo.clip_range=-1", f"hydra.sweep.dir={tmp_path / 'bad'}"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=200, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "corral: error: algo=ppo needs whole episodes" in out, out[-3000:]  # the job's own message
+    assert "corral: error: algo.clip_range must be > 0, got -1.0" in out, out[-3000:]  # the job's own message
     assert "RuntimeError: job 0 (" in out and "ended with SystemExit (exit code 2)" in out, out[-3000:]
 
     # The launcher left the cluster it joined running.

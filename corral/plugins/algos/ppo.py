@@ -115,6 +115,10 @@ def build_ppo(config: PPOConfig, *, env_spec: EnvSpec, policy: Policy, sampler: 
     return PPO(env_spec, policy, sampler, seed=seed, **dataclasses.asdict(config))
 
 
+#: What the factory builds, so corral's composition checks read its ``accepts_fragments``.
+build_ppo.component_class = PPO  # type: ignore[attr-defined]
+
+
 @hookimpl
 def corral_register(register: Any) -> None:
     """Register ``algo=ppo``."""

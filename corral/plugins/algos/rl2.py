@@ -86,6 +86,7 @@ class RL2PPO(PPO):
     #: Read by composition checks: needs ``worker=rl2`` and trains recurrent policies.
     needs_trials = True
     trains_recurrent = True
+    accepts_fragments = False  # a trial's recurrent state runs over whole episodes
     config: RL2PPOConfig  # PPO's config, with RL2's fields
 
     def __init__(self, env_spec: EnvSpec, policy: Policy, sampler: Sampler | None = None, *, seed: int = 1,

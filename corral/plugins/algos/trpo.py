@@ -212,6 +212,10 @@ def build_trpo(config: TRPOConfig, *, env_spec: EnvSpec, policy: Policy, sampler
     return TRPO(env_spec, policy, sampler, seed=seed, **dataclasses.asdict(config))
 
 
+#: What the factory builds, so corral's composition checks read its ``accepts_fragments``.
+build_trpo.component_class = TRPO  # type: ignore[attr-defined]
+
+
 @hookimpl
 def corral_register(register: Any) -> None:
     """Register ``algo=trpo``."""

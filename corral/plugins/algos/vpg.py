@@ -76,6 +76,10 @@ def build_vpg(config: VPGConfig, *, env_spec: EnvSpec, policy: Policy, sampler: 
     return VPG(env_spec, policy, sampler, seed=seed, **dataclasses.asdict(config))
 
 
+#: What the factory builds, so corral's composition checks read its ``accepts_fragments``.
+build_vpg.component_class = VPG  # type: ignore[attr-defined]
+
+
 @hookimpl
 def corral_register(register: Any) -> None:
     """Register ``algo=vpg``."""

@@ -58,7 +58,7 @@ class VectorWorkerConfig:
                 "Sync/AsyncVectorEnv over the env preset)"))
     num_threads: int = field(default=0, metadata=check(ge=0, help="EnvPool threads (0: EnvPool's default)"))
     autoreset_mode: str = field(default="next_step", metadata=check(choices=tuple(AUTORESET_MODES), help="autoreset mode of the sync/async backends: next_step, same_step or disabled"))
-    timesteps_per_call: int = field(default=0, metadata=check(ge=0, help="0: whole episodes; >0: fragments of this many vector steps per rollout (off-policy)"))
+    timesteps_per_call: int = field(default=0, metadata=check(ge=0, help="0: whole episodes; >0: fragments, at least n_envs * timesteps_per_call transitions per rollout"))
 
 
 # ---------------------------------------------------------------------------------- building the VectorEnv
@@ -237,11 +237,11 @@ class VectorWorker(Worker):
     episodes) are wanted, and the steps of a slot that records nothing are not counted.
 
     With ``timesteps_per_call > 0`` the worker returns fragments instead (as ``worker=fragment``):
-    each rollout is ``timesteps_per_call`` vector steps, environments keep running across rollouts,
-    and each fragment carries ``episode_infos["prior_length"]`` / ``["prior_return"]``. The vector
-    step that autoresets a slot (``NEXT_STEP``) is not a transition, so a rollout holds at most
-    ``n_envs * timesteps_per_call`` steps. ``rollout(n_episodes=n)`` still returns ``n`` whole episodes
-    (evaluation asks for those), starting every environment afresh.
+    each rollout steps until it has recorded at least ``n_envs * timesteps_per_call`` transitions (the
+    vector step that autoresets a slot under ``NEXT_STEP`` is not one), environments keep running
+    across rollouts, and each fragment carries ``episode_infos["prior_length"]`` / ``["prior_return"]``.
+    ``rollout(n_episodes=n)`` still returns ``n`` whole episodes (evaluation asks for those), starting
+    every environment afresh.
     """
 
     returns_fragments = False
@@ -276,6 +276,9 @@ class VectorWorker(Worker):
         self.env_steps_taken = 0
         # Fragment mode: the running episodes (carried across rollouts).
         self._frag: dict[str, Any] | None = None
+        #: Fragment mode: keep the per-step bookkeeping even where the after-the-loop one applies (tests
+        #: compare the two).
+        self._per_step_bookkeeping = False
 
     # ------------------------------------------------------------------ environments
     @property
@@ -376,7 +379,7 @@ class VectorWorker(Worker):
     def _rollout_episodes(self, min_steps: int | None, n_episodes: int | None) -> EpisodeBatch:
         venv, log, agent, clip, limit = self.venv, self._log, self.agent, self._clip, self.episode_limit
         assert venv is not None and log is not None and agent is not None and limit is not None
-        k, mode, step = self.n_envs, self._mode, venv.step
+        k, step = self.n_envs, venv.step
         if min_steps is None and n_episodes is None:
             n_episodes = k
         target = min_steps or 0
@@ -397,7 +400,6 @@ class VectorWorker(Worker):
         ep_lengths: list[np.ndarray] = []
         ep_term: list[np.ndarray] = []
         ep_last: list[np.ndarray] = []
-        next_step, disabled = mode == AutoresetMode.NEXT_STEP, mode == AutoresetMode.DISABLED
         limit_in_env = self._limit_in_env
         while n_rec or n_pending:
             if row >= log.capacity:
@@ -433,15 +435,7 @@ class VectorWorker(Worker):
                     pending[more] = True
                     n_pending += len(more)
                     started += len(more)
-            if disabled:
-                restarted = done | end
-                if restarted.any():
-                    obs, _ = venv.reset(options={"reset_mask": restarted})
-            elif next_step:
-                restarted = prev_done
-                prev_done = done
-            else:
-                restarted = done
+            obs, restarted, prev_done = self._restarts(obs, done, end, prev_done)
             if n_pending:
                 starting = pending & restarted
                 if starting.any():
@@ -458,24 +452,60 @@ class VectorWorker(Worker):
                        np.zeros(len(term), dtype=np.int64),
                        np.where(term, StepType.TERMINAL, StepType.TIMEOUT).astype(np.uint8), np.concatenate(ep_last))
 
+    def _fragment_state(self) -> dict[str, Any]:
+        """The running episodes carried across fragment rollouts (every environment reset on the first)."""
+        if self._frag is None:
+            k = self.n_envs
+            obs = self._reset()
+            assert self.agent is not None
+            self.agent.reset(np.ones(k, dtype=bool))
+            self._frag = {"obs": obs, "t": np.zeros(k, dtype=np.int64), "ret": np.zeros(k, dtype=np.float64),
+                          "rec": np.ones(k, dtype=bool), "prev_done": np.zeros(k, dtype=bool)}
+        return self._frag
+
+    def _restarts(self, obs: np.ndarray, done: np.ndarray, end: np.ndarray,
+                  prev_done: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """After a step: the slots whose next step starts a new episode, in each autoreset mode.
+
+        DISABLED: the ended slots are reset now (their reset observations replace ``obs``); NEXT_STEP: the
+        slots that ended one step ago (this step was their reset step); SAME_STEP: the slots that ended now.
+        Returns ``(obs, restarted, prev_done)`` with ``prev_done`` carried to the next step."""
+        if self._mode == AutoresetMode.DISABLED:
+            restarted = done | end
+            if restarted.any():
+                assert self.venv is not None
+                obs, _ = self.venv.reset(options={"reset_mask": restarted})
+            return obs, restarted, prev_done
+        if self._mode == AutoresetMode.NEXT_STEP:
+            return obs, prev_done, done
+        return obs, done, prev_done
+
     def _rollout_fragments(self) -> EpisodeBatch:
+        """At least ``n_envs * timesteps_per_call`` transitions, as fragments of the running episodes.
+
+        With NEXT_STEP autoreset and the time limit inside the VectorEnv (every built-in backend by
+        default) the episode bookkeeping is done once, over the whole rollout, after the stepping loop;
+        other modes keep per-step bookkeeping. Both give the same batches."""
+        if self._mode == AutoresetMode.NEXT_STEP and self._limit_in_env and not self._per_step_bookkeeping:
+            return self._rollout_fragments_next_step()
+        return self._rollout_fragments_per_step()
+
+    def _rollout_fragments_per_step(self) -> EpisodeBatch:
         venv, log, agent, clip, limit = self.venv, self._log, self.agent, self._clip, self.episode_limit
         assert venv is not None and log is not None and agent is not None and limit is not None
-        k, mode, step, steps_per_call = self.n_envs, self._mode, venv.step, self.timesteps_per_call
-        log.reserve(steps_per_call)
-        s = self._frag
-        if s is None:
-            obs = self._reset()
-            s = {"obs": obs, "t": np.zeros(k, dtype=np.int64), "ret": np.zeros(k, dtype=np.float64),
-                 "rec": np.ones(k, dtype=bool), "prev_done": np.zeros(k, dtype=bool)}
-            agent.reset(np.ones(k, dtype=bool))
+        k, step, target = self.n_envs, venv.step, self.n_envs * self.timesteps_per_call
+        log.reserve(self.timesteps_per_call + 1)
+        s = self._fragment_state()
         obs, t, ret, rec, prev_done = s["obs"], s["t"], s["ret"], s["rec"], s["prev_done"]
         # The rollout's first row of each slot's piece, and what its episode had before the rollout.
         first_row = np.zeros(k, dtype=np.int64)
         prior_len, prior_ret = t.copy(), ret.copy()
         pieces: list[tuple[np.ndarray, ...]] = []
-        next_step, disabled = mode == AutoresetMode.NEXT_STEP, mode == AutoresetMode.DISABLED
-        for row in range(steps_per_call):
+        recorded, row = 0, 0
+        while recorded < target:
+            if row >= log.capacity:
+                log.reserve(row + 1, keep=row)
+            recorded += int(rec.sum())
             actions, infos = agent.get_actions(obs)
             log.write(row, obs, actions, infos)
             obs, rewards, term, trunc, info = step(clip(actions) if clip is not None else actions)
@@ -490,15 +520,7 @@ class VectorWorker(Worker):
                 ends = np.where(term[idx], StepType.TERMINAL, StepType.TIMEOUT).astype(np.uint8)
                 pieces.append((idx, first_row[idx], length, prior_len[idx], prior_ret[idx], ends, last))
                 rec[idx] = False
-            if disabled:
-                restarted = done | end
-                if restarted.any():
-                    obs, _ = venv.reset(options={"reset_mask": restarted})
-            elif next_step:
-                restarted = prev_done
-                prev_done = done
-            else:
-                restarted = done
+            obs, restarted, prev_done = self._restarts(obs, done, end, prev_done)
             starting = ~rec & restarted
             if starting.any():
                 rec |= starting
@@ -508,18 +530,99 @@ class VectorWorker(Worker):
                 prior_ret[starting] = 0.0
                 first_row[starting] = row + 1
                 agent.reset(starting)
+            row += 1
         # Pieces still running at the end of the rollout: fragments whose last step is MID.
         running = rec & (t > prior_len)
         if running.any():
             idx = np.flatnonzero(running)
             pieces.append((idx, first_row[idx], t[idx] - prior_len[idx], prior_len[idx], prior_ret[idx],
                            np.full(len(idx), StepType.MID, dtype=np.uint8), obs[idx]))
-        self.env_steps_taken += steps_per_call * k
+        self.env_steps_taken += row * k
         self._frag = {"obs": np.array(obs, copy=True), "t": t, "ret": ret, "rec": rec, "prev_done": prev_done}
-        if not pieces:
-            raise ValueError("no steps to batch")
         slots, first, lengths, prior_len, prior_ret, last_type, last_obs = (np.concatenate(p) for p in zip(*pieces))
         return _gather(log, slots, first, lengths, prior_len, last_type, last_obs, prior_ret)
+
+    def _rollout_fragments_next_step(self) -> EpisodeBatch:
+        """Fragments under NEXT_STEP autoreset with the time limit in the VectorEnv: the loop only steps,
+        writes the step log and the done flags, and resets the agent's slots that start a new episode;
+        episodes are cut out of the done flags afterwards.
+
+        A slot's episode ends at a row where its done flag is set; its next row is the VectorEnv's reset
+        step (not a transition: its recorded observation is the episode's final observation) and the row
+        after that starts the next episode."""
+        venv, log, agent, clip = self.venv, self._log, self.agent, self._clip
+        assert venv is not None and log is not None and agent is not None
+        k, step, target = self.n_envs, venv.step, self.n_envs * self.timesteps_per_call
+        s = self._fragment_state()
+        obs, t0, ret0, prev = s["obs"], s["t"], s["ret"], s["prev_done"]
+        capacity = self.timesteps_per_call + 2
+        log.reserve(capacity)
+        dones = np.zeros((log.capacity, k), dtype=bool)
+        terms = np.zeros((log.capacity, k), dtype=bool)
+        reset0 = prev.copy()  # row 0 is the reset step of these slots
+        prev_any = bool(prev.any())
+        recorded = row = 0
+        while recorded < target:
+            if row >= log.capacity:
+                log.reserve(row + 1, keep=row)
+                dones = np.concatenate([dones, np.zeros((log.capacity - len(dones), k), dtype=bool)])
+                terms = np.concatenate([terms, np.zeros((log.capacity - len(terms), k), dtype=bool)])
+            actions, infos = agent.get_actions(obs)
+            log.write(row, obs, actions, infos)
+            obs, rewards, term, trunc, _ = step(clip(actions) if clip is not None else actions)
+            log.rewards[row] = rewards
+            done = term | trunc
+            dones[row] = done
+            terms[row] = term
+            if prev_any:  # this step was those slots' reset step: their next step starts an episode
+                recorded += k - int(prev.sum())
+                agent.reset(prev)
+            else:
+                recorded += k
+            prev, prev_any = done, bool(done.any())
+            row += 1
+        self.env_steps_taken += row * k
+        dones, terms = dones[:row], terms[:row]
+        # Slot-major views: reset rows are not transitions; a piece runs from a valid row that follows a
+        # reset row (or row 0) to a row whose done flag is set (or the last row).
+        resets = np.empty((k, row), dtype=bool)
+        resets[:, 0] = reset0
+        resets[:, 1:] = dones[:-1].T
+        valid = ~resets
+        starts = valid.copy()
+        starts[:, 1:] &= resets[:, :-1]
+        ends = valid & dones.T
+        ends[:, -1] |= valid[:, -1]
+        start_idx, end_idx = np.flatnonzero(starts), np.flatnonzero(ends)
+        slots, first = np.divmod(start_idx, row)
+        last = end_idx % row
+        lengths = last - first + 1
+        continuing = (first == 0) & ~reset0[slots]  # pieces that continue the episode running before
+        prior_len = np.where(continuing, t0[slots], 0)
+        prior_ret = np.where(continuing, ret0[slots], 0.0)
+        ended = dones[last, slots]
+        last_type = np.where(terms[last, slots], StepType.TERMINAL,
+                             np.where(ended, StepType.TIMEOUT, StepType.MID)).astype(np.uint8)
+        # An ended episode's final observation is what its reset row recorded (or, on the last row, the
+        # observation the last step returned); a running fragment's is the last observation returned.
+        nxt = np.minimum(last + 1, row - 1)
+        last_obs = np.where((ended & (last + 1 < row)).reshape(-1, *([1] * (obs.ndim - 1))),
+                            log.observations[nxt, slots], obs[slots])
+        batch = _gather(log, slots, first, lengths, prior_len, last_type, last_obs, prior_ret)
+        # The running episodes carried to the next rollout; their returns are summed in step order from the
+        # return carried in, as the per-step loop sums them.
+        running = ~ended
+        rs, rf = slots[running], first[running]
+        t, ret = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.float64)
+        t[rs] = prior_len[running] + lengths[running]
+        summed = np.zeros((row + 1, k), dtype=np.float64)
+        summed[0, rs] = prior_ret[running]
+        in_piece = np.zeros((row, k), dtype=bool)
+        in_piece[:, rs] = np.arange(row)[:, None] >= rf[None, :]
+        summed[1:] = np.where(in_piece, log.rewards[:row], 0.0)
+        ret[rs] = np.cumsum(summed, axis=0)[-1, rs]
+        self._frag = {"obs": np.array(obs, copy=True), "t": t, "ret": ret, "rec": ~prev, "prev_done": prev}
+        return batch
 
     # ------------------------------------------------------------------ updates, snapshots, shutdown
     def update_agent(self, agent_update: Any) -> None:

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from corral import hookimpl
 from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.env import EnvFactory
 from corral.framework.errors import ConfigError
@@ -192,7 +193,7 @@ def test_fragments_are_what_cartpole_gives() -> None:
     running: dict[int, list[Any]] = {}
     whole: list[EpisodeBatch] = []
     for batch in pieces:
-        assert len(batch) <= 4 * 7
+        assert 4 * 7 <= len(batch) < 4 * 7 + 4  # at least n_envs * timesteps_per_call transitions, one vector step more at most
         for ep in batch.split():
             prior = int(ep.episode_infos["prior_length"][0])
             key = prior  # pieces of one slot's episode follow each other; match on the running length
@@ -368,6 +369,35 @@ def test_registered_and_listed() -> None:
         reg.config.__dataclass_fields__)
 
 
+@pytest.mark.parametrize("n_envs, max_episode_length, timesteps_per_call",
+                         [(4, 30, 7), (3, None, 16), (8, 20, 5), (5, None, 1)])
+def test_fragment_bookkeeping_after_the_loop_gives_the_per_step_batches(
+        n_envs: int, max_episode_length: int | None, timesteps_per_call: int) -> None:
+    """Under NEXT_STEP with the limit in the VectorEnv, fragments are cut out of the done flags after the
+    stepping loop; the batches, the prior lengths and returns and the carried episodes are those of the
+    per-step bookkeeping every other autoreset mode uses."""
+    fast, slow = (make_worker(n_envs=n_envs, max_episode_length=max_episode_length,
+                              timesteps_per_call=timesteps_per_call) for _ in range(2))
+    slow._per_step_bookkeeping = True
+    for _ in range(30):
+        a, b = fast.rollout(), slow.rollout()
+        assert len(a) >= n_envs * timesteps_per_call
+        for name in ("observations", "actions", "rewards", "step_types", "lengths", "last_observations"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert a.episode_infos.keys() == b.episode_infos.keys() == {"prior_length", "prior_return"}
+        assert a.agent_infos.keys() == b.agent_infos.keys()
+        for infos_a, infos_b in ((a.episode_infos, b.episode_infos), (a.agent_infos, b.agent_infos)):
+            for key in infos_b:
+                assert np.array_equal(infos_a[key], infos_b[key]), key
+        fa, fb = fast._frag, slow._frag
+        assert fa is not None and fb is not None
+        assert np.array_equal(fa["prev_done"], fb["prev_done"]) and np.array_equal(fa["obs"], fb["obs"])
+        live = fb["rec"]
+        assert np.array_equal(fa["rec"], live)
+        assert np.array_equal(fa["t"][live], fb["t"][live]) and np.array_equal(fa["ret"][live], fb["ret"][live])
+    assert fast.env_steps_taken == slow.env_steps_taken
+
+
 def test_fragment_mode_still_gives_whole_episodes_when_asked_for_a_number() -> None:
     """Evaluation asks for whole episodes: rollout(n_episodes=n) returns them even in fragment mode."""
     worker = make_worker(n_envs=3, timesteps_per_call=5)
@@ -376,13 +406,36 @@ def test_fragment_mode_still_gives_whole_episodes_when_asked_for_a_number() -> N
     assert batch.n_episodes == 4 and batch.complete.all()
 
 
-def test_ppo_with_vector_fragments_is_refused_at_composition() -> None:
+class WholeEpisodesAlgorithm:
+    """An algorithm that needs whole episodes (as Monte-Carlo REINFORCE does)."""
+
+    accepts_fragments = False
+
+
+class WholeEpisodesPlugin:
+    """Registers ``algo=whole_episodes`` inline."""
+
+    @hookimpl
+    def corral_register(self, register: Any) -> None:
+        register("algo", "whole_episodes", WholeEpisodesAlgorithm, help="needs whole episodes")
+
+
+def test_vector_fragments_are_refused_for_an_algorithm_that_needs_whole_episodes() -> None:
     from corral.framework.compose import validate
+    from corral.framework.plugins import get_plugin_manager
     from corral.testing import compose_config
 
-    cfg = compose_config(["worker=vector", "worker.timesteps_per_call=8"])
-    with pytest.raises(ConfigError, match="needs whole episodes.*worker.timesteps_per_call=0"):
-        validate(cfg)
+    manager = get_plugin_manager()
+    manager.register_object(WholeEpisodesPlugin(), "whole_episodes_test")
+    try:
+        cfg = compose_config(["algo=whole_episodes", "worker=vector", "worker.timesteps_per_call=8"])
+        with pytest.raises(ConfigError, match="algo=whole_episodes needs whole episodes.*worker.timesteps_per_call=0"):
+            validate(cfg)
+    finally:
+        manager.unregister("whole_episodes_test")
+    # The built-in on-policy algorithms bootstrap a cut fragment (as SB3's n_steps), the off-policy ones too.
+    for algo in ("ppo", "vpg", "trpo"):
+        validate(compose_config([f"algo={algo}", "worker=vector", "worker.timesteps_per_call=8"]))
     validate(compose_config(["worker=vector"]))
     validate(compose_config(["experiment=dqn_cartpole", "worker=vector", "worker.timesteps_per_call=8"]))
 
