@@ -22,7 +22,7 @@ from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.checks import check
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError, SnapshotError
-from corral.framework.evaluation import check_recordable, evaluate, record_video, run_worker_factory
+from corral.framework.evaluation import evaluate, record_video, run_worker_factory
 from corral.framework.interrupts import (
     StopRequest,
     Terminated,
@@ -33,6 +33,7 @@ from corral.framework.interrupts import (
 from corral.framework.logger import Logger, job_prefix, run_log
 from corral.framework.progress import ProgressBar
 from corral.framework.snapshot import load_snapshot, remove_snapshot, save_snapshot
+from corral.framework.video import check_recordable
 
 SNAPSHOT_FORMAT = 1
 

@@ -1,0 +1,155 @@
+"""Videos of evaluation episodes: environments that record MP4 files, and reading them back.
+
+Recording needs the ``corral[video]`` extra (moviepy, the writer behind gymnasium's
+``RecordVideo``); :func:`require_video` and :func:`check_recordable` fail with one line before any
+work when it is missing or the environment renders no ``rgb_array`` frames. A
+:class:`RecordedEnvFactory` is an environment recipe that records every episode; evaluation
+(:mod:`corral.framework.evaluation`, whose :func:`~corral.framework.evaluation.record_video` records
+the first evaluation episode) runs its workers on them. :func:`read_video_frames` and
+:func:`encode_gif` read a video back for the loggers (TensorBoard shows GIFs).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import gymnasium as gym
+import numpy as np
+
+from corral.framework.env import EnvFactory, make_env
+from corral.framework.errors import ConfigError
+
+#: The extra that brings what gymnasium's RecordVideo needs to write MP4 files.
+VIDEO_EXTRA = "corral[video]"
+
+
+@dataclass
+class RecordedEnvFactory(EnvFactory):
+    """An environment recipe whose environments render ``rgb_array`` frames and record every episode
+    to MP4 files in ``video_folder`` through gymnasium's ``RecordVideo``.
+
+    ``fn`` is the run's environment (an EnvFactory, a callable or a live Env). Slot ``j`` of worker
+    ``w`` writes ``{name_prefix}-w{w}-s{j}-episode-{k}.mp4`` for its ``k``-th episode.
+    """
+
+    video_folder: str = "videos"
+    name_prefix: str = "eval"
+    worker: int = 0
+    _made: int = field(default=0, repr=False)
+
+    def __call__(self) -> gym.Env:
+        """A fresh recording environment (the next slot)."""
+        require_video()
+        from gymnasium.wrappers import RecordVideo
+
+        if not os.environ.get("DISPLAY"):  # rgb_array frames need no display; keep SDL from looking for one
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        env = _rgb_array_env(self.fn, self.kwargs)
+        slot = self._made
+        self._made += 1
+        with warnings.catch_warnings():  # the folder is shared by every slot, and may hold earlier videos
+            warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
+            return RecordVideo(env, self.video_folder, episode_trigger=_always,
+                               name_prefix=f"{self.name_prefix}-w{self.worker}-s{slot}", disable_logger=True)
+
+
+def recording_envs(env: Any, video_folder: str | Path, n_workers: int = 1, name_prefix: str = "eval") -> Any:
+    """``env`` as recording environments for :func:`~corral.framework.evaluation.evaluation_episodes`
+    (one recipe per worker). Videos an earlier recording left under the same names are deleted first
+    (they would be overwritten or, from a longer run, mistaken for this one's); see :func:`recorded_videos`."""
+    Path(video_folder).mkdir(parents=True, exist_ok=True)
+    for old in recorded_videos(video_folder, name_prefix):
+        old.unlink(missing_ok=True)
+    recipes = [RecordedEnvFactory(env, {}, video_folder=str(video_folder), name_prefix=name_prefix, worker=w)
+               for w in range(n_workers)]
+    return recipes if n_workers > 1 else recipes[0]
+
+
+def recorded_videos(video_folder: str | Path, name_prefix: str = "eval") -> list[Path]:
+    """The videos :func:`recording_envs` recipes named ``name_prefix`` wrote, by worker, slot and episode."""
+    pattern = re.compile(rf"{re.escape(name_prefix)}-w(\d+)-s(\d+)-episode-(\d+)\.mp4")
+    found = []
+    for path in Path(video_folder).glob(f"{name_prefix}-w*-s*-episode-*.mp4"):
+        m = pattern.fullmatch(path.name)
+        if m:
+            found.append((tuple(int(g) for g in m.groups()), path))
+    return [path for _, path in sorted(found)]
+
+
+def require_video() -> None:
+    """Raise a one-line ConfigError naming the extra when gymnasium's RecordVideo cannot write MP4s."""
+    try:
+        import moviepy  # noqa: F401  (gymnasium's RecordVideo writes MP4 files with it)
+    except ImportError:
+        raise ConfigError(
+            f"recording videos needs moviepy, which is not installed; install the extra: pip install '{VIDEO_EXTRA}'"
+        ) from None
+
+
+def check_recordable(env: Any) -> None:
+    """Fail early, with one clear line, when videos of ``env`` cannot be recorded: the extra is
+    missing, or the environment does not render ``rgb_array`` frames."""
+    require_video()
+    _rgb_array_env(env.fn if isinstance(env, RecordedEnvFactory) else env, {}).close()
+
+
+def read_video_frames(path: str | Path) -> np.ndarray:
+    """The frames of an MP4 file as a ``[T, H, W, 3]`` uint8 array (imageio with ffmpeg)."""
+    import imageio.v2 as imageio
+
+    reader: Any = imageio.get_reader(str(path), format="ffmpeg")  # type: ignore[arg-type]
+    try:
+        return np.stack([np.asarray(frame) for frame in reader])
+    finally:
+        reader.close()
+
+
+def encode_gif(frames: np.ndarray, fps: int = 30) -> bytes:
+    """``[T, H, W, 3]`` uint8 frames as an animated GIF (what TensorBoard's video panel shows)."""
+    from PIL import Image
+
+    images = [Image.fromarray(np.ascontiguousarray(f)) for f in frames]
+    buf = io.BytesIO()
+    images[0].save(buf, format="GIF", save_all=True, append_images=images[1:], duration=max(1, round(1000 / fps)),
+                   loop=0)
+    return buf.getvalue()
+
+
+def _always(episode_id: int) -> bool:
+    return True
+
+
+def _rgb_array_env(source: Any, kwargs: Mapping[str, Any]) -> gym.Env:
+    """An environment from ``source`` that renders ``rgb_array`` frames, or a clear error."""
+    with warnings.catch_warnings():  # gymnasium warns about a render mode the env lacks; we say it once
+        warnings.filterwarnings("ignore", message=".*render_mode.*")
+        if isinstance(source, EnvFactory) and not isinstance(source, RecordedEnvFactory):
+            try:
+                env = EnvFactory(source.fn, {**dict(source.kwargs), "render_mode": "rgb_array"})()
+            except TypeError:  # a callable recipe that takes no render_mode
+                env = source()
+        elif isinstance(source, str):
+            env = EnvFactory(source, {**dict(kwargs), "render_mode": "rgb_array"})()
+        else:
+            env = make_env(source)
+    if env.render_mode not in ("rgb_array", "rgb_array_list"):
+        name = getattr(env.spec, "id", None) or type(env.unwrapped).__name__
+        modes = list(env.metadata.get("render_modes", []))
+        env.close()
+        raise ConfigError(
+            f"environment {name} does not render rgb_array frames (its render modes: {modes}), so its episodes "
+            "cannot be recorded; evaluate it without --video / trainer.video_every"
+        )
+    return env
+
+
+__all__ = [
+    "RecordedEnvFactory", "VIDEO_EXTRA", "check_recordable", "encode_gif", "read_video_frames", "recorded_videos",
+    "recording_envs", "require_video",
+]
