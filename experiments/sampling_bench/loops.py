@@ -306,13 +306,13 @@ class GymAsyncVectorRunner(_VectorLoop):
 
 class BareVectorRunner(_VectorLoop):
     """The floor of a ``worker=vector`` row: a bare loop over the same VectorEnv (built by the vector
-    worker's own :func:`~corral.plugins.workers.vector.build_vector_env`) with the same policy, one
+    worker's own :func:`~corral.framework.vector_env.build_vector_env`) with the same policy, one
     batched ``get_actions`` and one ``step`` call per step, nothing recorded (NEXT_STEP reset steps
     not counted)."""
 
     def __init__(self, ctx: BenchContext, backend: str, n_envs: int, num_threads: int = 0) -> None:
         from corral.framework.env import EnvFactory
-        from corral.plugins.workers.vector import build_vector_env
+        from corral.framework.vector_env import build_vector_env
 
         venv = build_vector_env(EnvFactory(ctx.env_id), backend=backend, n_envs=n_envs, max_episode_length=None,
                                 seed=ctx.seed, num_threads=num_threads).venv

@@ -92,24 +92,29 @@ def rows_for(env_id: str, rows: Iterable[RowSpec]) -> list[RowSpec]:
 
 
 def vector_targets() -> list[Target]:
-    """Issue 20's targets for ``worker=vector`` (ratios of one run)."""
+    """Issue 20's targets for ``worker=vector`` (ratios of one run), for whole-episode rollouts and again for
+    fragments (the rollouts that PPO, TRPO and VPG, like the off-policy algorithms, can learn from)."""
     local_vec = corral_key("local", "vec", 32, 1)
-    v32, v256 = vector_key("local", "native", 32), vector_key("local", "native", 256)
     hc1 = vector_key("local", "envpool", HALF_CHEETAH_POOL_N, threads=1)
     hc2 = vector_key("local", "envpool", HALF_CHEETAH_POOL_N, threads=2)
-    targets = [
-        Target("CartPole-v1", v32, "bare/native/32", 0.85, "local + vector(native, 32) vs its bare loop"),
-        Target("CartPole-v1", v32, local_vec, 2.0, "local + vector(native, 32) vs local + vec(32)"),
-        Target("CartPole-v1", v256, "bare/native/256", 0.8, "local + vector(native, 256) vs its bare loop"),
-        Target("CartPole-v1", v256, local_vec, 8.0, "local + vector(native, 256) vs local + vec(32)"),
-        Target("CartPole-v1", vector_key("multiprocessing", "native", 128, 2), v256, 1.3,
-               "multiprocessing 2 x vector(native, 128) vs local + vector(native, 256)"),
-    ]
+    targets: list[Target] = []
+    for frag in (False, True):
+        mode = " fragments" if frag else ""
+        v32, v256 = vector_key("local", "native", 32, fragments=frag), vector_key("local", "native", 256, fragments=frag)
+        targets += [
+            Target("CartPole-v1", v32, "bare/native/32", 0.85, f"local + vector(native, 32){mode} vs its bare loop"),
+            Target("CartPole-v1", v32, local_vec, 2.0, f"local + vector(native, 32){mode} vs local + vec(32)"),
+            Target("CartPole-v1", v256, "bare/native/256", 0.8, f"local + vector(native, 256){mode} vs its bare loop"),
+            Target("CartPole-v1", v256, local_vec, 8.0, f"local + vector(native, 256){mode} vs local + vec(32)"),
+            Target("CartPole-v1", vector_key("multiprocessing", "native", 128, 2, fragments=frag), v256, 1.3,
+                   f"multiprocessing 2 x vector(native, 128){mode} vs local + vector(native, 256){mode}"),
+        ]
+        if ENVPOOL_INSTALLED:
+            targets.append(Target("CartPole-v1", vector_key("local", "envpool", 256, threads=1, fragments=frag),
+                                  "bare/envpool-t1/256", 0.8, f"local + vector(envpool, 256){mode} vs its bare loop"))
     if not ENVPOOL_INSTALLED:
         return targets
     return targets + [
-        Target("CartPole-v1", vector_key("local", "envpool", 256, threads=1), "bare/envpool-t1/256", 0.8,
-               "local + vector(envpool, 256) vs its bare loop"),
         Target(HALF_CHEETAH_ID, hc2, hc1, 1.6,
                f"local + vector(envpool, {HALF_CHEETAH_POOL_N}): 2 threads vs 1 thread"),
         Target(HALF_CHEETAH_ID, f"bare/envpool-t2/{HALF_CHEETAH_POOL_N}", f"bare/envpool-t1/{HALF_CHEETAH_POOL_N}",

@@ -22,8 +22,6 @@ snapshots per backend.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import pickle
 from dataclasses import dataclass, field
@@ -36,16 +34,22 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.checks import check
-from corral.framework.env import EnvFactory, child_seed, make_env, seed_int
+from corral.framework.env import EnvFactory, child_seed, seed_int
 from corral.framework.errors import ConfigError
+from corral.framework.vector_env import (
+    AUTORESET_MODES,
+    BACKENDS,
+    BuiltVectorEnv,
+    autoreset_mode_of,
+    build_vector_env,
+    min_limit,
+    native_ids,
+)
 from corral.framework.worker import Worker
 from corral.rl.episode_buffer import StepLog, action_clipper
 
 logger = logging.getLogger(__name__)
 
-BACKENDS = ("native", "envpool", "sync", "async")
-AUTORESET_MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP,
-                   "disabled": AutoresetMode.DISABLED}
 _warned_fresh_resume: set[str] = set()
 
 
@@ -59,163 +63,6 @@ class VectorWorkerConfig:
     num_threads: int = field(default=0, metadata=check(ge=0, help="EnvPool threads (0: EnvPool's default)"))
     autoreset_mode: str = field(default="next_step", metadata=check(choices=tuple(AUTORESET_MODES), help="autoreset mode of the sync/async backends: next_step, same_step or disabled"))
     timesteps_per_call: int = field(default=0, metadata=check(ge=0, help="0: whole episodes; >0: fragments, at least n_envs * timesteps_per_call transitions per rollout"))
-
-
-# ---------------------------------------------------------------------------------- building the VectorEnv
-def _env_id(source: Any) -> tuple[str, dict[str, Any]] | None:
-    """``(id, kwargs)`` of a source naming a gymnasium id, else None."""
-    if isinstance(source, str):
-        return source, {}
-    if isinstance(source, EnvFactory) and isinstance(source.fn, str):
-        return source.fn, dict(source.kwargs)
-    return None
-
-
-def _own_vector_env(source: Any, n_envs: int) -> VectorEnv | None:
-    """The VectorEnv a source makes itself (a plugin's own vectorised environment), else None.
-
-    A callable (or an :class:`EnvFactory` of one) whose signature takes ``num_envs`` is called with
-    ``num_envs=n_envs``."""
-    if isinstance(source, VectorEnv):
-        return source
-    fn, kwargs = (source.fn, dict(source.kwargs)) if isinstance(source, EnvFactory) else (source, {})
-    if isinstance(fn, str) or not callable(fn) or isinstance(fn, gym.Env):
-        return None
-    try:
-        if "num_envs" in inspect.signature(fn).parameters:
-            kwargs.setdefault("num_envs", n_envs)
-    except (TypeError, ValueError):
-        pass
-    made = fn(**kwargs)
-    if isinstance(made, VectorEnv):
-        return made
-    if hasattr(made, "close"):
-        made.close()
-    return None
-
-
-def _limited_env(source: Any, limit: int | None) -> gym.Env:
-    """One sub-environment of the sync/async backends, cut at ``limit`` steps by a TimeLimit."""
-    env = make_env(source)
-    own = getattr(env.spec, "max_episode_steps", None)
-    if limit is not None and (own is None or limit < own):
-        env = gym.wrappers.TimeLimit(env, max_episode_steps=limit)
-    return env
-
-
-def _own_limit(venv: VectorEnv) -> int | None:
-    """A VectorEnv's own episode limit: its spec's, its ``max_episode_steps`` or its sub-environments' specs'."""
-    limit = getattr(getattr(venv, "spec", None), "max_episode_steps", None) or getattr(venv, "max_episode_steps", None)
-    if limit is None and isinstance(venv, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
-        limits = [getattr(spec, "max_episode_steps", None) for spec in venv.get_attr("spec")]
-        known = [int(x) for x in limits if x is not None]
-        limit = max(known) if known and len(known) == len(limits) else None
-    return limit
-
-
-def _native_ids() -> list[str]:
-    return sorted(i for i, s in gym.registry.items() if s.vector_entry_point is not None)
-
-
-def _min_limit(*limits: int | None) -> int | None:
-    given = [int(x) for x in limits if x]
-    return min(given) if given else None
-
-
-@dataclass
-class _Built:
-    venv: VectorEnv
-    own_limit: int | None  # the VectorEnv's own episode limit (it truncates there itself)
-    seed_list: bool  # reset(seed=[...]) gives every slot its own stream
-    restorable: bool  # the environments' RNG state can be saved and restored
-    backend: str  # what was really built (``own`` for a source's own VectorEnv)
-
-
-def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_length: int | None,
-                     seed: int, num_threads: int = 0, autoreset_mode: str = "next_step") -> _Built:
-    """The VectorEnv of ``n_envs`` environments that ``backend`` makes from ``source``.
-
-    ``max_episode_length`` is passed to the backend as its time limit where it is shorter than
-    the environment's own, so the backend truncates there itself; ``seed`` seeds EnvPool (which
-    seeds environment ``i`` with ``seed + i``).
-    """
-    if backend not in BACKENDS:
-        raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
-    own = _own_vector_env(source, n_envs) if _env_id(source) is None else None
-    if own is not None:
-        if own.num_envs != n_envs:
-            own.close()
-            raise ConfigError(f"the environment made its own VectorEnv of {own.num_envs} environments but "
-                              f"worker.n_envs={n_envs}; set worker.n_envs={own.num_envs}")
-        return _Built(own, _own_limit(own), False, True, "own")
-    ident = _env_id(source)
-    if backend in ("native", "envpool") and ident is None:
-        raise ConfigError(f"worker.backend={backend} needs a gymnasium environment id, got the environment source "
-                          f"{source!r}; use worker.backend=sync (or async) for other environments")
-    if backend == "native":
-        assert ident is not None
-        env_id, kwargs = ident
-        try:
-            spec = gym.spec(env_id)
-        except gym.error.Error as exc:
-            raise ConfigError(f"gymnasium has no environment {env_id!r} ({exc}); check env.id") from exc
-        if spec.vector_entry_point is None:
-            raise ConfigError(
-                f"{env_id} has no vector entry point, so worker.backend=native cannot make it; ids that have one: "
-                f"{', '.join(_native_ids())}. Use worker.backend=sync (or async, or envpool) for {env_id}")
-        own_limit = kwargs.get("max_episode_steps") or spec.max_episode_steps
-        if own_limit is not None:  # the vector entry point takes max_episode_steps (make_vec passes it)
-            own_limit = kwargs["max_episode_steps"] = _min_limit(max_episode_length, own_limit)
-        venv = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode="vector_entry_point", **kwargs)
-        return _Built(venv, own_limit, False, True, "native")
-    if backend == "envpool":
-        assert ident is not None
-        env_id, kwargs = ident
-        try:
-            import envpool
-        except ImportError as exc:
-            raise ConfigError("worker.backend=envpool needs EnvPool: pip install 'corral[envpool]'") from exc
-        if env_id not in envpool.list_all_envs():
-            raise ConfigError(f"EnvPool has no environment {env_id!r}; its ids: {', '.join(envpool.list_all_envs())}")
-        own_limit = kwargs.get("max_episode_steps") or envpool.make_spec(env_id).config.max_episode_steps
-        limit = _min_limit(max_episode_length, own_limit)
-        if limit is not None:
-            kwargs["max_episode_steps"] = limit
-        pool: Any = envpool.make(env_id, env_type="gymnasium", num_envs=n_envs, batch_size=n_envs, seed=seed % 2**31,
-                                 num_threads=num_threads, **kwargs)  # a VectorEnv (EnvPool's gymnasium mixin)
-        return _Built(pool, limit, False, False, "envpool")
-    # sync / async over the env preset
-    mode = AUTORESET_MODES.get(str(autoreset_mode).lower())
-    if mode is None:
-        raise ConfigError(f"worker.autoreset_mode={autoreset_mode!r} is not one of {', '.join(AUTORESET_MODES)}")
-    probe = make_env(source) if ident is None else make_env(EnvFactory(*ident))
-    try:
-        own_limit = getattr(probe.spec, "max_episode_steps", None)
-    finally:
-        probe.close()
-    limit = _min_limit(max_episode_length, own_limit)
-    fns = [functools.partial(_limited_env, source, limit) for _ in range(n_envs)]
-    if backend == "sync":
-        venv = gym.vector.SyncVectorEnv(fns, copy=False, autoreset_mode=mode)
-    else:
-        import multiprocessing
-
-        if multiprocessing.current_process().daemon:
-            raise ConfigError("worker.backend=async starts processes of its own, which the multiprocessing sampler's "
-                              "worker processes cannot; use worker.backend=sync there (or sampler=local or ray)")
-        venv = gym.vector.AsyncVectorEnv(fns, copy=False, autoreset_mode=mode)
-    return _Built(venv, limit, True, True, backend)
-
-
-def autoreset_mode_of(venv: VectorEnv) -> AutoresetMode:
-    """The VectorEnv's autoreset mode (gymnasium's default, NEXT_STEP, when it does not say)."""
-    mode = (getattr(venv, "metadata", None) or {}).get("autoreset_mode", AutoresetMode.NEXT_STEP)
-    if isinstance(mode, AutoresetMode):
-        return mode
-    try:
-        return AutoresetMode(mode)
-    except ValueError:
-        return AUTORESET_MODES[str(mode).lower()]
 
 
 # ------------------------------------------------------------------------------------------------ worker
@@ -263,7 +110,7 @@ class VectorWorker(Worker):
         self.timesteps_per_call = int(timesteps_per_call)
         self.returns_fragments = self.timesteps_per_call > 0
         self.venv: VectorEnv | None = None
-        self._built: _Built | None = None
+        self._built: BuiltVectorEnv | None = None
         self._source: Any = None
         self._mode = AutoresetMode.NEXT_STEP
         self._log: StepLog | None = None
@@ -298,7 +145,7 @@ class VectorWorker(Worker):
         self._vseeded = built.backend == "envpool"  # EnvPool is seeded when it is made
         self._rollouts = 0
         self._mode = autoreset_mode_of(built.venv)
-        limit = _min_limit(self.max_episode_length, built.own_limit)
+        limit = min_limit(self.max_episode_length, built.own_limit)
         if limit is None:
             raise ConfigError("the environment has no time limit and max_episode_length is not set; "
                               "set env.max_episode_length (or max_episode_length= in Python)")
@@ -770,7 +617,7 @@ def _check_backend_has(backend: str, env_id: str) -> None:
         if spec.vector_entry_point is None:
             raise ConfigError(
                 f"{env_id} has no vector entry point, so worker.backend=native cannot make it; ids that have one: "
-                f"{', '.join(_native_ids())}. Use worker.backend=sync (or async, or envpool) for {env_id}")
+                f"{', '.join(native_ids())}. Use worker.backend=sync (or async, or envpool) for {env_id}")
     elif backend == "envpool":
         try:
             import envpool

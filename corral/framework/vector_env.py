@@ -1,0 +1,186 @@
+"""Building a ``gymnasium.vector.VectorEnv`` of ``n`` environments from an environment source and a backend.
+
+The backends: ``native`` (the id's own vector entry point), ``envpool`` (EnvPool, imported only when
+asked for), ``sync``/``async`` (gymnasium's Sync/AsyncVectorEnv over the env preset), and a source
+that makes its own VectorEnv. ``worker=vector`` steps what this module builds; the sampling benchmark
+builds its bare-loop floors with it, so both step the very same VectorEnv.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from corral.framework.env import EnvFactory, make_env
+from corral.framework.errors import ConfigError
+
+#: The ``worker.backend`` choices.
+BACKENDS = ("native", "envpool", "sync", "async")
+#: ``worker.autoreset_mode`` names and the gymnasium modes they stand for.
+AUTORESET_MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP,
+                   "disabled": AutoresetMode.DISABLED}
+
+
+def _env_id(source: Any) -> tuple[str, dict[str, Any]] | None:
+    """``(id, kwargs)`` of a source naming a gymnasium id, else None."""
+    if isinstance(source, str):
+        return source, {}
+    if isinstance(source, EnvFactory) and isinstance(source.fn, str):
+        return source.fn, dict(source.kwargs)
+    return None
+
+
+def _own_vector_env(source: Any, n_envs: int) -> VectorEnv | None:
+    """The VectorEnv a source makes itself (a plugin's own vectorised environment), else None.
+
+    A callable (or an :class:`EnvFactory` of one) whose signature takes ``num_envs`` is called with
+    ``num_envs=n_envs``."""
+    if isinstance(source, VectorEnv):
+        return source
+    fn, kwargs = (source.fn, dict(source.kwargs)) if isinstance(source, EnvFactory) else (source, {})
+    if isinstance(fn, str) or not callable(fn) or isinstance(fn, gym.Env):
+        return None
+    try:
+        if "num_envs" in inspect.signature(fn).parameters:
+            kwargs.setdefault("num_envs", n_envs)
+    except (TypeError, ValueError):
+        pass
+    made = fn(**kwargs)
+    if isinstance(made, VectorEnv):
+        return made
+    if hasattr(made, "close"):
+        made.close()
+    return None
+
+
+def _limited_env(source: Any, limit: int | None) -> gym.Env:
+    """One sub-environment of the sync/async backends, cut at ``limit`` steps by a TimeLimit."""
+    env = make_env(source)
+    own = getattr(env.spec, "max_episode_steps", None)
+    if limit is not None and (own is None or limit < own):
+        env = gym.wrappers.TimeLimit(env, max_episode_steps=limit)
+    return env
+
+
+def _own_limit(venv: VectorEnv) -> int | None:
+    """A VectorEnv's own episode limit: its spec's, its ``max_episode_steps`` or its sub-environments' specs'."""
+    limit = getattr(getattr(venv, "spec", None), "max_episode_steps", None) or getattr(venv, "max_episode_steps", None)
+    if limit is None and isinstance(venv, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
+        limits = [getattr(spec, "max_episode_steps", None) for spec in venv.get_attr("spec")]
+        known = [int(x) for x in limits if x is not None]
+        limit = max(known) if known and len(known) == len(limits) else None
+    return limit
+
+
+def native_ids() -> list[str]:
+    """The gymnasium ids that have a vector entry point (``worker.backend=native`` can make them)."""
+    return sorted(i for i, s in gym.registry.items() if s.vector_entry_point is not None)
+
+
+def min_limit(*limits: int | None) -> int | None:
+    """The shortest of the given episode limits (None and 0 mean no limit); None when none is given."""
+    given = [int(x) for x in limits if x]
+    return min(given) if given else None
+
+
+@dataclass
+class BuiltVectorEnv:
+    """A VectorEnv :func:`build_vector_env` made, with what the worker needs to know about it."""
+
+    venv: VectorEnv
+    own_limit: int | None  # the VectorEnv's own episode limit (it truncates there itself)
+    seed_list: bool  # reset(seed=[...]) gives every slot its own stream
+    restorable: bool  # the environments' RNG state can be saved and restored
+    backend: str  # what was really built (``own`` for a source's own VectorEnv)
+
+
+def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_length: int | None,
+                     seed: int, num_threads: int = 0, autoreset_mode: str = "next_step") -> BuiltVectorEnv:
+    """The VectorEnv of ``n_envs`` environments that ``backend`` makes from ``source``.
+
+    ``max_episode_length`` is passed to the backend as its time limit where it is shorter than
+    the environment's own, so the backend truncates there itself; ``seed`` seeds EnvPool (which
+    seeds environment ``i`` with ``seed + i``).
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
+    own = _own_vector_env(source, n_envs) if _env_id(source) is None else None
+    if own is not None:
+        if own.num_envs != n_envs:
+            own.close()
+            raise ConfigError(f"the environment made its own VectorEnv of {own.num_envs} environments but "
+                              f"worker.n_envs={n_envs}; set worker.n_envs={own.num_envs}")
+        return BuiltVectorEnv(own, _own_limit(own), False, True, "own")
+    ident = _env_id(source)
+    if backend in ("native", "envpool") and ident is None:
+        raise ConfigError(f"worker.backend={backend} needs a gymnasium environment id, got the environment source "
+                          f"{source!r}; use worker.backend=sync (or async) for other environments")
+    if backend == "native":
+        assert ident is not None
+        env_id, kwargs = ident
+        try:
+            spec = gym.spec(env_id)
+        except gym.error.Error as exc:
+            raise ConfigError(f"gymnasium has no environment {env_id!r} ({exc}); check env.id") from exc
+        if spec.vector_entry_point is None:
+            raise ConfigError(
+                f"{env_id} has no vector entry point, so worker.backend=native cannot make it; ids that have one: "
+                f"{', '.join(native_ids())}. Use worker.backend=sync (or async, or envpool) for {env_id}")
+        own_limit = kwargs.get("max_episode_steps") or spec.max_episode_steps
+        if own_limit is not None:  # the vector entry point takes max_episode_steps (make_vec passes it)
+            own_limit = kwargs["max_episode_steps"] = min_limit(max_episode_length, own_limit)
+        venv = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode="vector_entry_point", **kwargs)
+        return BuiltVectorEnv(venv, own_limit, False, True, "native")
+    if backend == "envpool":
+        assert ident is not None
+        env_id, kwargs = ident
+        try:
+            import envpool
+        except ImportError as exc:
+            raise ConfigError("worker.backend=envpool needs EnvPool: pip install 'corral[envpool]'") from exc
+        if env_id not in envpool.list_all_envs():
+            raise ConfigError(f"EnvPool has no environment {env_id!r}; its ids: {', '.join(envpool.list_all_envs())}")
+        own_limit = kwargs.get("max_episode_steps") or envpool.make_spec(env_id).config.max_episode_steps
+        limit = min_limit(max_episode_length, own_limit)
+        if limit is not None:
+            kwargs["max_episode_steps"] = limit
+        pool: Any = envpool.make(env_id, env_type="gymnasium", num_envs=n_envs, batch_size=n_envs, seed=seed % 2**31,
+                                 num_threads=num_threads, **kwargs)  # a VectorEnv (EnvPool's gymnasium mixin)
+        return BuiltVectorEnv(pool, limit, False, False, "envpool")
+    # sync / async over the env preset
+    mode = AUTORESET_MODES.get(str(autoreset_mode).lower())
+    if mode is None:
+        raise ConfigError(f"worker.autoreset_mode={autoreset_mode!r} is not one of {', '.join(AUTORESET_MODES)}")
+    probe = make_env(source) if ident is None else make_env(EnvFactory(*ident))
+    try:
+        own_limit = getattr(probe.spec, "max_episode_steps", None)
+    finally:
+        probe.close()
+    limit = min_limit(max_episode_length, own_limit)
+    fns = [functools.partial(_limited_env, source, limit) for _ in range(n_envs)]
+    if backend == "sync":
+        venv = gym.vector.SyncVectorEnv(fns, copy=False, autoreset_mode=mode)
+    else:
+        import multiprocessing
+
+        if multiprocessing.current_process().daemon:
+            raise ConfigError("worker.backend=async starts processes of its own, which the multiprocessing sampler's "
+                              "worker processes cannot; use worker.backend=sync there (or sampler=local or ray)")
+        venv = gym.vector.AsyncVectorEnv(fns, copy=False, autoreset_mode=mode)
+    return BuiltVectorEnv(venv, limit, True, True, backend)
+
+
+def autoreset_mode_of(venv: VectorEnv) -> AutoresetMode:
+    """The VectorEnv's autoreset mode (gymnasium's default, NEXT_STEP, when it does not say)."""
+    mode = (getattr(venv, "metadata", None) or {}).get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    if isinstance(mode, AutoresetMode):
+        return mode
+    try:
+        return AutoresetMode(mode)
+    except ValueError:
+        return AUTORESET_MODES[str(mode).lower()]
