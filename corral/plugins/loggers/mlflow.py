@@ -15,12 +15,14 @@ is reported in one ``TrackerWarning`` and the logger goes quiet for the rest of 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+import urllib.parse
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from corral import hookimpl
 from corral.framework.checks import check
@@ -115,7 +117,7 @@ class MLflowLogger(Logger):
                 if job.sweep_dir:
                     tags["corral.sweep_dir"] = job.sweep_dir
                 tags.update({str(k): str(v) for k, v in (self.config.tags or {}).items()})
-                run = client.create_run(_experiment_id(client, self.config.experiment),
+                run = client.create_run(_experiment_id(client, self.config.experiment, uri),
                                         run_name=self.config.run_name or job.run_name(), tags=tags)
                 run_id = run.info.run_id
                 params = [Param(k, _param_value(v)) for k, v in flatten(resolved_config(cfg)).items()]
@@ -181,18 +183,57 @@ class MLflowLogger(Logger):
             self.client.log_artifact(self.run_id, str(path))
 
 
-def _experiment_id(client: Any, name: str) -> str:
-    """The id of experiment ``name``, created if missing (sweep jobs may race to create it)."""
-    found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
+#: The lock file, in a local file store's root, that makes finding or creating an experiment one step.
+EXPERIMENT_LOCK = ".corral-experiment.lock"
+
+
+def local_store_root(uri: str) -> Path | None:
+    """The directory of a local file store (``file:`` URI or a plain path); None for a server or database."""
+    if uri.startswith("file:"):
+        return Path(urllib.parse.unquote(urllib.parse.urlparse(uri).path))
+    if "://" in uri or ":" in uri or uri.split("/", 1)[0] == "databricks":
+        return None
+    return Path(uri)
+
+
+@contextlib.contextmanager
+def experiment_lock(uri: str) -> Iterator[None]:
+    """Hold an exclusive lock on a local file store while an experiment is found or created.
+
+    A server (or a database) refuses a second experiment of the same name, so the loser of a race
+    finds the winner's. MLflow's file store does not: two sweep jobs that both miss the experiment
+    both create one, and their runs land in two experiments of the same name. Elsewhere this does
+    nothing."""
+    root = local_store_root(uri)
     try:
-        return client.create_experiment(name)
-    except Exception:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        fcntl = None  # type: ignore[assignment]
+    if root is None or fcntl is None:
+        yield
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / EXPERIMENT_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _experiment_id(client: Any, name: str, uri: str) -> str:
+    """The id of experiment ``name``, created if missing (sweep jobs may race to create it)."""
+    with experiment_lock(uri):
         found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
+        if found is not None:
+            return str(found.experiment_id)
+        try:
+            return str(client.create_experiment(name))
+        except Exception:
+            found = client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return str(found.experiment_id)
 
 
 def _param_value(value: Any) -> str:

@@ -127,6 +127,47 @@ def test_multirun_with_joblib_gives_one_mlflow_run_per_job(tmp_path: Path) -> No
         assert run.data.tags["corral.sweep_dir"] == str(sweep) and run.data.tags["corral.job_num"] == str(job)
 
 
+FIND_OR_CREATE = """
+import os, sys
+os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+from mlflow.tracking import MlflowClient
+from corral.plugins.loggers.mlflow import _experiment_id
+uri = sys.argv[1]
+print(_experiment_id(MlflowClient(tracking_uri=uri), "corral", uri), flush=True)
+"""
+
+
+def test_sweep_jobs_share_one_experiment_in_a_file_store(tmp_path: Path) -> None:
+    """MLflow's file store lets two processes that both miss an experiment both create one of the same
+    name (a joblib sweep once split its runs over two "corral" experiments that way). corral finds or
+    creates the experiment under a lock in the store: a job that comes while another holds it waits,
+    then finds that job's experiment."""
+    from mlflow.tracking import MlflowClient
+
+    from corral.plugins.loggers.mlflow import _experiment_id, experiment_lock
+
+    uri = f"file:{tmp_path / 'store'}"
+    with experiment_lock(uri):
+        job = subprocess.Popen([sys.executable, "-c", FIND_OR_CREATE, uri], stdout=subprocess.PIPE, text=True,
+                               cwd=tmp_path)
+        try:
+            time.sleep(3.0)
+            assert job.poll() is None, "the second job did not wait for the lock"
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+            client = MlflowClient(tracking_uri=uri)
+            assert client.get_experiment_by_name("corral") is None
+            mine = str(client.create_experiment("corral"))
+        except BaseException:
+            job.kill()
+            job.wait(timeout=30)
+            raise
+    out, _ = job.communicate(timeout=120)
+    assert job.returncode == 0
+    assert out.strip() == mine
+    assert _experiment_id(client, "corral", uri) == mine
+    assert [e.experiment_id for e in client.search_experiments() if e.name == "corral"] == [mine]
+
+
 def test_resume_continues_the_same_mlflow_run(tmp_path: Path) -> None:
     uri = f"file:{tmp_path / 'mlruns'}"
     first = train(tmp_path, *TINY, "logger=[csv,mlflow]", f"hydra.run.dir={tmp_path / 'a'}")
