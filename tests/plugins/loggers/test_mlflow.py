@@ -133,6 +133,7 @@ os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
 from mlflow.tracking import MlflowClient
 from corral.plugins.loggers.mlflow import _experiment_id
 uri = sys.argv[1]
+print("finding", flush=True)
 print(_experiment_id(MlflowClient(tracking_uri=uri), "corral", uri), flush=True)
 """
 
@@ -151,7 +152,8 @@ def test_sweep_jobs_share_one_experiment_in_a_file_store(tmp_path: Path) -> None
         job = subprocess.Popen([sys.executable, "-c", FIND_OR_CREATE, uri], stdout=subprocess.PIPE, text=True,
                                cwd=tmp_path)
         try:
-            time.sleep(3.0)
+            assert job.stdout is not None and job.stdout.readline().strip() == "finding"
+            time.sleep(1.0)  # time enough to find or create the experiment, had it not waited
             assert job.poll() is None, "the second job did not wait for the lock"
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             client = MlflowClient(tracking_uri=uri)
