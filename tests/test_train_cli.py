@@ -121,6 +121,35 @@ def test_ppo_trains_from_fragments(tmp_path: Path, sites: dict[str, Path], worke
     assert all(float(r["ppo/explained_variance"]) == float(r["ppo/explained_variance"]) for r in rows)
 
 
+def test_ppo_trains_from_carried_whole_episodes(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """``worker=vector worker.carry_episodes=true``: whole episodes, environments kept running across
+    rollouts; every epoch gets at least batch_size steps, and local and multiprocessing (2 workers each)
+    train on the same episodes."""
+    rows = {}
+    for sampler in ("local", "multiprocessing"):
+        run = tmp_path / sampler
+        run.mkdir()
+        proc = train(run, sites, "algo=ppo", "worker=vector", "worker.n_envs=4", "worker.carry_episodes=true",
+                     f"sampler={sampler}", "sampler.n_workers=2", "trainer.n_epochs=3", "trainer.batch_size=200",
+                     "trainer.eval_every=0", "logger=[csv]")
+        assert proc.returncode == 0, output(proc)
+        with open(run / "run" / "progress.csv") as f:
+            rows[sampler] = list(csv.DictReader(f))
+    steps = [int(float(r["env_steps"])) for r in rows["local"]]
+    assert len(steps) == 3 and all(b - a >= 200 for a, b in zip([0, *steps], steps)), steps
+    key = ("env_steps", "train/return_mean", "train/n_episodes", "loss/policy", "loss/value")
+    assert [[r[k] for k in key] for r in rows["local"]] == [[r[k] for k in key] for r in rows["multiprocessing"]]
+
+
+def test_carry_episodes_with_fragments_is_one_line(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """Whole carried episodes and fragments together: refused before anything runs, in one line."""
+    proc = train(tmp_path, sites, "worker=vector", "worker.carry_episodes=true", "worker.timesteps_per_call=8", *SMALL)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr == ("corral: error: worker.carry_episodes=true returns whole episodes but "
+                           "worker.timesteps_per_call=8 returns fragments; set one of them\n"), output(proc)
+    assert not (tmp_path / "run" / "progress.csv").exists()
+
+
 # ------------------------------------------------------------------------------------ with plugins
 def test_train_with_the_third_party_sampler_and_worker(tmp_path: Path, sites: dict[str, Path]) -> None:
     calls = tmp_path / "calls.json"

@@ -20,10 +20,11 @@ from .settings import (
 
 
 def vector_key(sampler: str, backend: str, n_envs: int, n_workers: int = 1, threads: int = 0,
-               fragments: bool = False) -> str:
-    """The key of a ``worker=vector`` row: ``sampler/vector-<backend>[-t<threads>][-frag]/<workers>x<envs>``."""
+               fragments: bool = False, carry: bool = False) -> str:
+    """The key of a ``worker=vector`` row:
+    ``sampler/vector-<backend>[-t<threads>][-frag|-carry]/<workers>x<envs>``."""
     return (f"{sampler}/vector-{backend}" + (f"-t{threads}" if threads else "") + ("-frag" if fragments else "")
-            + f"/{n_workers}x{n_envs}")
+            + ("-carry" if carry else "") + f"/{n_workers}x{n_envs}")
 
 
 def vector_batch(ctx: BenchContext, n_envs: int, n_workers: int = 1) -> int:
@@ -34,9 +35,9 @@ def vector_batch(ctx: BenchContext, n_envs: int, n_workers: int = 1) -> int:
 
 
 def vector_row(backend: str, n_envs: int, *, sampler: str = "local", n_workers: int = 1, threads: int = 0,
-               fragments: bool = False, envs: tuple[str, ...] = NATIVE_ENVS) -> RowSpec:
-    """A ``worker=vector`` row (whole episodes, or with ``fragments`` the off-policy fragments of
-    ``batch_size / 32`` steps per environment per rollout)."""
+               fragments: bool = False, carry: bool = False, envs: tuple[str, ...] = NATIVE_ENVS) -> RowSpec:
+    """A ``worker=vector`` row (whole episodes, with ``fragments`` the fragments of ``batch_size / 32`` steps
+    per environment per rollout, with ``carry`` whole episodes under ``worker.carry_episodes=true``)."""
     args: dict[str, Any] = {"n_envs": n_envs, "backend": backend}
     if threads:
         args["num_threads"] = threads
@@ -46,14 +47,18 @@ def vector_row(backend: str, n_envs: int, *, sampler: str = "local", n_workers: 
         worker_args = dict(args)
         if fragments:
             worker_args["timesteps_per_call"] = max(1, ctx.batch_size // 32)
+        if carry:
+            worker_args["carry_episodes"] = True
         return CorralRunner(ctx, sampler, "vector", worker_args, n_workers,
                             {"device": settings.SERVER_DEVICE} if sampler in ("action_server", "alternating") else {},
                             batch_size=vector_batch(ctx, n_envs, n_workers))
 
     label = (f"corral {sampler} + vector({what})" + (" fragments" if fragments else "")
-             + (f" ({n_workers} workers)" if n_workers > 1 else ""))
-    vs_local = vector_key("local", backend, n_envs * n_workers, 1, threads, fragments) if sampler != "local" else None
-    return RowSpec(label, n_envs * n_workers, build, key=vector_key(sampler, backend, n_envs, n_workers, threads, fragments),
+             + (" carried whole episodes" if carry else "") + (f" ({n_workers} workers)" if n_workers > 1 else ""))
+    vs_local = (vector_key("local", backend, n_envs * n_workers, 1, threads, fragments, carry) if sampler != "local"
+                else None)
+    return RowSpec(label, n_envs * n_workers, build,
+                   key=vector_key(sampler, backend, n_envs, n_workers, threads, fragments, carry),
                    sampler=sampler, envs=envs, kind="corral_vector", vs_local=vs_local)
 
 
@@ -69,17 +74,21 @@ def vector_rows() -> list[RowSpec]:
     """Issue 20's rows: local + vector beside a bare loop over the same VectorEnv (native CartPole at 32,
     256 and 1024 environments, EnvPool CartPole at 32 and 256, EnvPool HalfCheetah with 1 and 2 threads),
     each CartPole row also in fragment mode (what PPO, TRPO and VPG can now train from, as SB3 and CleanRL
-    do), and multiprocessing 2 x vector(native, 128) in both modes. EnvPool rows only where it is installed."""
+    do) and with ``carry_episodes`` (whole episodes, environments kept running), and multiprocessing
+    2 x vector(native, 128) in the three modes. EnvPool rows only where it is installed."""
     rows: list[RowSpec] = []
     for n in VECTOR_NATIVE_N:
-        rows += [bare_vector_row("native", n), vector_row("native", n), vector_row("native", n, fragments=True)]
+        rows += [bare_vector_row("native", n), vector_row("native", n), vector_row("native", n, fragments=True),
+                 vector_row("native", n, carry=True)]
     rows.append(vector_row("native", 128, sampler="multiprocessing", n_workers=2))
     rows.append(vector_row("native", 128, sampler="multiprocessing", n_workers=2, fragments=True))
+    rows.append(vector_row("native", 128, sampler="multiprocessing", n_workers=2, carry=True))
     if ENVPOOL_INSTALLED:
         for n in VECTOR_ENVPOOL_N:
             rows += [bare_vector_row("envpool", n, threads=1, envs=("CartPole-v1",)),
                      vector_row("envpool", n, threads=1, envs=("CartPole-v1",)),
-                     vector_row("envpool", n, threads=1, envs=("CartPole-v1",), fragments=True)]
+                     vector_row("envpool", n, threads=1, envs=("CartPole-v1",), fragments=True),
+                     vector_row("envpool", n, threads=1, envs=("CartPole-v1",), carry=True)]
         for t in (1, 2):
             rows += [bare_vector_row("envpool", HALF_CHEETAH_POOL_N, threads=t, envs=(HALF_CHEETAH_ID,)),
                      vector_row("envpool", HALF_CHEETAH_POOL_N, threads=t, envs=(HALF_CHEETAH_ID,))]
@@ -92,25 +101,28 @@ def rows_for(env_id: str, rows: Iterable[RowSpec]) -> list[RowSpec]:
 
 
 def vector_targets() -> list[Target]:
-    """Issue 20's targets for ``worker=vector`` (ratios of one run), for whole-episode rollouts and again for
-    fragments (the rollouts that PPO, TRPO and VPG, like the off-policy algorithms, can learn from)."""
+    """Issue 20's targets for ``worker=vector`` (ratios of one run), for whole-episode rollouts, for fragments
+    (the rollouts that PPO, TRPO and VPG, like the off-policy algorithms, can learn from) and for whole
+    episodes with ``carry_episodes``."""
     local_vec = corral_key("local", "vec", 32, 1)
     hc1 = vector_key("local", "envpool", HALF_CHEETAH_POOL_N, threads=1)
     hc2 = vector_key("local", "envpool", HALF_CHEETAH_POOL_N, threads=2)
     targets: list[Target] = []
-    for frag in (False, True):
-        mode = " fragments" if frag else ""
-        v32, v256 = vector_key("local", "native", 32, fragments=frag), vector_key("local", "native", 256, fragments=frag)
+    for frag, carry in ((False, False), (True, False), (False, True)):
+        mode = " fragments" if frag else " carried whole episodes" if carry else ""
+        v32 = vector_key("local", "native", 32, fragments=frag, carry=carry)
+        v256 = vector_key("local", "native", 256, fragments=frag, carry=carry)
         targets += [
             Target("CartPole-v1", v32, "bare/native/32", 0.85, f"local + vector(native, 32){mode} vs its bare loop"),
             Target("CartPole-v1", v32, local_vec, 2.0, f"local + vector(native, 32){mode} vs local + vec(32)"),
             Target("CartPole-v1", v256, "bare/native/256", 0.8, f"local + vector(native, 256){mode} vs its bare loop"),
             Target("CartPole-v1", v256, local_vec, 8.0, f"local + vector(native, 256){mode} vs local + vec(32)"),
-            Target("CartPole-v1", vector_key("multiprocessing", "native", 128, 2, fragments=frag), v256, 1.3,
+            Target("CartPole-v1", vector_key("multiprocessing", "native", 128, 2, fragments=frag, carry=carry), v256, 1.3,
                    f"multiprocessing 2 x vector(native, 128){mode} vs local + vector(native, 256){mode}"),
         ]
         if ENVPOOL_INSTALLED:
-            targets.append(Target("CartPole-v1", vector_key("local", "envpool", 256, threads=1, fragments=frag),
+            targets.append(Target("CartPole-v1", vector_key("local", "envpool", 256, threads=1, fragments=frag,
+                                                            carry=carry),
                                   "bare/envpool-t1/256", 0.8, f"local + vector(envpool, 256){mode} vs its bare loop"))
     if not ENVPOOL_INSTALLED:
         return targets
@@ -129,7 +141,7 @@ def vector_floor_table(results: list[Result]) -> str:
     for r in results:
         if r.error or r.spec.kind != "corral_vector" or not r.spec.key.startswith("local/"):
             continue
-        backend = r.spec.key.split("/")[1].removeprefix("vector-").removesuffix("-frag")
+        backend = r.spec.key.split("/")[1].removeprefix("vector-").removesuffix("-frag").removesuffix("-carry")
         floor = by_key.get(f"bare/{backend}/{r.spec.n}")
         if floor is None:
             continue

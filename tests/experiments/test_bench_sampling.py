@@ -263,6 +263,15 @@ def test_vector_rows_only_where_their_backend_has_the_environment() -> None:
     assert native and all(r.envs == ("CartPole-v1",) for r in native)
     assert {r.key for r in native} >= {"local/vector-native/1x32", "bare/native/32", "local/vector-native/1x256",
                                        "local/vector-native/1x1024", "multiprocessing/vector-native/2x128"}
+    # every CartPole size in the three modes: whole episodes, fragments, carried whole episodes
+    for n in (32, 256, 1024):
+        keys = {r.key: r for r in native}
+        assert {f"local/vector-native-frag/1x{n}", f"local/vector-native-carry/1x{n}"} <= set(keys)
+        assert keys[f"local/vector-native-carry/1x{n}"].method == f"corral local + vector(native, {n}) carried whole episodes"
+    assert "multiprocessing/vector-native-carry/2x128" in {r.key for r in native}
+    carry_targets = [t for t in bench.vector_targets() if "carried whole episodes" in t.label]
+    assert {t.row for t in carry_targets} >= {"local/vector-native-carry/1x32", "local/vector-native-carry/1x256",
+                                              "multiprocessing/vector-native-carry/2x128"}
     assert bench.rows_for("corral/CPUHeavyCartPole-v1", rows) == []
     pool = [r for r in rows if "envpool" in r.key]
     assert bool(pool) == bench.ENVPOOL_INSTALLED

@@ -47,6 +47,7 @@ from corral.framework.vector_env import (
 )
 from corral.framework.worker import Worker
 from corral.rl.episode_buffer import StepLog, action_clipper
+from corral.rl.episode_stitching import RunningEpisodes, join_fragments
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,10 @@ class VectorWorkerConfig:
     num_threads: int = field(default=0, metadata=check(ge=0, help="EnvPool threads (0: EnvPool's default)"))
     autoreset_mode: str = field(default="next_step", metadata=check(choices=tuple(AUTORESET_MODES), help="autoreset mode of the sync/async backends: next_step, same_step or disabled"))
     timesteps_per_call: int = field(default=0, metadata=check(ge=0, help="0: whole episodes; >0: fragments, at least n_envs * timesteps_per_call transitions per rollout"))
+    carry_episodes: bool = field(default=False, metadata={"help": (
+        "whole episodes without restarting the environments each rollout: an episode still running when a "
+        "rollout has its steps goes on in the next rollout (its first steps were sampled by the previous "
+        "policy, as with SB3's n_steps), so no environment step is thrown away")})
 
 
 # ------------------------------------------------------------------------------------------------ worker
@@ -89,13 +94,18 @@ class VectorWorker(Worker):
     across rollouts, and each fragment carries ``episode_infos["prior_length"]`` / ``["prior_return"]``.
     ``rollout(n_episodes=n)`` still returns ``n`` whole episodes (evaluation asks for those), starting
     every environment afresh.
+
+    With ``carry_episodes`` (whole episodes only), ``rollout(min_steps=m)`` steps in fragments, as above,
+    and keeps the steps of the episodes still running; it returns the episodes that ended, joined to their
+    earlier steps, once they total at least ``m`` steps. Environments are not restarted for each rollout,
+    so no slot steps idle waiting for the longest episode to end; an episode may span a policy update.
     """
 
     returns_fragments = False
 
     def __init__(self, *, seed: Any, max_episode_length: int | None, worker_number: int = 0, n_envs: int = 16,
                  backend: str = "native", num_threads: int = 0, autoreset_mode: str = "next_step",
-                 timesteps_per_call: int = 0, **kwargs: Any) -> None:
+                 timesteps_per_call: int = 0, carry_episodes: bool = False, **kwargs: Any) -> None:
         super().__init__(seed=seed, max_episode_length=max_episode_length, worker_number=worker_number,
                          n_envs=n_envs, **kwargs)
         if backend not in BACKENDS:
@@ -104,11 +114,15 @@ class VectorWorker(Worker):
             raise ConfigError(f"worker.autoreset_mode={autoreset_mode!r} is not one of {', '.join(AUTORESET_MODES)}")
         if timesteps_per_call < 0:
             raise ConfigError(f"worker.timesteps_per_call must be >= 0, got {timesteps_per_call}")
+        if carry_episodes and timesteps_per_call:
+            raise ConfigError(f"worker.carry_episodes=true returns whole episodes but worker.timesteps_per_call="
+                              f"{timesteps_per_call} returns fragments; set one of them")
         self.backend = backend
         self.num_threads = int(num_threads)
         self.autoreset_mode = str(autoreset_mode).lower()
         self.timesteps_per_call = int(timesteps_per_call)
         self.returns_fragments = self.timesteps_per_call > 0
+        self.carry_episodes = bool(carry_episodes)
         self.venv: VectorEnv | None = None
         self._built: BuiltVectorEnv | None = None
         self._source: Any = None
@@ -123,6 +137,8 @@ class VectorWorker(Worker):
         self.env_steps_taken = 0
         # Fragment mode: the running episodes (carried across rollouts).
         self._frag: dict[str, Any] | None = None
+        # carry_episodes: the steps so far of the episodes still running.
+        self._carry: RunningEpisodes | None = None
         #: Fragment mode: keep the per-step bookkeeping even where the after-the-loop one applies (tests
         #: compare the two).
         self._per_step_bookkeeping = False
@@ -160,7 +176,7 @@ class VectorWorker(Worker):
         obs_space, act_space = built.venv.single_observation_space, built.venv.single_action_space
         self._log = StepLog(self.n_envs, obs_space, act_space, capacity=limit + 1)
         self._clip = action_clipper(act_space)
-        self._frag = None
+        self._restart_episodes()
 
     def update_env(self, env_update: Any) -> None:
         """A new environment source (id, EnvFactory, env, callable making one, or a VectorEnv) builds a new
@@ -208,8 +224,29 @@ class VectorWorker(Worker):
             raise ConfigError("the worker has no agent; call update_agent(policy) first")
         self._rollouts += 1
         if self.timesteps_per_call and n_episodes is None:
-            return self._rollout_fragments()
+            return self._rollout_fragments(self.timesteps_per_call)[0]
+        if self.carry_episodes and min_steps is not None and n_episodes is None:
+            return self._rollout_carried(int(min_steps))
         return self._rollout_episodes(min_steps, n_episodes)
+
+    def _restart_episodes(self) -> None:
+        """Forget the running episodes (fragments and carried steps): the next rollout resets every slot."""
+        self._frag = None
+        self._carry = None
+
+    def _rollout_carried(self, min_steps: int) -> EpisodeBatch:
+        """Whole episodes totalling at least ``min_steps`` steps, from fragment rollouts joined to the steps
+        kept of the episodes they continue (``carry_episodes``)."""
+        done: list[EpisodeBatch] = []
+        n = 0
+        while n < min_steps:
+            per_env = max(1, -(-(min_steps - n) // self.n_envs))
+            fragments, slots = self._rollout_fragments(per_env)
+            complete, self._carry = join_fragments(self._carry, fragments, slots)
+            if complete is not None:
+                done.append(complete)
+                n += len(complete)
+        return EpisodeBatch.concatenate(*done)
 
     def _ended(self, end: np.ndarray, obs: np.ndarray, done: np.ndarray, info: Mapping[str, Any]) -> tuple[
             np.ndarray, np.ndarray]:
@@ -231,7 +268,7 @@ class VectorWorker(Worker):
             n_episodes = k
         target = min_steps or 0
         log.reserve(limit + 1 + (-(-target // k) if n_episodes is None else 0))
-        self._frag = None  # whole-episode rollouts restart every environment
+        self._restart_episodes()  # whole-episode rollouts restart every environment
 
         obs = self._reset()
         n_first = k if n_episodes is None else min(k, n_episodes)
@@ -302,6 +339,7 @@ class VectorWorker(Worker):
     def _fragment_state(self) -> dict[str, Any]:
         """The running episodes carried across fragment rollouts (every environment reset on the first)."""
         if self._frag is None:
+            self._carry = None
             k = self.n_envs
             obs = self._reset()
             assert self.agent is not None
@@ -327,21 +365,22 @@ class VectorWorker(Worker):
             return obs, prev_done, done
         return obs, done, prev_done
 
-    def _rollout_fragments(self) -> EpisodeBatch:
-        """At least ``n_envs * timesteps_per_call`` transitions, as fragments of the running episodes.
+    def _rollout_fragments(self, per_env: int) -> tuple[EpisodeBatch, np.ndarray]:
+        """At least ``n_envs * per_env`` transitions, as fragments of the running episodes, and the slot of
+        each fragment.
 
         With NEXT_STEP autoreset and the time limit inside the VectorEnv (every built-in backend by
         default) the episode bookkeeping is done once, over the whole rollout, after the stepping loop;
         other modes keep per-step bookkeeping. Both give the same batches."""
         if self._mode == AutoresetMode.NEXT_STEP and self._limit_in_env and not self._per_step_bookkeeping:
-            return self._rollout_fragments_next_step()
-        return self._rollout_fragments_per_step()
+            return self._rollout_fragments_next_step(per_env)
+        return self._rollout_fragments_per_step(per_env)
 
-    def _rollout_fragments_per_step(self) -> EpisodeBatch:
+    def _rollout_fragments_per_step(self, per_env: int) -> tuple[EpisodeBatch, np.ndarray]:
         venv, log, agent, clip, limit = self.venv, self._log, self.agent, self._clip, self.episode_limit
         assert venv is not None and log is not None and agent is not None and limit is not None
-        k, step, target = self.n_envs, venv.step, self.n_envs * self.timesteps_per_call
-        log.reserve(self.timesteps_per_call + 1)
+        k, step, target = self.n_envs, venv.step, self.n_envs * per_env
+        log.reserve(per_env + 1)
         s = self._fragment_state()
         obs, t, ret, rec, prev_done = s["obs"], s["t"], s["ret"], s["rec"], s["prev_done"]
         # The rollout's first row of each slot's piece, and what its episode had before the rollout.
@@ -387,9 +426,9 @@ class VectorWorker(Worker):
         self.env_steps_taken += row * k
         self._frag = {"obs": np.array(obs, copy=True), "t": t, "ret": ret, "rec": rec, "prev_done": prev_done}
         slots, first, lengths, prior_len, prior_ret, last_type, last_obs = (np.concatenate(p) for p in zip(*pieces))
-        return _gather(log, slots, first, lengths, prior_len, last_type, last_obs, prior_ret)
+        return _gather(log, slots, first, lengths, prior_len, last_type, last_obs, prior_ret, with_slots=True)
 
-    def _rollout_fragments_next_step(self) -> EpisodeBatch:
+    def _rollout_fragments_next_step(self, per_env: int) -> tuple[EpisodeBatch, np.ndarray]:
         """Fragments under NEXT_STEP autoreset with the time limit in the VectorEnv: the loop only steps,
         writes the step log and the done flags, and resets the agent's slots that start a new episode;
         episodes are cut out of the done flags afterwards.
@@ -399,10 +438,10 @@ class VectorWorker(Worker):
         after that starts the next episode."""
         venv, log, agent, clip = self.venv, self._log, self.agent, self._clip
         assert venv is not None and log is not None and agent is not None
-        k, step, target = self.n_envs, venv.step, self.n_envs * self.timesteps_per_call
+        k, step, target = self.n_envs, venv.step, self.n_envs * per_env
         s = self._fragment_state()
         obs, t0, ret0, prev = s["obs"], s["t"], s["ret"], s["prev_done"]
-        capacity = self.timesteps_per_call + 2
+        capacity = per_env + 2
         log.reserve(capacity)
         dones = np.zeros((log.capacity, k), dtype=bool)
         terms = np.zeros((log.capacity, k), dtype=bool)
@@ -455,7 +494,8 @@ class VectorWorker(Worker):
         nxt = np.minimum(last + 1, row - 1)
         last_obs = np.where((ended & (last + 1 < row)).reshape(-1, *([1] * (obs.ndim - 1))),
                             log.observations[nxt, slots], obs[slots])
-        batch = _gather(log, slots, first, lengths, prior_len, last_type, last_obs, prior_ret)
+        batch, batch_slots = _gather(log, slots, first, lengths, prior_len, last_type, last_obs, prior_ret,
+                                     with_slots=True)
         # The running episodes carried to the next rollout; their returns are summed in step order from the
         # return carried in, as the per-step loop sums them.
         running = ~ended
@@ -469,7 +509,7 @@ class VectorWorker(Worker):
         summed[1:] = np.where(in_piece, log.rewards[:row], 0.0)
         ret[rs] = np.cumsum(summed, axis=0)[-1, rs]
         self._frag = {"obs": np.array(obs, copy=True), "t": t, "ret": ret, "rec": ~prev, "prev_done": prev}
-        return batch
+        return batch, batch_slots
 
     # ------------------------------------------------------------------ updates, snapshots, shutdown
     def update_agent(self, agent_update: Any) -> None:
@@ -477,7 +517,7 @@ class VectorWorker(Worker):
         from corral.framework.policy import Policy
 
         if isinstance(agent_update, Policy):
-            self._frag = None
+            self._restart_episodes()
         super().update_agent(agent_update)
 
     def _rng_state(self) -> Any:
@@ -509,7 +549,8 @@ class VectorWorker(Worker):
 
     def state_dict(self) -> dict[str, Any]:
         """The environments' RNG state (where the backend lets it be read), the agent's sampling state and,
-        in fragment mode, the running episodes (the VectorEnv pickled, where it pickles)."""
+        in fragment mode, the running episodes (the VectorEnv pickled, where it pickles) with, under
+        ``carry_episodes``, the steps kept of each."""
         built = self._built
         restorable = built is not None and built.restorable
         state: dict[str, Any] = {
@@ -523,7 +564,7 @@ class VectorWorker(Worker):
         }
         if self._frag is not None and restorable:
             try:
-                state["fragments"] = pickle.dumps({"venv": self.venv, "frag": self._frag})
+                state["fragments"] = pickle.dumps({"venv": self.venv, "frag": self._frag, "carry": self._carry})
             except Exception:  # noqa: BLE001 - a VectorEnv that does not pickle restarts its episodes
                 state["fragments"] = None
                 state["fragments_lost"] = True
@@ -545,8 +586,9 @@ class VectorWorker(Worker):
                 assert self._built is not None
                 self._built.venv = self.venv
                 self._frag = saved["frag"]
+                self._carry = saved.get("carry")
             else:
-                self._frag = None
+                self._restart_episodes()
                 if state.get("fragments_lost"):
                     _warn_fresh(f"{state.get('vector_backend')} (fragments)", "cannot save its running episodes")
             self._vseeded = bool(state["seeded"])
@@ -574,12 +616,14 @@ def _rows(a: np.ndarray, flat: np.ndarray) -> np.ndarray:
 
 
 def _gather(log: StepLog, slots: np.ndarray, first: np.ndarray, lengths: np.ndarray, prior_len: np.ndarray,
-            last_type: np.ndarray, last_obs: np.ndarray, prior_ret: np.ndarray | None = None) -> EpisodeBatch:
+            last_type: np.ndarray, last_obs: np.ndarray, prior_ret: np.ndarray | None = None,
+            with_slots: bool = False) -> Any:
     """An EpisodeBatch of episodes (or fragments) ordered by first row, then slot: piece ``i`` is slot
     ``slots[i]``'s log rows ``first[i] : first[i] + lengths[i]``. Its first step is FIRST when nothing of its
     episode came before (``prior_len`` 0), else MID; its last step is ``last_type`` (TERMINAL, TIMEOUT, or MID
     for a fragment still running, whose last step keeps its type). With ``prior_ret`` the pieces are
-    fragments carrying ``episode_infos["prior_length"]`` / ``["prior_return"]``."""
+    fragments carrying ``episode_infos["prior_length"]`` / ``["prior_return"]``. With ``with_slots``, returns
+    ``(batch, slot of each piece in batch order)``."""
     order = np.lexsort((slots, first))
     slots, first, lengths = slots[order], first[order], lengths[order].astype(np.int64)
     prior_len, last_type = prior_len[order], last_type[order]
@@ -594,7 +638,7 @@ def _gather(log: StepLog, slots: np.ndarray, first: np.ndarray, lengths: np.ndar
     step_types[(ends - 1)[cut]] = last_type[cut]
     infos = {} if prior_ret is None else {"prior_length": prior_len.astype(np.int64),
                                           "prior_return": prior_ret[order].astype(np.float64)}
-    return EpisodeBatch(
+    batch = EpisodeBatch(
         observations=_rows(log.observations, flat),
         actions=_rows(log.actions, flat),
         rewards=_rows(log.rewards, flat),
@@ -605,6 +649,7 @@ def _gather(log: StepLog, slots: np.ndarray, first: np.ndarray, lengths: np.ndar
         episode_infos=infos,
         allow_fragments=prior_ret is not None,
     )
+    return (batch, slots) if with_slots else batch
 
 
 def _check_backend_has(backend: str, env_id: str) -> None:
@@ -631,7 +676,7 @@ def _check_backend_has(backend: str, env_id: str) -> None:
 @hookimpl
 def corral_validate_config(cfg: Any) -> None:
     """Reject ``worker=vector`` fragments (``worker.timesteps_per_call > 0``) for an algorithm that needs whole
-    episodes, and an unknown backend, before anything starts."""
+    episodes, fragments together with ``carry_episodes``, and an unknown backend, before anything starts."""
     worker = cfg.get("worker") if hasattr(cfg, "get") else None
     if worker is None or worker.get("name") != "vector":
         return
@@ -641,6 +686,9 @@ def corral_validate_config(cfg: Any) -> None:
     env_id = cfg.env.get("id") if cfg.get("env") is not None else None
     if isinstance(env_id, str) and ":" not in env_id:
         _check_backend_has(backend, env_id)
+    if bool(worker.get("carry_episodes", False)) and int(worker.get("timesteps_per_call", 0) or 0) > 0:
+        raise ConfigError(f"worker.carry_episodes=true returns whole episodes but worker.timesteps_per_call="
+                          f"{worker.timesteps_per_call} returns fragments; set one of them")
     if int(worker.get("timesteps_per_call", 0) or 0) > 0 and cfg.get("algo") is not None:
         from corral.framework.plugins import get_registry
 
@@ -649,7 +697,8 @@ def corral_validate_config(cfg: Any) -> None:
         if not getattr(algo, "accepts_fragments", False):
             raise ConfigError(f"algo={cfg.algo.name} needs whole episodes, but worker=vector with "
                               f"worker.timesteps_per_call={worker.timesteps_per_call} returns fragments; "
-                              "set worker.timesteps_per_call=0")
+                              "set worker.timesteps_per_call=0 (and worker.carry_episodes=true to keep the "
+                              "environments running across rollouts)")
 
 
 @hookimpl

@@ -1,0 +1,131 @@
+"""Joining fragments into whole episodes.
+
+A worker that steps its environments in fragments (its environments keep running from one rollout to
+the next) can still hand out only whole episodes: the fragments of episodes that are still running
+are kept, and joined to their continuation in a later rollout. No environment step is thrown away,
+where a worker that restarts every environment for each rollout of whole episodes steps the slots
+whose episodes have ended until its longest episode ends.
+
+All of it is array code over the flat step arrays: one gather per rollout, no Python loop over
+episodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from corral.framework.batch import EpisodeBatch, StepType
+
+
+@dataclass
+class RunningEpisodes:
+    """The steps recorded so far of the episodes still running, at most one per environment slot.
+
+    Flat step arrays as in :class:`~corral.framework.batch.EpisodeBatch` (piece ``i`` is rows
+    ``starts[i] : starts[i] + lengths[i]``); ``slots[i]`` is the slot whose environment runs it. Every
+    piece starts at its episode's first step (FIRST)."""
+
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    step_types: np.ndarray
+    lengths: np.ndarray
+    slots: np.ndarray
+    agent_infos: dict[str, np.ndarray] = field(default_factory=dict)
+    env_infos: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def n_steps(self) -> int:
+        """Steps held."""
+        return int(self.lengths.sum())
+
+
+def _segments_index(sources: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Row indices that lay the segments ``sources[j] : sources[j] + lengths[j]`` end to end."""
+    total = int(lengths.sum())
+    out_start = np.cumsum(lengths) - lengths
+    return np.repeat(sources - out_start, lengths) + np.arange(total, dtype=np.int64)
+
+
+def join_fragments(running: RunningEpisodes | None, fragments: EpisodeBatch,
+                   fragment_slots: np.ndarray) -> tuple[EpisodeBatch | None, RunningEpisodes | None]:
+    """Join ``fragments`` (one rollout's, ``fragment_slots[i]`` the slot of fragment ``i``) to the pieces
+    of the episodes they continue (``running``).
+
+    A fragment continues an episode when ``episode_infos["prior_length"]`` is above 0; the slot's running
+    piece must then hold every earlier step of that episode. Returns the episodes that are now complete
+    (ended TERMINAL or TIMEOUT), in the order of the fragments that completed them, and the pieces still
+    running (None for either when there are none)."""
+    n_frag = fragments.n_episodes
+    frag_len = fragments.lengths
+    frag_start = np.cumsum(frag_len) - frag_len
+    prior = fragments.episode_infos.get("prior_length")
+    continuing = np.zeros(n_frag, dtype=bool) if prior is None else np.asarray(prior) > 0
+    head_len = np.zeros(n_frag, dtype=np.int64)
+    head_start = np.zeros(n_frag, dtype=np.int64)
+    n_run_steps = 0
+    if continuing.any():
+        if running is None:
+            raise ValueError("a fragment continues an episode whose earlier steps were not kept")
+        n_run_steps = running.n_steps
+        piece_of_slot = np.full(int(max(running.slots.max(initial=0), fragment_slots.max())) + 1, -1, dtype=np.int64)
+        piece_of_slot[running.slots] = np.arange(len(running.slots))
+        piece = piece_of_slot[fragment_slots[continuing]]
+        if (piece < 0).any():
+            raise ValueError("a fragment continues an episode whose earlier steps were not kept")
+        run_start = np.cumsum(running.lengths) - running.lengths
+        head_len[continuing] = running.lengths[piece]
+        head_start[continuing] = run_start[piece]
+        if (fragments.step_types[frag_start[continuing]] == StepType.FIRST).any():
+            raise ValueError("a fragment with prior_length > 0 starts with a FIRST step")
+    if running is not None and int(continuing.sum()) != len(running.slots):
+        raise ValueError(f"{len(running.slots)} episodes were running but {int(continuing.sum())} fragments "
+                         "continue one: every running episode must be continued by the next rollout")
+
+    def steps(attr: str, infos: str | None = None) -> dict[str, np.ndarray] | np.ndarray:
+        """The running pieces' rows followed by the fragments' rows."""
+        if infos is None:
+            ours = getattr(fragments, attr)
+            return ours if n_run_steps == 0 else np.concatenate([getattr(running, attr), ours])
+        ours_d = getattr(fragments, infos)
+        if n_run_steps == 0:
+            return dict(ours_d)
+        theirs = getattr(running, infos)
+        return {k: np.concatenate([theirs[k], v]) for k, v in ours_d.items()}
+
+    obs, actions, rewards, step_types = (steps(a) for a in ("observations", "actions", "rewards", "step_types"))
+    agent_infos, env_infos = steps("agent_infos", "agent_infos"), steps("env_infos", "env_infos")
+    assert isinstance(agent_infos, dict) and isinstance(env_infos, dict)
+    last = step_types[n_run_steps + frag_start + frag_len - 1]  # type: ignore[index]
+    complete = (last == StepType.TERMINAL) | (last == StepType.TIMEOUT)
+
+    def pick(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(row indices, lengths) of the joined pieces ``mask`` selects: each piece's head, then its fragment."""
+        sources = np.stack([head_start[mask], n_run_steps + frag_start[mask]], axis=1).reshape(-1)
+        lengths = np.stack([head_len[mask], frag_len[mask]], axis=1).reshape(-1)
+        return _segments_index(sources, lengths), head_len[mask] + frag_len[mask]
+
+    done: EpisodeBatch | None = None
+    if complete.any():
+        idx, lengths = pick(complete)
+        done = EpisodeBatch(
+            observations=np.take(obs, idx, axis=0), actions=np.take(actions, idx, axis=0),  # type: ignore[arg-type]
+            rewards=np.take(rewards, idx), step_types=np.take(step_types, idx), lengths=lengths,  # type: ignore[arg-type]
+            last_observations=fragments.last_observations[complete],
+            agent_infos={k: np.take(v, idx, axis=0) for k, v in agent_infos.items()},
+            env_infos={k: np.take(v, idx, axis=0) for k, v in env_infos.items()},
+        )
+    still: RunningEpisodes | None = None
+    if not complete.all():
+        keep = ~complete
+        idx, lengths = pick(keep)
+        still = RunningEpisodes(
+            observations=np.take(obs, idx, axis=0), actions=np.take(actions, idx, axis=0),  # type: ignore[arg-type]
+            rewards=np.take(rewards, idx), step_types=np.take(step_types, idx), lengths=lengths,  # type: ignore[arg-type]
+            slots=np.asarray(fragment_slots[keep], dtype=np.int64),
+            agent_infos={k: np.take(v, idx, axis=0) for k, v in agent_infos.items()},
+            env_infos={k: np.take(v, idx, axis=0) for k, v in env_infos.items()},
+        )
+    return done, still
