@@ -41,8 +41,9 @@ BACKENDS = [
     pytest.param({"backend": "envpool", "n_envs": 4, "num_threads": 1},
                  marks=pytest.mark.skipif(not has_envpool(), reason="needs EnvPool")),
     {"backend": "native", "n_envs": 3, "timesteps_per_call": 20},
+    {"backend": "sync", "n_envs": 3, "carry_episodes": True},
 ]
-IDS = ["native", "sync", "envpool", "native-fragments"]
+IDS = ["native", "sync", "envpool", "native-fragments", "sync-carried"]
 
 
 def factory(args: dict[str, Any], seed: int = 11, n_workers: int = 2) -> WorkerFactory:
@@ -117,8 +118,9 @@ def test_ray_gives_the_local_samplers_episodes(policy: Any) -> None:
 
 @pytest.mark.parametrize("sampler_name", ["action_server", "alternating"])
 @pytest.mark.parametrize("args", [{"backend": "native", "n_envs": 4}, {"backend": "sync", "n_envs": 2},
-                                  {"backend": "native", "n_envs": 3, "timesteps_per_call": 16}],
-                         ids=["native", "sync", "native-fragments"])
+                                  {"backend": "native", "n_envs": 3, "timesteps_per_call": 16},
+                                  {"backend": "native", "n_envs": 3, "carry_episodes": True}],
+                         ids=["native", "sync", "native-fragments", "native-carried"])
 def test_action_server_samplers_run_it_through_the_proxy(policy: Any, sampler_name: str, args: dict[str, Any]) -> None:
     """The worker's agent is a proxy to one batched policy in the sampler's process: the same episodes as
     the local sampler."""
