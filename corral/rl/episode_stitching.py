@@ -12,7 +12,7 @@ episodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,23 +23,16 @@ from corral.framework.batch import EpisodeBatch, StepType
 class RunningEpisodes:
     """The steps recorded so far of the episodes still running, at most one per environment slot.
 
-    Flat step arrays as in :class:`~corral.framework.batch.EpisodeBatch` (piece ``i`` is rows
-    ``starts[i] : starts[i] + lengths[i]``); ``slots[i]`` is the slot whose environment runs it. Every
-    piece starts at its episode's first step (FIRST)."""
+    ``pieces`` holds them as fragments (each starts at its episode's first step, FIRST); ``slots[i]`` is
+    the slot whose environment runs piece ``i``."""
 
-    observations: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    step_types: np.ndarray
-    lengths: np.ndarray
+    pieces: EpisodeBatch
     slots: np.ndarray
-    agent_infos: dict[str, np.ndarray] = field(default_factory=dict)
-    env_infos: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n_steps(self) -> int:
         """Steps held."""
-        return int(self.lengths.sum())
+        return len(self.pieces)
 
 
 def _segments_index(sources: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -75,8 +68,9 @@ def join_fragments(running: RunningEpisodes | None, fragments: EpisodeBatch,
         piece = piece_of_slot[fragment_slots[continuing]]
         if (piece < 0).any():
             raise ValueError("a fragment continues an episode whose earlier steps were not kept")
-        run_start = np.cumsum(running.lengths) - running.lengths
-        head_len[continuing] = running.lengths[piece]
+        run_len = running.pieces.lengths
+        run_start = np.cumsum(run_len) - run_len
+        head_len[continuing] = run_len[piece]
         head_start[continuing] = run_start[piece]
         if (fragments.step_types[frag_start[continuing]] == StepType.FIRST).any():
             raise ValueError("a fragment with prior_length > 0 starts with a FIRST step")
@@ -84,21 +78,13 @@ def join_fragments(running: RunningEpisodes | None, fragments: EpisodeBatch,
         raise ValueError(f"{len(running.slots)} episodes were running but {int(continuing.sum())} fragments "
                          "continue one: every running episode must be continued by the next rollout")
 
-    def steps(attr: str, infos: str | None = None) -> dict[str, np.ndarray] | np.ndarray:
-        """The running pieces' rows followed by the fragments' rows."""
-        if infos is None:
-            ours = getattr(fragments, attr)
-            return ours if n_run_steps == 0 else np.concatenate([getattr(running, attr), ours])
-        ours_d = getattr(fragments, infos)
-        if n_run_steps == 0:
-            return dict(ours_d)
-        theirs = getattr(running, infos)
-        return {k: np.concatenate([theirs[k], v]) for k, v in ours_d.items()}
-
-    obs, actions, rewards, step_types = (steps(a) for a in ("observations", "actions", "rewards", "step_types"))
-    agent_infos, env_infos = steps("agent_infos", "agent_infos"), steps("env_infos", "env_infos")
-    assert isinstance(agent_infos, dict) and isinstance(env_infos, dict)
-    last = step_types[n_run_steps + frag_start + frag_len - 1]  # type: ignore[index]
+    # The kept steps' rows, then the fragments' rows (per-step arrays only: the two differ in episode infos).
+    parts = [fragments] if running is None or n_run_steps == 0 else [running.pieces, fragments]
+    obs, actions, rewards, step_types = (np.concatenate([getattr(b, name) for b in parts])
+                                         for name in ("observations", "actions", "rewards", "step_types"))
+    agent_infos = {k: np.concatenate([b.agent_infos[k] for b in parts]) for k in fragments.agent_infos}
+    env_infos = {k: np.concatenate([b.env_infos[k] for b in parts]) for k in fragments.env_infos}
+    last = step_types[n_run_steps + frag_start + frag_len - 1]
     complete = (last == StepType.TERMINAL) | (last == StepType.TIMEOUT)
 
     def pick(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -111,8 +97,8 @@ def join_fragments(running: RunningEpisodes | None, fragments: EpisodeBatch,
     if complete.any():
         idx, lengths = pick(complete)
         done = EpisodeBatch(
-            observations=np.take(obs, idx, axis=0), actions=np.take(actions, idx, axis=0),  # type: ignore[arg-type]
-            rewards=np.take(rewards, idx), step_types=np.take(step_types, idx), lengths=lengths,  # type: ignore[arg-type]
+            observations=np.take(obs, idx, axis=0), actions=np.take(actions, idx, axis=0),
+            rewards=np.take(rewards, idx), step_types=np.take(step_types, idx), lengths=lengths,
             last_observations=fragments.last_observations[complete],
             agent_infos={k: np.take(v, idx, axis=0) for k, v in agent_infos.items()},
             env_infos={k: np.take(v, idx, axis=0) for k, v in env_infos.items()},
@@ -121,11 +107,12 @@ def join_fragments(running: RunningEpisodes | None, fragments: EpisodeBatch,
     if not complete.all():
         keep = ~complete
         idx, lengths = pick(keep)
-        still = RunningEpisodes(
-            observations=np.take(obs, idx, axis=0), actions=np.take(actions, idx, axis=0),  # type: ignore[arg-type]
-            rewards=np.take(rewards, idx), step_types=np.take(step_types, idx), lengths=lengths,  # type: ignore[arg-type]
-            slots=np.asarray(fragment_slots[keep], dtype=np.int64),
+        still = RunningEpisodes(EpisodeBatch(
+            observations=np.take(obs, idx, axis=0), actions=np.take(actions, idx, axis=0),
+            rewards=np.take(rewards, idx), step_types=np.take(step_types, idx), lengths=lengths,
+            last_observations=fragments.last_observations[keep],
             agent_infos={k: np.take(v, idx, axis=0) for k, v in agent_infos.items()},
             env_infos={k: np.take(v, idx, axis=0) for k, v in env_infos.items()},
-        )
+            allow_fragments=True,
+        ), slots=np.asarray(fragment_slots[keep], dtype=np.int64))
     return done, still

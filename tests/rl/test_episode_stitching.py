@@ -36,7 +36,7 @@ def test_a_continued_episode_is_joined_and_a_running_one_kept() -> None:
     first = fragments([(0, [F, M], 100), (0, [F], 200)])
     done, running = join_fragments(None, first, np.array([0, 1]))
     assert done is None and running is not None
-    assert running.slots.tolist() == [0, 1] and running.lengths.tolist() == [2, 1]
+    assert running.slots.tolist() == [0, 1] and running.pieces.lengths.tolist() == [2, 1]
 
     second = fragments([(1, [M, M], 201), (2, [M, T], 102), (0, [F], 300)])
     done, running = join_fragments(running, second, np.array([1, 0, 2]))
@@ -48,8 +48,8 @@ def test_a_continued_episode_is_joined_and_a_running_one_kept() -> None:
     assert done.agent_infos["log_prob"].tolist() == [0, 1, 2, 3]  # the kept steps' infos, then the fragment's
     assert not done.episode_infos and not done.allow_fragments
     assert running is not None and running.slots.tolist() == [1, 2]
-    assert running.observations[:, 0].tolist() == [200, 201, 202, 300]
-    assert running.step_types.tolist() == [F, M, M, F]
+    assert running.pieces.observations[:, 0].tolist() == [200, 201, 202, 300]
+    assert running.pieces.step_types.tolist() == [F, M, M, F]
 
 
 def test_episodes_that_end_within_one_rollout_come_out_as_they_are() -> None:
@@ -64,18 +64,14 @@ def test_a_fragment_that_continues_nothing_kept_is_an_error() -> None:
     """A continuation without the episode's earlier steps would make a wrong episode: refused."""
     with pytest.raises(ValueError, match="earlier steps were not kept"):
         join_fragments(None, fragments([(3, [M, T], 0)]), np.array([0]))
-    kept = RunningEpisodes(observations=np.zeros((1, 1), dtype=np.float32), actions=np.zeros(1, dtype=np.int64),
-                           rewards=np.zeros(1, dtype=np.float32), step_types=np.array([F], dtype=np.uint8),
-                           lengths=np.array([1]), slots=np.array([0]), agent_infos={"log_prob": np.zeros(1, dtype=np.float32)})
+    _, kept = join_fragments(None, fragments([(0, [F], 0)]), np.array([0]))
     with pytest.raises(ValueError, match="earlier steps were not kept"):
         join_fragments(kept, fragments([(1, [M, T], 0)]), np.array([1]))
 
 
 def test_a_kept_episode_that_is_not_continued_is_an_error() -> None:
     """Every running episode must be continued by the next rollout; otherwise its steps would be lost."""
-    kept = RunningEpisodes(observations=np.zeros((2, 1), dtype=np.float32), actions=np.zeros(2, dtype=np.int64),
-                           rewards=np.zeros(2, dtype=np.float32), step_types=np.array([F, F], dtype=np.uint8),
-                           lengths=np.array([1, 1]), slots=np.array([0, 1]),
-                           agent_infos={"log_prob": np.zeros(2, dtype=np.float32)})
+    _, kept = join_fragments(None, fragments([(0, [F], 0), (0, [F], 5)]), np.array([0, 1]))
+    assert isinstance(kept, RunningEpisodes) and kept.slots.tolist() == [0, 1]
     with pytest.raises(ValueError, match="2 episodes were running but 1 fragments continue one"):
         join_fragments(kept, fragments([(1, [M, T], 0), (0, [F], 9)]), np.array([0, 1]))
