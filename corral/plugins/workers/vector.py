@@ -52,6 +52,8 @@ from corral.rl.episode_stitching import RunningEpisodes, join_fragments
 logger = logging.getLogger(__name__)
 
 _warned_fresh_resume: set[str] = set()
+#: A whole-episode rollout may return this many times ``min_steps`` before the worker says why, once.
+OVERSIZE_FACTOR = 4
 
 
 @dataclass
@@ -77,6 +79,18 @@ def _warn_fresh(backend: str, why: str) -> None:
         _warned_fresh_resume.add(backend)
         logger.warning("corral: worker.backend=%s %s; the resumed run starts fresh episodes "
                        "(not the episodes an uninterrupted run would have sampled)", backend, why)
+
+
+def _warn_oversize(worker: "VectorWorker", got: int, wanted: int) -> None:
+    """Say once per worker that its whole-episode rollouts are far larger than asked, and what to do."""
+    if worker._warned_oversize:
+        return
+    worker._warned_oversize = True
+    logger.warning(
+        "corral: worker=vector returned %d steps where %d were asked for: every one of its %d environments "
+        "records one whole episode from each rollout's restart, so an epoch is far larger than trainer.batch_size; "
+        "set worker.carry_episodes=true (whole episodes, environments kept running) or lower worker.n_envs",
+        got, wanted, worker.n_envs)
 
 
 class VectorWorker(Worker):
@@ -142,6 +156,7 @@ class VectorWorker(Worker):
         #: Fragment mode: keep the per-step bookkeeping even where the after-the-loop one applies (tests
         #: compare the two).
         self._per_step_bookkeeping = False
+        self._warned_oversize = False
 
     # ------------------------------------------------------------------ environments
     @property
@@ -331,6 +346,8 @@ class VectorWorker(Worker):
                     first_row[starting] = row
                     agent.reset(starting)
         self.env_steps_taken += row * k
+        if min_steps and (got := int(sum(int(x.sum()) for x in ep_lengths))) > OVERSIZE_FACTOR * min_steps:
+            _warn_oversize(self, got, int(min_steps))
         term = np.concatenate(ep_term)
         return _gather(log, np.concatenate(ep_slots), np.concatenate(ep_rows), np.concatenate(ep_lengths),
                        np.zeros(len(term), dtype=np.int64),

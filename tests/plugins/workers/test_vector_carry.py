@@ -144,3 +144,24 @@ def test_a_new_agent_object_restarts_the_carried_episodes() -> None:
     assert worker.agent is not None
     worker.update_agent(worker.agent)
     assert worker._carry is None
+
+
+def test_whole_episodes_far_beyond_min_steps_say_why_once(caplog: pytest.LogCaptureFixture) -> None:
+    """Restarting every environment each rollout, 64 CartPoles return at least 64 episodes however few steps
+    are asked for: one warning line says so and names the setting that keeps rollouts near the size asked;
+    carried episodes do not warn."""
+    import logging
+
+    worker = make_worker(n_envs=64, carry_episodes=False)
+    with caplog.at_level(logging.WARNING, logger="corral.plugins.workers.vector"):
+        for _ in range(3):
+            assert len(worker.rollout(min_steps=100)) > 4 * 100
+    lines = [r.getMessage() for r in caplog.records if "were asked for" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "every one of its 64 environments" in lines[0] and "worker.carry_episodes=true" in lines[0]
+    caplog.clear()
+    carried = make_worker(n_envs=64, carry_episodes=True)
+    with caplog.at_level(logging.WARNING, logger="corral.plugins.workers.vector"):
+        for _ in range(3):
+            assert len(carried.rollout(min_steps=100)) >= 100
+    assert not [r for r in caplog.records if "were asked for" in r.getMessage()]
