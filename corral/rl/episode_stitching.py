@@ -87,32 +87,20 @@ def join_fragments(running: RunningEpisodes | None, fragments: EpisodeBatch,
     last = step_types[n_run_steps + frag_start + frag_len - 1]
     complete = (last == StepType.TERMINAL) | (last == StepType.TIMEOUT)
 
-    def pick(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(row indices, lengths) of the joined pieces ``mask`` selects: each piece's head, then its fragment."""
+    def joined(mask: np.ndarray, allow_fragments: bool) -> EpisodeBatch:
+        """The pieces ``mask`` selects, each its kept steps followed by its fragment."""
         sources = np.stack([head_start[mask], n_run_steps + frag_start[mask]], axis=1).reshape(-1)
-        lengths = np.stack([head_len[mask], frag_len[mask]], axis=1).reshape(-1)
-        return _segments_index(sources, lengths), head_len[mask] + frag_len[mask]
-
-    done: EpisodeBatch | None = None
-    if complete.any():
-        idx, lengths = pick(complete)
-        done = EpisodeBatch(
+        idx = _segments_index(sources, np.stack([head_len[mask], frag_len[mask]], axis=1).reshape(-1))
+        return EpisodeBatch(
             observations=np.take(obs, idx, axis=0), actions=np.take(actions, idx, axis=0),
-            rewards=np.take(rewards, idx), step_types=np.take(step_types, idx), lengths=lengths,
-            last_observations=fragments.last_observations[complete],
+            rewards=np.take(rewards, idx), step_types=np.take(step_types, idx),
+            lengths=head_len[mask] + frag_len[mask], last_observations=fragments.last_observations[mask],
             agent_infos={k: np.take(v, idx, axis=0) for k, v in agent_infos.items()},
             env_infos={k: np.take(v, idx, axis=0) for k, v in env_infos.items()},
+            allow_fragments=allow_fragments,
         )
-    still: RunningEpisodes | None = None
-    if not complete.all():
-        keep = ~complete
-        idx, lengths = pick(keep)
-        still = RunningEpisodes(EpisodeBatch(
-            observations=np.take(obs, idx, axis=0), actions=np.take(actions, idx, axis=0),
-            rewards=np.take(rewards, idx), step_types=np.take(step_types, idx), lengths=lengths,
-            last_observations=fragments.last_observations[keep],
-            agent_infos={k: np.take(v, idx, axis=0) for k, v in agent_infos.items()},
-            env_infos={k: np.take(v, idx, axis=0) for k, v in env_infos.items()},
-            allow_fragments=True,
-        ), slots=np.asarray(fragment_slots[keep], dtype=np.int64))
+
+    done = joined(complete, False) if complete.any() else None
+    still = (RunningEpisodes(joined(~complete, True), slots=np.asarray(fragment_slots[~complete], dtype=np.int64))
+             if not complete.all() else None)
     return done, still
