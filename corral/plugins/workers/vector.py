@@ -81,6 +81,13 @@ def _warn_fresh(backend: str, why: str) -> None:
                        "(not the episodes an uninterrupted run would have sampled)", backend, why)
 
 
+def _check_rollout_mode(carry_episodes: bool, timesteps_per_call: int) -> None:
+    """Whole carried episodes and fragments are two answers: asking for both is one ConfigError."""
+    if carry_episodes and timesteps_per_call > 0:
+        raise ConfigError(f"worker.carry_episodes=true returns whole episodes but worker.timesteps_per_call="
+                          f"{timesteps_per_call} returns fragments; set one of them")
+
+
 def _warn_oversize(worker: "VectorWorker", got: int, wanted: int) -> None:
     """Say once per worker that its whole-episode rollouts are far larger than asked, and what to do."""
     if worker._warned_oversize:
@@ -128,9 +135,7 @@ class VectorWorker(Worker):
             raise ConfigError(f"worker.autoreset_mode={autoreset_mode!r} is not one of {', '.join(AUTORESET_MODES)}")
         if timesteps_per_call < 0:
             raise ConfigError(f"worker.timesteps_per_call must be >= 0, got {timesteps_per_call}")
-        if carry_episodes and timesteps_per_call:
-            raise ConfigError(f"worker.carry_episodes=true returns whole episodes but worker.timesteps_per_call="
-                              f"{timesteps_per_call} returns fragments; set one of them")
+        _check_rollout_mode(bool(carry_episodes), int(timesteps_per_call))
         self.backend = backend
         self.num_threads = int(num_threads)
         self.autoreset_mode = str(autoreset_mode).lower()
@@ -703,9 +708,7 @@ def corral_validate_config(cfg: Any) -> None:
     env_id = cfg.env.get("id") if cfg.get("env") is not None else None
     if isinstance(env_id, str) and ":" not in env_id:
         _check_backend_has(backend, env_id)
-    if bool(worker.get("carry_episodes", False)) and int(worker.get("timesteps_per_call", 0) or 0) > 0:
-        raise ConfigError(f"worker.carry_episodes=true returns whole episodes but worker.timesteps_per_call="
-                          f"{worker.timesteps_per_call} returns fragments; set one of them")
+    _check_rollout_mode(bool(worker.get("carry_episodes", False)), int(worker.get("timesteps_per_call", 0) or 0))
     if int(worker.get("timesteps_per_call", 0) or 0) > 0 and cfg.get("algo") is not None:
         from corral.framework.plugins import get_registry
 
