@@ -72,7 +72,7 @@ def bare_vector_row(backend: str, n_envs: int, *, threads: int = 0, envs: tuple[
 
 def vector_rows() -> list[RowSpec]:
     """Issue 20's rows: local + vector beside a bare loop over the same VectorEnv (native CartPole at 32,
-    256 and 1024 environments, EnvPool CartPole at 32 and 256, EnvPool HalfCheetah with 1 and 2 threads),
+    256 and 1024 environments, EnvPool CartPole at 32 and 256, EnvPool HalfCheetah at 16 and 64 with 1 and 2 threads),
     each CartPole row also in fragment mode (what PPO, TRPO and VPG can now train from, as SB3 and CleanRL
     do) and with ``carry_episodes`` (whole episodes, environments kept running), and multiprocessing
     2 x vector(native, 128) in the three modes. EnvPool rows only where it is installed."""
@@ -89,9 +89,10 @@ def vector_rows() -> list[RowSpec]:
                      vector_row("envpool", n, threads=1, envs=("CartPole-v1",)),
                      vector_row("envpool", n, threads=1, envs=("CartPole-v1",), fragments=True),
                      vector_row("envpool", n, threads=1, envs=("CartPole-v1",), carry=True)]
-        for t in (1, 2):
-            rows += [bare_vector_row("envpool", HALF_CHEETAH_POOL_N, threads=t, envs=(HALF_CHEETAH_ID,)),
-                     vector_row("envpool", HALF_CHEETAH_POOL_N, threads=t, envs=(HALF_CHEETAH_ID,))]
+        for n in HALF_CHEETAH_POOL_N:
+            for t in (1, 2):
+                rows += [bare_vector_row("envpool", n, threads=t, envs=(HALF_CHEETAH_ID,)),
+                         vector_row("envpool", n, threads=t, envs=(HALF_CHEETAH_ID,))]
     return rows
 
 
@@ -105,8 +106,6 @@ def vector_targets() -> list[Target]:
     (the rollouts that PPO, TRPO and VPG, like the off-policy algorithms, can learn from) and for whole
     episodes with ``carry_episodes``."""
     local_vec = corral_key("local", "vec", 32, 1)
-    hc1 = vector_key("local", "envpool", HALF_CHEETAH_POOL_N, threads=1)
-    hc2 = vector_key("local", "envpool", HALF_CHEETAH_POOL_N, threads=2)
     targets: list[Target] = []
     for frag, carry in ((False, False), (True, False), (False, True)):
         mode = " fragments" if frag else " carried whole episodes" if carry else ""
@@ -126,12 +125,14 @@ def vector_targets() -> list[Target]:
                                   "bare/envpool-t1/256", 0.8, f"local + vector(envpool, 256){mode} vs its bare loop"))
     if not ENVPOOL_INSTALLED:
         return targets
-    return targets + [
-        Target(HALF_CHEETAH_ID, hc2, hc1, 1.6,
-               f"local + vector(envpool, {HALF_CHEETAH_POOL_N}): 2 threads vs 1 thread"),
-        Target(HALF_CHEETAH_ID, f"bare/envpool-t2/{HALF_CHEETAH_POOL_N}", f"bare/envpool-t1/{HALF_CHEETAH_POOL_N}",
-               1.6, f"bare loop over EnvPool({HALF_CHEETAH_POOL_N}): 2 threads vs 1 thread"),
-    ]
+    for n in HALF_CHEETAH_POOL_N:
+        targets += [
+            Target(HALF_CHEETAH_ID, vector_key("local", "envpool", n, threads=2),
+                   vector_key("local", "envpool", n, threads=1), 1.6, f"local + vector(envpool, {n}): 2 threads vs 1 thread"),
+            Target(HALF_CHEETAH_ID, f"bare/envpool-t2/{n}", f"bare/envpool-t1/{n}",
+                   1.6, f"bare loop over EnvPool({n}): 2 threads vs 1 thread"),
+        ]
+    return targets
 
 
 def vector_floor_table(results: list[Result]) -> str:

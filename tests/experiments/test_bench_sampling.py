@@ -276,10 +276,14 @@ def test_vector_rows_only_where_their_backend_has_the_environment() -> None:
     pool = [r for r in rows if "envpool" in r.key]
     assert bool(pool) == bench.ENVPOOL_INSTALLED
     if pool:
-        n = bench.HALF_CHEETAH_POOL_N
+        assert bench.HALF_CHEETAH_POOL_N == (16, 64)
         assert {r.key for r in bench.rows_for(bench.HALF_CHEETAH_ID, rows)} == {
-            f"bare/envpool-t1/{n}", f"bare/envpool-t2/{n}", f"local/vector-envpool-t1/1x{n}",
-            f"local/vector-envpool-t2/1x{n}"}
+            key for n in (16, 64) for key in (f"bare/envpool-t1/{n}", f"bare/envpool-t2/{n}",
+                                              f"local/vector-envpool-t1/1x{n}", f"local/vector-envpool-t2/1x{n}")}
+        threads_targets = [t for t in bench.vector_targets() if "2 threads vs 1 thread" in t.label]
+        assert {(t.row, t.base) for t in threads_targets} == {
+            pair for n in (16, 64) for pair in ((f"local/vector-envpool-t2/1x{n}", f"local/vector-envpool-t1/1x{n}"),
+                                                (f"bare/envpool-t2/{n}", f"bare/envpool-t1/{n}"))}
 
 
 def test_vector_batch_keeps_the_per_environment_share() -> None:
