@@ -28,8 +28,8 @@ import numpy as np
 
 
 def _cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
+    """CPU seconds of this process, all threads (EnvPool's included), at the clock's full resolution."""
+    return time.process_time()
 
 
 def _pool(env_id: str, n_envs: int, threads: int, seed: int) -> Any:
