@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
+import math
 import platform
 import shlex
 import subprocess
@@ -164,6 +165,46 @@ def per_step_time(result: dict) -> float:
     return last["time/total_s"] / last["env_steps"]
 
 
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b) (continued fraction, modified Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):  # the fraction converges fast only below the mean
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-14:
+            break
+    return front * f
+
+
+def welch_t_test(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """Welch's two-sided t-test of equal means: (t, degrees of freedom, p-value). Needs 2+ values in each."""
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError("Welch's t-test needs at least two values on each side")
+    ma, mb = sum(a) / len(a), sum(b) / len(b)
+    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
+    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
+    if va + vb == 0.0:
+        return (0.0 if ma == mb else math.copysign(math.inf, ma - mb)), math.nan, 1.0 if ma == mb else 0.0
+    t = (ma - mb) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return t, df, _betainc(df / 2.0, 0.5, df / (df + t * t))
+
+
 def peer_summary(ours: list[dict], theirs: list[dict], metric: str, peer: str,
                  time_target: float = 1.2) -> list[str]:
     """Markdown lines: corral's final ``metric`` against the spread of the peer's seeds, and the
@@ -179,6 +220,11 @@ def peer_summary(ours: list[dict], theirs: list[dict], metric: str, peer: str,
                    else "BELOW the spread of")
         lines.append(f"- final {label}: corral mean {mean_a:,.1f} (seeds {', '.join(f'{v:,.1f}' for v in a)}); "
                      f"{peer} seeds {min(b):,.1f} .. {max(b):,.1f} -> corral is {verdict} {peer}'s seeds.")
+        if len(a) >= 2 and len(b) >= 2:
+            t, df, p = welch_t_test(a, b)
+            mean_b = sum(b) / len(b)
+            lines.append(f"  corral mean - {peer} mean = {mean_a - mean_b:+,.1f} ({peer} mean {mean_b:,.1f}); Welch's "
+                         f"t-test over {len(a)} + {len(b)} seeds: t = {t:.2f}, df = {df:.1f}, p = {p:.2f}.")
         if m == metric == "eval/return_mean":
             break
     ta = [per_step_time(r) for r in ours]

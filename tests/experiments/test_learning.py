@@ -44,6 +44,34 @@ def result(seed: int, steps: list[float], returns: list[float], seconds: float) 
     return {"seed": seed, "rows": rows, "wall_s": seconds + 1.0}
 
 
+def test_welch_t_test_matches_reference_values(learning: ModuleType) -> None:
+    # SAC HalfCheetah's final evaluations, corral vs SB3 (sac_halfcheetah_vs_sb3.md); reference values from
+    # scipy.stats.ttest_ind(a, b, equal_var=False)
+    t, df, p = learning.welch_t_test([7160.9, 6443.4, 7342.0], [6610.4, 6541.1, 6531.5])
+    assert (t, df, p) == pytest.approx((1.5284932115856225, 2.032821875546494, 0.26404547729835426), rel=1e-9)
+    t, df, p = learning.welch_t_test([3634.0, 3363.9, 3417.2], [3695.8, 3174.1, 3728.5])
+    assert (t, df, p) == pytest.approx((-0.3090845563372787, 2.809778892864235, 0.778744371148729), rel=1e-9)
+    # far apart: p near 0; equal samples: p = 1
+    assert learning.welch_t_test([100.0, 101.0, 102.0], [0.0, 1.0, 2.0])[2] < 1e-4
+    assert learning.welch_t_test([1.0, 2.0], [1.0, 2.0])[2] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="at least two values"):
+        learning.welch_t_test([1.0], [1.0, 2.0])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("scipy") is None, reason="scipy is not installed")
+def test_welch_t_test_agrees_with_scipy(learning: ModuleType) -> None:
+    import numpy as np
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        a = list(rng.normal(0, rng.uniform(0.1, 5), rng.integers(2, 9)))
+        b = list(rng.normal(rng.uniform(-3, 3), rng.uniform(0.1, 5), rng.integers(2, 9)))
+        reference = stats.ttest_ind(a, b, equal_var=False)
+        t, _df, p = learning.welch_t_test(a, b)
+        assert t == pytest.approx(reference.statistic, rel=1e-9) and p == pytest.approx(reference.pvalue, abs=1e-10)
+
+
 def test_summary_compares_final_returns_with_the_peer_spread_and_time_per_step(learning: ModuleType) -> None:
     ours = [result(1, [1000, 2000], [100, 480], 2.0), result(2, [1000, 2010], [90, 460], 2.0)]
     theirs = [result(1, [1024, 2048], [50, 400], 4.0), result(2, [1024, 2048], [60, 500], 4.0)]
@@ -53,9 +81,14 @@ def test_summary_compares_final_returns_with_the_peer_spread_and_time_per_step(l
     ratio = float(re.search(r"ratio corral/sb3 = ([0-9.]+)x", lines).group(1))
     assert ratio == pytest.approx((1e-3 + 2 / 2010) / 2 / (4 / 2048), abs=0.01)
     assert "meets the <= 1.2x target" in lines
+    # Welch's t-test of the final values (470 vs 450): 480, 460 against 400, 500
+    t, df, p = learning.welch_t_test([480.0, 460.0], [400.0, 500.0])
+    assert f"corral mean - sb3 mean = +20.0 (sb3 mean 450.0); Welch's t-test over 2 + 2 seeds: t = {t:.2f}, " \
+           f"df = {df:.1f}, p = {p:.2f}." in lines
     slow = [result(1, [1000, 2000], [10, 20], 20.0)]
     lines = "\n".join(learning.peer_summary(slow, theirs, "train/return_mean", "sb3"))
     assert "BELOW the spread" in lines and "MISSES the <= 1.2x target" in lines
+    assert "Welch" not in lines  # one corral seed: no test
     table = learning.summarise(ours, "train/return_mean", 475)
     assert [row["reached_at_steps"] for row in table] == [2000, None]
 
