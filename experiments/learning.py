@@ -67,13 +67,17 @@ def summarise(results: list[dict], metric: str, threshold: float) -> list[dict[s
     table = []
     for r in results:
         rows = r["rows"]
-        evals = [row["eval/return_mean"] for row in rows if "eval/return_mean" in row]
+        eval_rows = [row for row in rows if "eval/return_mean" in row]
+        evals = [row["eval/return_mean"] for row in eval_rows]
         table.append({
             "seed": r["seed"],
             "reached_at_steps": first_reach(rows, metric, threshold),
             # the last epoch that logged the metric (evaluation metrics are not logged every epoch)
             f"final {metric}": next((row[metric] for row in reversed(rows) if metric in row), None),
             "final eval": evals[-1] if evals else None,
+            # where it was logged: a run whose last epoch did not evaluate gets one more evaluation after
+            # training, which its closing line and summary.json hold and progress.csv does not
+            "final eval at steps": eval_rows[-1]["env_steps"] if eval_rows else None,
             "best eval": max(evals) if evals else None,
             "env_steps": rows[-1]["env_steps"],
             "train_time_s": rows[-1].get("time/total_s"),
@@ -327,6 +331,9 @@ def main() -> None:
     lines += ["| " + " | ".join(fmt(v) for v in row.values()) + " |" for row in table]
     reached = [row["reached_at_steps"] for row in table if row.get("framework", "corral") == "corral"]
     verdict = "all seeds reached it" if all(x is not None for x in reached) else "NOT every seed reached it"
+    lines += ["", "final eval: the last evaluation in progress.csv, at the step in 'final eval at steps' (a run "
+              "whose last epoch did not evaluate gets one more evaluation after training; its closing line and "
+              "summary.json hold that one)."]
     lines += ["", f"Result{' (corral)' if args.peer else ''}: {verdict}"
               + (f"; slowest at {max(reached):,.0f} env steps." if all(reached) else ".")]
     if args.peer:

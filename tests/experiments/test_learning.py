@@ -99,6 +99,7 @@ def test_final_metric_is_the_last_epoch_that_logged_it(learning: ModuleType) -> 
     run["rows"].append({"env_steps": 3000, "train/return_mean": 470, "time/total_s": 3.0})
     (row,) = learning.summarise([run], "eval/return_mean", 475)
     assert row["final eval/return_mean"] == 480 and row["reached_at_steps"] == 2000
+    assert row["final eval"] == 480 and row["final eval at steps"] == 2000  # where the final value was logged
 
 
 def test_plot_draws_a_band_per_framework(learning: ModuleType, tmp_path: Path) -> None:
