@@ -14,9 +14,6 @@ ratios 2 threads / 1 thread. With ``--out`` the table goes to a markdown file wi
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import shlex
 import statistics
 import sys
 import time
@@ -25,6 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+if str(HERE.parent) not in sys.path:
+    sys.path.append(str(HERE.parent))
+
+from sampling_bench.report import emit, profile_document  # noqa: E402
 
 
 def _cpu_s() -> float:
@@ -122,26 +127,14 @@ def main() -> None:
     header = ("| N | threads | policy us/step | step us/step | cores busy | steps/s | 2 vs 1 thread | "
               "step us/step, actions ready | cores busy, actions ready | 2 vs 1 thread, actions ready |\n"
               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0]), *sys.argv[1:]])
     import envpool
 
-    text = "\n".join([
-        f"# EnvPool threads: where a step's time goes ({args.env})", "",
-        f"Command: `{command}`", "",
-        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {platform.machine()} "
-        f"{platform.system()}, cpu_count={os.cpu_count()}, python {platform.python_version()}, "
-        f"torch {torch.__version__}, envpool {envpool.__version__}, load average "
-        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}", "",
+    emit(profile_document(
+        f"EnvPool threads: where a step's time goes ({args.env})",
         f"{args.rounds} rounds of {args.steps} vector steps per row (1 and 2 threads alternate); medians over "
         "rounds; ratios are medians of the same-round ratios. Policy: corral's stochastic 64x64 MLP, torch "
         "threads 1. 'Actions ready': the same pool stepped again with the actions recorded in the round, "
-        "so no policy call sits between steps.", "",
-        header, *rows, ""])
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text)
-        print(f"wrote {args.out}")
-
+        "so no policy call sits between steps.", header, rows, versions=f", envpool {envpool.__version__}"), args.out)
 
 if __name__ == "__main__":
     main()

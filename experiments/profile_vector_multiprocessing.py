@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
-import shlex
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +30,7 @@ if str(HERE.parent) not in sys.path:
 
 from sampling_bench.harness import BenchContext  # noqa: E402
 from sampling_bench.processes import _proc_table  # noqa: E402
+from sampling_bench.report import emit, profile_document  # noqa: E402
 from sampling_bench.vector import vector_row  # noqa: E402
 
 #: mode -> (fragments, carry) of the benchmark's vector rows
@@ -101,22 +99,11 @@ def main() -> None:
     header = ("| mode | local 128: steps/s | local 256: steps/s | mp 2 x 128: steps/s | mp / local 256 | ideal "
               "(2 x local 128 / local 256) | mp: ms per call | mp: workers busy | mp: each worker's wait per call (ms) | "
               "mp: sampler's process busy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0]), *sys.argv[1:]])
-    text = "\n".join([
-        "# multiprocessing 2 x vector(native, 128): where the time goes (CartPole-v1)", "",
-        f"Command: `{command}`", "",
-        f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine: {platform.machine()} "
-        f"{platform.system()}, cpu_count={os.cpu_count()}, python {platform.python_version()}, torch "
-        f"{torch.__version__}, load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}", "",
+    emit(profile_document(
+        "multiprocessing 2 x vector(native, 128): where the time goes (CartPole-v1)",
         f"{args.rounds} measurements of {args.budget} s per row, round-robin within each mode; medians. Busy: "
         "CPU seconds (user + system, all threads, from /proc) over wall seconds. A worker's wait per call is "
-        "(1 - busy) x the time of one call.", "",
-        header, *lines, ""])
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text)
-        print(f"wrote {args.out}")
-
+        "(1 - busy) x the time of one call.", header, lines), args.out)
 
 if __name__ == "__main__":
     main()

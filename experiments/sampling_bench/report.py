@@ -3,9 +3,16 @@ environments goes."""
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
 import numpy as np
 
 from .harness import Result, Target
+from .processes import machine_info
 from .samplers import corral_key
 
 
@@ -110,3 +117,20 @@ def step_parts_table(results: list[Result], n: int = 32, sync_target: float = 1.
         lines.append(f"- corral local + vec({n}): {s / us('corral_vec'):.2f}x SyncVectorEnv({n}), "
                      f"{(e + p) / us('corral_vec'):.2f}x the bound's E + P.")
     return "\n".join(lines)
+
+
+def profile_document(title: str, method: str, header: str, rows: list[str], versions: str = "") -> str:
+    """A profile script's markdown: title, the command that ran (this process's argv), date and machine
+    (``versions`` appended, e.g. EnvPool's), how it measured, and its table."""
+    command = "python " + " ".join(shlex.quote(a) for a in [os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+    return "\n".join([f"# {title}", "", f"Command: `{command}`", "",
+                      f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {machine_info()}{versions}", "",
+                      method, "", header, *rows, ""])
+
+
+def emit(text: str, out: Path | None) -> None:
+    """Print ``text``; with ``out``, also write it there."""
+    print(text)
+    if out is not None:
+        out.write_text(text)
+        print(f"wrote {out}")
