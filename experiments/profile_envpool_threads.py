@@ -29,12 +29,8 @@ if str(HERE) not in sys.path:
 if str(HERE.parent) not in sys.path:
     sys.path.append(str(HERE.parent))
 
+from sampling_bench.harness import BenchContext  # noqa: E402
 from sampling_bench.report import emit, profile_document  # noqa: E402
-
-
-def _cpu_s() -> float:
-    """CPU seconds of this process, all threads (EnvPool's included), at the clock's full resolution."""
-    return time.process_time()
 
 
 def _pool(env_id: str, n_envs: int, threads: int, seed: int) -> Any:
@@ -45,26 +41,12 @@ def _pool(env_id: str, n_envs: int, threads: int, seed: int) -> Any:
                             seed=seed, num_threads=threads).venv
 
 
-def _policy(env_id: str, n_envs: int, seed: int) -> Any:
-    import gymnasium as gym
-    import torch
-
-    from corral.framework.env import EnvSpec
-    from corral.plugins.policies.mlp import MLPPolicy
-
-    torch.manual_seed(seed)
-    env = gym.make(env_id)
-    policy = MLPPolicy(EnvSpec.from_env(env), hidden_sizes=(64, 64))
-    env.close()
-    policy.seed(np.random.SeedSequence(seed).spawn(n_envs))
-    policy.reset()
-    return policy
-
-
 def measure(env_id: str, n_envs: int, threads: int, steps: int, seed: int) -> dict[str, float]:
     """Per vector step: policy and step microseconds, cores busy; then cores busy and step time with
     the actions computed beforehand (``pre_*``)."""
-    venv, policy = _pool(env_id, n_envs, threads, seed), _policy(env_id, n_envs, seed)
+    venv = _pool(env_id, n_envs, threads, seed)
+    policy = BenchContext(env_id=env_id, seed=seed, batch_size=0).make_policy(n_envs)  # the benchmark's policy
+    policy.reset()
     try:
         obs, _ = venv.reset()
         for _ in range(50):
@@ -72,7 +54,8 @@ def measure(env_id: str, n_envs: int, threads: int, steps: int, seed: int) -> di
             obs, *_ = venv.step(actions)
         policy_s = step_s = 0.0
         recorded: list[np.ndarray] = []
-        cpu0, wall0 = _cpu_s(), time.perf_counter()
+        # process_time: this process's CPU seconds, every thread (EnvPool's included), at full resolution
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         for _ in range(steps):
             t0 = time.perf_counter()
             actions, _ = policy.get_actions(obs)
@@ -82,12 +65,12 @@ def measure(env_id: str, n_envs: int, threads: int, steps: int, seed: int) -> di
             policy_s += t1 - t0
             recorded.append(actions)
         wall = time.perf_counter() - wall0
-        cores = (_cpu_s() - cpu0) / wall
-        cpu0, wall0 = _cpu_s(), time.perf_counter()
+        cores = (time.process_time() - cpu0) / wall
+        cpu0, wall0 = time.process_time(), time.perf_counter()
         for actions in recorded:
             venv.step(actions)
         pre_wall = time.perf_counter() - wall0
-        pre_cores = (_cpu_s() - cpu0) / pre_wall
+        pre_cores = (time.process_time() - cpu0) / pre_wall
     finally:
         venv.close()
     return {"policy_us": policy_s / steps * 1e6, "step_us": step_s / steps * 1e6, "cores": cores,
@@ -135,6 +118,7 @@ def main() -> None:
         "rounds; ratios are medians of the same-round ratios. Policy: corral's stochastic 64x64 MLP, torch "
         "threads 1. 'Actions ready': the same pool stepped again with the actions recorded in the round, "
         "so no policy call sits between steps.", header, rows, versions=f", envpool {envpool.__version__}"), args.out)
+
 
 if __name__ == "__main__":
     main()

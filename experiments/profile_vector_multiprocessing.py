@@ -28,8 +28,7 @@ if str(HERE) not in sys.path:
 if str(HERE.parent) not in sys.path:
     sys.path.append(str(HERE.parent))
 
-from sampling_bench.harness import BenchContext  # noqa: E402
-from sampling_bench.processes import _proc_table  # noqa: E402
+from sampling_bench.harness import BenchContext, _cpu_of  # noqa: E402
 from sampling_bench.report import emit, profile_document  # noqa: E402
 from sampling_bench.vector import vector_row  # noqa: E402
 
@@ -37,19 +36,14 @@ from sampling_bench.vector import vector_row  # noqa: E402
 MODES = {"whole episodes": (False, False), "fragments": (True, False), "carried whole episodes": (False, True)}
 
 
-def _cpu(pids: list[int]) -> dict[int, float]:
-    table = _proc_table()
-    return {pid: table[pid][1] if pid in table else float("nan") for pid in pids}
-
-
 def measure(runner: Any, budget_s: float) -> dict[str, Any]:
     """Steps/s, calls, and the busy fraction (CPU / wall) of this process and of each worker process."""
     pids = [os.getpid(), *runner.child_pids()]
     calls0 = runner.itr
-    before = _cpu(pids)
+    before = _cpu_of(set(pids)) or {}
     steps, wall, _ = runner.run(budget_s)
-    after = _cpu(pids)
-    busy = [(after[p] - before[p]) / wall for p in pids]
+    after = _cpu_of(set(pids)) or {}
+    busy = [(after[p] - before[p]) / wall if p in before and p in after else float("nan") for p in pids]
     return {"steps_per_s": steps / wall, "call_ms": wall / max(1, runner.itr - calls0) * 1e3,
             "sampler_busy": busy[0], "worker_busy": busy[1:]}
 
@@ -104,6 +98,7 @@ def main() -> None:
         f"{args.rounds} measurements of {args.budget} s per row, round-robin within each mode; medians. Busy: "
         "CPU seconds (user + system, all threads, from /proc) over wall seconds. A worker's wait per call is "
         "(1 - busy) x the time of one call.", header, lines), args.out)
+
 
 if __name__ == "__main__":
     main()
