@@ -1,5 +1,5 @@
-"""experiments/profile_envpool_threads.py and profile_vector_multiprocessing.py: a short run prints and writes
-their table, one row per measured case, with positive figures."""
+"""experiments/profile_*.py: a short run prints and writes their table, one row per measured case, with
+positive figures (profile_gpu_forward.py: without a GPU it says so and exits 2)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +26,8 @@ def _run(script: str, *args: str, out: Path) -> str:
 
 def _rows(text: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
-            if line.startswith("| ") and not line.startswith("| N ") and not line.startswith("| mode ")]
+            if line.startswith("| ") and not line.startswith("| N ") and not line.startswith("| mode ")
+            and not line.startswith("| policy ")]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("envpool") is None or importlib.util.find_spec("mujoco") is None,
@@ -49,3 +51,16 @@ def test_profile_vector_multiprocessing_reports_each_mode(tmp_path: Path) -> Non
         assert all(float(x.replace(",", "")) > 0 for x in r[1:4])
         busy = [float(x) for x in r[7].split(",")]
         assert len(busy) == 2 and all(0 < b <= 1.5 for b in busy)
+
+
+def test_profile_gpu_forward_times_each_variant_or_reports_no_gpu(tmp_path: Path) -> None:
+    args = ["--hidden", "8x8", "--batch", "3", "5", "--calls", "20", "--rounds", "1"]
+    if not torch.cuda.is_available():
+        proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "profile_gpu_forward.py"), *args],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and "no GPU available" in proc.stderr
+        return
+    rows = _rows(_run("profile_gpu_forward.py", *args, out=tmp_path / "gpu.md"))
+    assert [(r[0], r[1]) for r in rows] == [("8x8", "3"), ("8x8", "5")]
+    for r in rows:
+        assert all(float(x.rstrip("x")) > 0 for x in r[2:])

@@ -18,6 +18,7 @@ from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.parallel.slot_noise import SlotNoiseMixin
 from corral.rl import networks
+from corral.rl.device_forward import GraphedDeviceForward
 from corral.rl.networks import (
     batch_invariant_forward,
     flat_dim,
@@ -107,8 +108,6 @@ class MLPPolicy(SlotNoiseMixin, Policy, nn.Module):
     environment's actions depend only on its own seed, not on how it was batched.
     """
 
-    _pinned: tuple[torch.Tensor, torch.Tensor | None] | None  # host staging buffers of _forward_on
-
     def __init__(self, env_spec: EnvSpec, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
                  init_log_std: float = 0.0) -> None:
         nn.Module.__init__(self)
@@ -130,6 +129,7 @@ class MLPPolicy(SlotNoiseMixin, Policy, nn.Module):
         self.deterministic = False
         self._streams: NoiseStreams | None = None
         self._forward_cache: _NumpyForward | None = None
+        self._device_forward: GraphedDeviceForward | None = None  # the forward pass on a GPU
         self._rows: np.ndarray = np.arange(0)  # np.arange(n) for the last batch size
 
     # ------------------------------------------------------------------ torch side (for algorithms)
@@ -150,7 +150,7 @@ class MLPPolicy(SlotNoiseMixin, Policy, nn.Module):
     # ------------------------------------------------------------------ numpy side (for workers)
     def _forward_numpy(self, x: np.ndarray) -> np.ndarray:
         """``batch_invariant_forward(self.net, x)``, from cached views of the weights when possible
-        (on a GPU: torch's forward, through pinned host buffers)."""
+        (on a GPU: torch's forward, replayed as a CUDA graph)."""
         device = self.net[0].weight.device
         if device.type != "cpu":
             return self._forward_on(device, x)  # type: ignore[arg-type]  # net[0] is a Linear: a Tensor weight
@@ -162,29 +162,20 @@ class MLPPolicy(SlotNoiseMixin, Policy, nn.Module):
         return batch_invariant_forward(self.net, x)
 
     def _forward_on(self, device: torch.device, x: np.ndarray) -> np.ndarray:
-        """The forward pass on ``device``: observations staged in pinned host memory, copied over
-        without blocking, logits copied back into pinned memory (actions then come from the same
-        numpy sampling code as on cpu)."""
-        pinned = getattr(self, "_pinned", None)
-        if pinned is None or pinned[0].shape != x.shape:
-            pinned = self._pinned = (torch.empty(x.shape, dtype=torch.float32).pin_memory(), None)
-        staging, out_host = pinned
-        staging.numpy()[...] = x
-        with torch.no_grad():
-            out = self.net(staging.to(device, non_blocking=True))
-        if out_host is None or out_host.shape != out.shape:
-            out_host = torch.empty(out.shape, dtype=out.dtype).pin_memory()
-            self._pinned = (staging, out_host)
-        out_host.copy_(out, non_blocking=True)
-        torch.cuda.current_stream(device).synchronize()
-        return out_host.numpy()
+        """The forward pass on a GPU: one CUDA graph replay per call, through pinned host buffers
+        kept per batch shape (:class:`~corral.rl.device_forward.GraphedDeviceForward`); actions then
+        come from the same numpy sampling code as on cpu."""
+        forward = getattr(self, "_device_forward", None)  # None also for a policy pickled before it existed
+        if forward is None or not forward.valid(self.net):
+            forward = self._device_forward = GraphedDeviceForward(self.net, device)
+        return forward(np.ascontiguousarray(x, dtype=np.float32))
 
     def __getstate__(self) -> dict[str, Any]:
-        # The forward cache holds views of this object's parameters (and the pinned buffers are
-        # per device): never copy or pickle them.
+        # The forward caches hold views of this object's parameters (and the GPU one pinned buffers
+        # and CUDA graphs): never copy or pickle them.
         state = self.__dict__.copy()
         state["_forward_cache"] = None
-        state["_pinned"] = None
+        state["_device_forward"] = None
         return state
 
     def get_actions(self, observations: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
