@@ -20,6 +20,7 @@ groups of workers.
 from __future__ import annotations
 
 import copy
+import logging
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,7 @@ from corral.plugins.samplers.multiprocessing import (
     MultiprocessingSamplerConfig,
 )
 
+log = logging.getLogger(__name__)
 DEVICES_HELP = "where the server's policy runs: auto (cuda when available, else cpu), cpu, cuda or cuda:N"
 
 
@@ -85,6 +87,13 @@ def check_worker_class(worker_class: Any, sampler: str) -> None:
         )
 
 
+def device_name(device: str) -> str:
+    """The GPU's name for ``cuda`` or ``cuda:N`` (what the startup line shows)."""
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device))
+
+
 def server_policy(policy: Policy, device: str) -> Policy:
     """The server's own copy of ``policy``, on ``device``."""
     copied = copy.deepcopy(policy)
@@ -120,6 +129,7 @@ class ActionServerSampler(MultiprocessingSampler):
                  n_workers: int = 2, worker_factory: WorkerFactory | None = None, **kwargs: Any) -> None:
         self.server: ActionServer | None = None
         self.device = resolve_device(device)
+        self._device_option = device  # what the user asked for (auto, cpu, cuda...): the startup line shows both
         if slot_mib < 1:
             raise ConfigError(f"sampler.slot_mib must be >= 1, got {slot_mib}")
         if spin_us < 0:
@@ -155,6 +165,8 @@ class ActionServerSampler(MultiprocessingSampler):
             return h is not None and bool(h.outstanding)
 
         device = self.device
+        log.info("%s sampler: the policy runs on %s%s (sampler.device=%s)", self.option_name, device,
+                 f" ({device_name(device)})" if device.startswith("cuda") else "", self._device_option)
         server = ActionServer(self._ctx, self.n_workers, self.groups(), lambda p: server_policy(p, device), busy,
                               obs_bytes=self._slot_bytes, resp_bytes=self._slot_bytes, timeout=self.timeout,
                               spin_s=self._spin_s)

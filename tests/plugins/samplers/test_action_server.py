@@ -357,6 +357,17 @@ def test_cuda_server_gives_the_cpu_servers_discrete_actions() -> None:
     assert np.mean(got.actions[: len(want.actions)] == want.actions[: len(got.actions)]) > 0.99
 
 
+def test_the_log_says_where_the_policy_runs(policy: MLPPolicy, caplog: pytest.LogCaptureFixture) -> None:
+    # device=auto picks cuda whenever torch sees a GPU: the user reads which one it was.
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    with caplog.at_level("INFO", logger="corral.plugins.samplers.action_server"):
+        with ActionServerSampler(policy, CARTPOLE, **options(), device="auto", timeout=60.0) as sampler:
+            sampler.obtain_exact_episodes(1, policy.get_param_values())
+    lines = [r.getMessage() for r in caplog.records if "the policy runs on" in r.getMessage()]
+    assert lines and lines[0].startswith(f"action_server sampler: the policy runs on {want}"), lines
+    assert lines[0].endswith("(sampler.device=auto)"), lines
+
+
 # ---------------------------------------------------------------------- train.py end to end
 def test_train_py_runs_end_to_end(tmp_path: Path) -> None:
     check_train_py_runs("action_server", tmp_path)
