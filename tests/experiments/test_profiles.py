@@ -25,9 +25,10 @@ def _run(script: str, *args: str, out: Path) -> str:
 
 
 def _rows(text: str) -> list[list[str]]:
-    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
-            if line.startswith("| ") and not line.startswith("| N ") and not line.startswith("| mode ")
-            and not line.startswith("| policy ")]
+    """The cells of every table row; a header is the line above a ``|---`` line."""
+    lines = text.splitlines()
+    return [[c.strip() for c in line.strip("|").split("|")] for line, below in zip(lines, [*lines[1:], ""])
+            if line.startswith("| ") and not below.startswith("|---")]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("envpool") is None or importlib.util.find_spec("mujoco") is None,

@@ -168,7 +168,7 @@ class MLPPolicy(SlotNoiseMixin, Policy, nn.Module):
         forward = getattr(self, "_device_forward", None)  # None also for a policy pickled before it existed
         if forward is None or not forward.valid(self.net):
             forward = self._device_forward = GraphedDeviceForward(self.net, device)
-        return forward(np.ascontiguousarray(x, dtype=np.float32))
+        return forward(x)
 
     def __getstate__(self) -> dict[str, Any]:
         # The forward caches hold views of this object's parameters (and the GPU one pinned buffers

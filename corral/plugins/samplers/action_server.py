@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,9 +68,13 @@ def resolve_device(device: str) -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         return device
-    if device.startswith("cuda"):
+    if re.fullmatch(r"cuda(:[0-9]+)?", device):
         if not torch.cuda.is_available():
             raise ConfigError(f"sampler.device={device} but torch sees no GPU; use sampler.device=cpu (or auto)")
+        n = torch.cuda.device_count()
+        index = torch.device(device).index
+        if index is not None and index >= n:
+            raise ConfigError(f"sampler.device={device} but torch sees {n} GPU(s): use cuda:0 to cuda:{n - 1}")
         return device
     raise ConfigError(f"sampler.device must be auto, cpu, cuda or cuda:N, got {device!r}")
 
@@ -88,7 +93,7 @@ def check_worker_class(worker_class: Any, sampler: str) -> None:
 
 
 def device_name(device: str) -> str:
-    """The GPU's name for ``cuda`` or ``cuda:N`` (what the startup line shows)."""
+    """The GPU's name for ``cuda`` or ``cuda:N`` (what the start-up line shows)."""
     import torch
 
     return torch.cuda.get_device_name(torch.device(device))
@@ -129,7 +134,6 @@ class ActionServerSampler(MultiprocessingSampler):
                  n_workers: int = 2, worker_factory: WorkerFactory | None = None, **kwargs: Any) -> None:
         self.server: ActionServer | None = None
         self.device = resolve_device(device)
-        self._device_option = device  # what the user asked for (auto, cpu, cuda...): the startup line shows both
         if slot_mib < 1:
             raise ConfigError(f"sampler.slot_mib must be >= 1, got {slot_mib}")
         if spin_us < 0:
@@ -144,6 +148,8 @@ class ActionServerSampler(MultiprocessingSampler):
             raise ConfigError(f"sampler={self.option_name} serves {self.n_groups} groups of workers and needs "
                               f"sampler.n_workers >= {self.n_groups}, got {count}")
         self._recurrent = False
+        log.info("%s sampler: the policy runs on %s%s (sampler.device=%s)", self.option_name, self.device,
+                 f" ({device_name(self.device)})" if self.device.startswith("cuda") else "", device)
         super().__init__(agents, envs, n_workers=n_workers, worker_factory=worker_factory, **kwargs)
 
     # ------------------------------------------------------------------ hooks into the process sampler
@@ -165,8 +171,6 @@ class ActionServerSampler(MultiprocessingSampler):
             return h is not None and bool(h.outstanding)
 
         device = self.device
-        log.info("%s sampler: the policy runs on %s%s (sampler.device=%s)", self.option_name, device,
-                 f" ({device_name(device)})" if device.startswith("cuda") else "", self._device_option)
         server = ActionServer(self._ctx, self.n_workers, self.groups(), lambda p: server_policy(p, device), busy,
                               obs_bytes=self._slot_bytes, resp_bytes=self._slot_bytes, timeout=self.timeout,
                               spin_s=self._spin_s)

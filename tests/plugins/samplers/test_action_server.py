@@ -291,7 +291,12 @@ def test_a_worker_needing_more_than_the_proxy_is_refused(policy: MLPPolicy) -> N
 def test_invalid_options_fail_clearly(policy: MLPPolicy) -> None:
     with pytest.raises(ConfigError, match="sampler.device"):
         ActionServerSampler(policy, CARTPOLE, **options(), device="tpu")
-    if not torch.cuda.is_available():
+    with pytest.raises(ConfigError, match="sampler.device must be"):
+        ActionServerSampler(policy, CARTPOLE, **options(), device="cudax")
+    if torch.cuda.is_available():  # one index past the last GPU
+        with pytest.raises(ConfigError, match="GPU\\(s\\): use cuda:0"):
+            ActionServerSampler(policy, CARTPOLE, **options(), device=f"cuda:{torch.cuda.device_count()}")
+    else:
         with pytest.raises(ConfigError, match="no GPU"):
             ActionServerSampler(policy, CARTPOLE, **options(), device="cuda")
     with pytest.raises(ConfigError, match="slot_mib"):
