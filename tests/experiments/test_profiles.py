@@ -37,10 +37,13 @@ def test_profile_envpool_threads_times_both_phases(tmp_path: Path) -> None:
     text = _run("profile_envpool_threads.py", "--n-envs", "8", "--rounds", "1", "--steps", "20", out=tmp_path / "p.md")
     rows = _rows(text)
     assert [(r[0], r[1]) for r in rows] == [("8", "1"), ("8", "2")]
+    assert all(len(r) == 12 for r in rows)
     for r in rows:
         policy_us, step_us, cores = (float(x.replace(",", "")) for x in r[2:5])
         assert policy_us > 0 and step_us > 0 and 0 < cores <= 3
     assert re.fullmatch(r"\d+\.\d\dx", rows[1][6])
+    assert rows[0][10] == "" and float(rows[1][10].replace(",", "")) > 0  # pipelined halves: 2-thread row only
+    assert re.fullmatch(r"\d+\.\d\dx", rows[1][11])
 
 
 def test_profile_vector_multiprocessing_reports_each_mode(tmp_path: Path) -> None:
