@@ -150,6 +150,16 @@ def test_carry_episodes_with_fragments_is_one_line(tmp_path: Path, sites: dict[s
     assert not (tmp_path / "run" / "progress.csv").exists()
 
 
+def test_an_option_the_vector_backend_would_ignore_is_one_line(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """``worker.num_threads`` is EnvPool's: on the native backend it would be ignored, so it is refused
+    before anything runs, in one line."""
+    proc = train(tmp_path, sites, "worker=vector", "worker.num_threads=2", *SMALL)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr == ("corral: error: worker.num_threads=2 sets EnvPool's threads, but worker.backend=native; "
+                           "set worker.backend=envpool or leave worker.num_threads at 0\n"), output(proc)
+    assert not (tmp_path / "run" / "progress.csv").exists()
+
+
 # ------------------------------------------------------------------------------------ with plugins
 def test_train_with_the_third_party_sampler_and_worker(tmp_path: Path, sites: dict[str, Path]) -> None:
     calls = tmp_path / "calls.json"

@@ -317,9 +317,35 @@ def test_unknown_backend_and_autoreset_mode_are_config_errors() -> None:
         VectorWorker(seed=0, max_episode_length=10, autoreset_mode="sometimes")
 
 
+@pytest.mark.parametrize("backend", ["native", "sync", "async"])
+def test_num_threads_off_envpool_is_a_config_error_not_ignored(backend: str) -> None:
+    with pytest.raises(ConfigError, match=f"worker.num_threads=2 sets EnvPool's threads, but worker.backend={backend}"):
+        VectorWorker(seed=0, max_episode_length=10, backend=backend, num_threads=2)
+    VectorWorker(seed=0, max_episode_length=10, backend=backend, num_threads=0)
+
+
+@pytest.mark.parametrize("backend", ["native", "envpool"])
+@pytest.mark.parametrize("mode", ["same_step", "disabled"])
+def test_autoreset_mode_on_a_backend_with_its_own_is_a_config_error_not_ignored(backend: str, mode: str) -> None:
+    with pytest.raises(ConfigError, match=f"worker.autoreset_mode={mode} applies to worker.backend=sync or async"):
+        VectorWorker(seed=0, max_episode_length=10, backend=backend, autoreset_mode=mode)
+    VectorWorker(seed=0, max_episode_length=10, backend=backend, autoreset_mode="next_step")
+
+
 def make_own_vector(num_envs: int = 2) -> gym.vector.VectorEnv:
     """A plugin's own VectorEnv (module level: picklable for worker processes)."""
     return gym.vector.SyncVectorEnv([lambda: gym.make(CARTPOLE, max_episode_steps=40)] * num_envs)
+
+
+def test_options_for_a_built_vector_env_are_refused_for_a_source_s_own() -> None:
+    from corral.framework.vector_env import build_vector_env
+
+    for options in ({"backend": "sync", "autoreset_mode": "disabled"}, {"backend": "envpool", "num_threads": 2}):
+        with pytest.raises(ConfigError, match="made its own VectorEnv.*do not apply to it"):
+            build_vector_env(EnvFactory(make_own_vector), n_envs=2, max_episode_length=None, seed=0, **options)
+    built = build_vector_env(EnvFactory(make_own_vector), backend="sync", n_envs=2, max_episode_length=None, seed=0)
+    assert built.backend == "own"
+    built.venv.close()
 
 
 def test_a_source_that_makes_its_own_vector_env_is_taken_as_it_is() -> None:
