@@ -160,6 +160,17 @@ def test_an_option_the_vector_backend_would_ignore_is_one_line(tmp_path: Path, s
     assert not (tmp_path / "run" / "progress.csv").exists()
 
 
+def test_a_value_its_option_would_ignore_is_one_line(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """``trainer.video_every`` only matters when the run evaluates: with ``trainer.eval_every=0`` it is
+    refused before anything runs, in one line, rather than accepted and ignored."""
+    proc = train(tmp_path, sites, "trainer.video_every=2", *SMALL)  # SMALL sets trainer.eval_every=0
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr == ("corral: error: trainer.video_every=2 has no effect while trainer.eval_every=0: it applies "
+                           "only with trainer.eval_every > 0; set that, or leave trainer.video_every at its default "
+                           "(0)\n"), output(proc)
+    assert not (tmp_path / "run" / "progress.csv").exists()
+
+
 # ------------------------------------------------------------------------------------ with plugins
 def test_train_with_the_third_party_sampler_and_worker(tmp_path: Path, sites: dict[str, Path]) -> None:
     calls = tmp_path / "calls.json"

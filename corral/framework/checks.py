@@ -17,6 +17,14 @@ When a run is composed, corral checks every value of every chosen option against
 declarations (:func:`check_values`) and rejects a key that is not a field of the option
 (:func:`unknown_key_message`), before anything is built: ``corral: error: algo.learning_rate must
 be > 0, got -1.0``. ``None`` is accepted for an ``Optional`` field; a list is checked item by item.
+
+A field that only matters under a sibling's value declares it with ``applies_if``; set away from its
+default while that does not hold, it is an error rather than a value silently ignored::
+
+    video_every: int = field(default=0, metadata=check(ge=0, applies_if=("eval_every", ">", 0), help="..."))
+
+``corral: error: trainer.video_every=2 has no effect while trainer.eval_every=0: it applies only with
+trainer.eval_every > 0; set that, or leave trainer.video_every at its default (0)``.
 ``corral plugins`` shows the declarations, and the contract kit checks that a plugin's defaults
 satisfy its own (:func:`check_defaults`).
 """
@@ -58,6 +66,7 @@ class Check:
     ge_field: str | None = None
     lt_field: str | None = None
     le_field: str | None = None
+    applies_if: tuple[tuple[str, str, Any], ...] = ()
 
     def relations(self) -> list[tuple[str, str]]:
         """``(operator, other field)`` pairs: this field compared with a sibling field's value."""
@@ -96,7 +105,8 @@ class Check:
 def check(*, gt: float | None = None, ge: float | None = None, lt: float | None = None, le: float | None = None,
           choices: Iterable[Any] | None = None, pattern: str | None = None, describe: str | None = None,
           finite: bool = True, gt_field: str | None = None, ge_field: str | None = None,
-          lt_field: str | None = None, le_field: str | None = None, help: str = "") -> dict[str, Any]:
+          lt_field: str | None = None, le_field: str | None = None,
+          applies_if: tuple[str, str, Any] | tuple[tuple[str, str, Any], ...] = (), help: str = "") -> dict[str, Any]:
     """Field metadata declaring what a config field accepts (and its help line).
 
     ``field(default=3e-4, metadata=check(gt=0, help="Adam step size"))``. ``gt``/``ge``/``lt``/``le``
@@ -104,11 +114,19 @@ def check(*, gt: float | None = None, ge: float | None = None, lt: float | None 
     ``pattern`` is a regular expression a string must match in full, ``describe`` says in words
     what it accepts. ``gt_field``/``ge_field``/``lt_field``/``le_field`` compare the value with
     another field of the same config (``min_buffer_size: ... check(ge=1, le_field="buffer_size")``;
-    skipped while either is None). With no argument but ``help`` it declares "any finite number".
+    skipped while either is None). ``applies_if`` says when the field has any effect: a condition
+    ``(sibling field, operator, value)`` with operator ``==``, ``!=`` or ``>``, or a tuple of them of
+    which any one is enough; a value other than the field's default while none holds is a problem.
+    With no argument but ``help`` it declares "any finite number".
     """
+    conditions = (applies_if,) if applies_if and isinstance(applies_if[0], str) else tuple(applies_if)
+    for condition in conditions:
+        if len(condition) != 3 or condition[1] not in _APPLIES_OPS:
+            raise ValueError(f"applies_if conditions are (field, one of {', '.join(_APPLIES_OPS)}, value), "
+                             f"got {condition!r}")
     spec = Check(gt=gt, ge=ge, lt=lt, le=le, choices=tuple(choices) if choices is not None else None,
                  pattern=pattern, describe_pattern=describe, finite=finite, gt_field=gt_field, ge_field=ge_field,
-                 lt_field=lt_field, le_field=le_field)
+                 lt_field=lt_field, le_field=le_field, applies_if=conditions)  # type: ignore[arg-type]
     metadata: dict[str, Any] = {CHECK_KEY: spec}
     if help:
         metadata["help"] = help
@@ -123,13 +141,16 @@ def field_check(f: dataclasses.Field) -> Check | None:
 
 def describe_field(f: dataclasses.Field) -> str:
     """What a field accepts in words (``""`` when it declares nothing); ``... or null`` for an
-    ``Optional`` field."""
+    ``Optional`` field; ``...; only with eval_every > 0`` for a field with ``applies_if``."""
     spec = field_check(f)
     if spec is None:
         return ""
     hint = f.type
     optional = ("Optional[" in hint or "None" in hint) if isinstance(hint, str) else _allows_none(hint)
-    return spec.describe() + (" or null" if optional else "")
+    accepts = "" if f.type in (bool, "bool") else spec.describe() + (" or null" if optional else "")
+    if spec.applies_if:
+        accepts += ("; " if accepts else "") + "only with " + applies_text(spec)
+    return accepts
 
 
 def field_problems(config: type, values: Mapping[str, Any], prefix: str) -> list[str]:
@@ -154,7 +175,62 @@ def field_problems(config: type, values: Mapping[str, Any], prefix: str) -> list
             bound = values.get(other)
             if _is_number(value) and _is_number(bound) and not _COMPARE[op](value, bound):
                 problems.append(f"{prefix}.{f.name} must be {op} {prefix}.{other} ({bound!r}), got {value!r}")
+        ignored = _ignored(config, f, spec, values, prefix)
+        if ignored is not None:
+            problems.append(ignored)
     return problems
+
+
+#: The operators of an ``applies_if`` condition.
+_APPLIES_OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+                ">": lambda a, b: _is_number(a) and a > b}
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return dataclasses.MISSING
+
+
+def _yaml(value: Any) -> str:
+    """A value as a user writes it on the command line (``true``, ``null``, ``restart``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)
+
+
+def applies_text(spec: Check, prefix: str = "") -> str:
+    """A field's ``applies_if`` in words: ``eval_every > 0``, ``obs=true or reward=true``, ``resume set``
+    (each name after ``prefix``)."""
+    def one(other: str, op: str, wanted: Any) -> str:
+        if op == "!=" and wanted is None:
+            return f"{prefix}{other} set"
+        return f"{prefix}{other}{'=' if op == '==' else f' {op} '}{_yaml(wanted)}"
+
+    return " or ".join(one(*condition) for condition in spec.applies_if)
+
+
+def _ignored(config: type, f: dataclasses.Field, spec: Check, values: Mapping[str, Any], prefix: str) -> str | None:
+    """The message for a field set away from its default where its ``applies_if`` holds for none of
+    its conditions (its value would be ignored), else None."""
+    if not spec.applies_if:
+        return None
+    default = _default(f)
+    value = values[f.name]
+    if default is dataclasses.MISSING or value == default:
+        return None
+    by_name = {other.name: other for other in dataclasses.fields(config)}
+    current = []
+    for other, op, wanted in spec.applies_if:
+        have = values[other] if other in values else _default(by_name[other])
+        if _APPLIES_OPS[op](have, wanted):
+            return None
+        current.append(f"{prefix}.{other}={_yaml(have)}")
+    wants = applies_text(spec, prefix + ".")
+    return (f"{prefix}.{f.name}={_yaml(value)} has no effect while {' and '.join(dict.fromkeys(current))}: it applies "
+            f"only with {wants}; set that, or leave {prefix}.{f.name} at its default ({_yaml(default)})")
 
 
 def check_values(config: type, values: Mapping[str, Any], prefix: str) -> None:

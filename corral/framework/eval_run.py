@@ -139,7 +139,7 @@ def evaluate_run(
     run_seed = int(cfg.seed)
     run = build(cfg)
     try:
-        _load_weights(run, snapshot)
+        _load_weights(run, snapshot, trust)
         env = run.env
         factory = evaluation_factory(run.worker_factory, seed=run_seed if seed is None else seed, n_workers=n_workers)
         if env_id is not None:
@@ -188,17 +188,19 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
     with open_dict(cfg):
         cfg.logger = {}
         cfg.trainer.resume = None
-        cfg.trainer.trust_snapshot = bool(trust)  # what the trainer's loader reads
+        cfg.trainer.trust_snapshot = False  # no resume here; _load_weights hands the trainer's loader --trust
         cfg.sampler = OmegaConf.create({"name": "local", "n_workers": 1})
     return cfg
 
 
-def _load_weights(run: Any, snapshot: Path) -> None:
-    """The snapshot's parameters into the rebuilt run, through the trainer's own loader; the
-    training sampler's state is not restored (evaluation brings its own workers)."""
+def _load_weights(run: Any, snapshot: Path, trust: bool) -> None:
+    """The snapshot's parameters into the rebuilt run, through the trainer's own loader (which
+    unpickles an objects part only with ``trust``); the training sampler's state is not restored
+    (evaluation brings its own workers)."""
     algo = run.algo
     sampler = algo.sampler
     algo.sampler = None
+    run.trainer.config.trust_snapshot = bool(trust)  # what the trainer's loader reads
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # the trainer's "resumed from" line
             run.trainer.restore(snapshot)

@@ -48,16 +48,18 @@ class TrainerConfig:
     )
     batch_size: int = field(default=2048, metadata=check(ge=1, help="environment steps collected per epoch (at least)"))
     eval_every: int = field(default=5, metadata=check(ge=0, help="run deterministic evaluation every N epochs (0: never)"))
-    eval_episodes: int = field(default=10, metadata=check(ge=1, help="episodes per evaluation"))
+    eval_episodes: int = field(default=10, metadata=check(ge=1, applies_if=("eval_every", ">", 0),
+                                                          help="episodes per evaluation"))
     video_every: int = field(default=0, metadata=check(
-        ge=0, help="record one evaluation episode as MP4 every K evaluations to <run dir>/videos and TensorBoard "
+        ge=0, applies_if=("eval_every", ">", 0), help="record one evaluation episode as MP4 every K evaluations to <run dir>/videos and TensorBoard "
                    "(needs corral[video]; 0: never)"))
     snapshot_every: int = field(default=1, metadata=check(ge=0, help="write a snapshot every N epochs (0: only at the end)"))
     keep_snapshots: int = field(default=3, metadata=check(ge=0, help="how many recent snapshots to keep (0: all)"))
     resume: Optional[str] = field(default=None, metadata={"help": "run directory (or snapshot file) to resume from"})
-    trust_snapshot: bool = field(default=False, metadata={
-        "help": "also load a snapshot's objects part (state only pickle can hold), which can run code: only for "
-                "snapshots you trust"})
+    trust_snapshot: bool = field(default=False, metadata=check(
+        applies_if=("resume", "!=", None),
+        help="also load a snapshot's objects part (state only pickle can hold), which can run code: only for "
+             "snapshots you trust"))
     progress: bool = field(default=True, metadata={"help": "live progress bar when stderr is a terminal"})
     torch_threads: int = field(
         default=1, metadata=check(ge=0, help="torch intra-op threads in the training process (0: torch's default)")

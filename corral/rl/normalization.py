@@ -61,15 +61,19 @@ class NormalizeConfig:
     reward: bool = field(
         default=False, metadata={"help": "scale rewards by the running std of the discounted return"}
     )
-    clip: float = field(default=10.0, metadata=check(gt=0, help="clip normalised observations to [-clip, clip]"))
-    clip_reward: float = field(default=10.0, metadata=check(gt=0, help="clip scaled rewards to [-clip_reward, clip_reward]"))
+    clip: float = field(default=10.0, metadata=check(gt=0, applies_if=("obs", "==", True),
+                                                     help="clip normalised observations to [-clip, clip]"))
+    clip_reward: float = field(default=10.0, metadata=check(gt=0, applies_if=("reward", "==", True),
+                                                            help="clip scaled rewards to [-clip_reward, clip_reward]"))
     gamma: Optional[float] = field(
-        default=None, metadata=check(ge=0, le=1, help="discount of the return that scales rewards (null: the algorithm's discount)")
+        default=None, metadata=check(ge=0, le=1, applies_if=("reward", "==", True),
+                                     help="discount of the return that scales rewards (null: the algorithm's discount)")
     )
-    epsilon: float = field(default=1e-8, metadata=check(gt=0, help="added to the variances before the square root"))
-    update: bool = field(
-        default=True, metadata={"help": "update the statistics from training episodes (false: keep them frozen)"}
-    )
+    epsilon: float = field(default=1e-8, metadata=check(gt=0, applies_if=(("obs", "==", True), ("reward", "==", True)),
+                                                        help="added to the variances before the square root"))
+    update: bool = field(default=True, metadata=check(
+        applies_if=(("obs", "==", True), ("reward", "==", True)),
+        help="update the statistics from training episodes (false: keep them frozen)"))
 
     @property
     def enabled(self) -> bool:

@@ -128,3 +128,65 @@ def test_a_field_bounded_by_another_field() -> None:
     described = {f.name: describe_field(f) for f in fields(Related)}
     assert described["min_buffer_size"] == ">= 1 and <= buffer_size" and described["low"] == "< high or null"
     assert check_defaults(Related) == []
+
+
+@dataclass
+class Conditional:
+    """Fields that only matter under a sibling's value."""
+
+    every: int = field(default=5, metadata=check(ge=0))
+    episodes: int = field(default=10, metadata=check(ge=1, applies_if=("every", ">", 0)))
+    obs: bool = False
+    reward: bool = False
+    epsilon: float = field(default=1e-8, metadata=check(gt=0, applies_if=(("obs", "==", True), ("reward", "==", True))))
+    resume: Optional[str] = None
+    trust: bool = field(default=False, metadata=check(applies_if=("resume", "!=", None)))
+
+
+def test_a_value_that_would_be_ignored_is_a_problem_naming_what_makes_it_apply() -> None:
+    assert field_problems(Conditional, {"every": 0, "episodes": 7}, "trainer") == [
+        "trainer.episodes=7 has no effect while trainer.every=0: it applies only with trainer.every > 0; set that, "
+        "or leave trainer.episodes at its default (10)"]
+    assert field_problems(Conditional, {"epsilon": 0.1}, "normalize") == [
+        "normalize.epsilon=0.1 has no effect while normalize.obs=false and normalize.reward=false: it applies only "
+        "with normalize.obs=true or normalize.reward=true; set that, or leave normalize.epsilon at its default (1e-08)"]
+    assert field_problems(Conditional, {"trust": True, "resume": None}, "trainer") == [
+        "trainer.trust=true has no effect while trainer.resume=null: it applies only with trainer.resume set; set "
+        "that, or leave trainer.trust at its default (false)"]
+
+
+@pytest.mark.parametrize("values", [
+    {"every": 0, "episodes": 10},  # at its default: nothing is ignored
+    {"every": 0},  # not given
+    {"every": 1, "episodes": 7},  # applies
+    {"episodes": 7},  # the sibling at its default (5) applies
+    {"reward": True, "epsilon": 0.1},  # any one condition is enough
+    {"resume": "runs/a", "trust": True},
+])
+def test_a_value_that_applies_or_stays_at_its_default_is_fine(values: dict) -> None:
+    assert field_problems(Conditional, values, "x") == []
+
+
+def test_applies_if_is_described_and_checked_when_declared() -> None:
+    described = {f.name: describe_field(f) for f in fields(Conditional)}
+    assert described["episodes"] == ">= 1; only with every > 0"
+    assert described["epsilon"] == "> 0; only with obs=true or reward=true"
+    assert described["trust"] == "only with resume set"
+    assert check_defaults(Conditional) == []
+    with pytest.raises(ValueError, match="applies_if conditions are"):
+        check(applies_if=("every", ">=", 0))
+
+
+def test_corral_options_refuse_values_they_would_ignore() -> None:
+    """The built-in options that only matter under another setting say so (a sample of them)."""
+    from corral.framework.trainer import TrainerConfig
+    from corral.plugins.algos.sac import SACConfig
+    from corral.plugins.samplers.multiprocessing import MultiprocessingSamplerConfig
+    from corral.rl.normalization import NormalizeConfig
+
+    assert field_problems(TrainerConfig, {"eval_every": 0, "video_every": 2}, "trainer") != []
+    assert field_problems(SACConfig, {"gradient_steps": 4, "utd_ratio": 2.0}, "algo") != []
+    assert field_problems(SACConfig, {"auto_entropy": False, "target_entropy": -2.0}, "algo") != []
+    assert field_problems(MultiprocessingSamplerConfig, {"max_restarts": 1}, "sampler") != []
+    assert field_problems(MultiprocessingSamplerConfig, {"on_worker_failure": "restart", "max_restarts": 1}, "s") == []
+    assert field_problems(NormalizeConfig, {"reward": True, "clip": 5.0}, "normalize") != []

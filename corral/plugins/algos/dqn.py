@@ -54,7 +54,8 @@ class DQNConfig:
         default=100, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (epsilon = 1) before gradient steps start")
     )
     batch_size: int = field(default=32, metadata=check(ge=1, help="transitions per gradient step"))
-    utd_ratio: float = field(default=0.25, metadata=check(gt=0, help="gradient steps per new environment step"))
+    utd_ratio: float = field(default=0.25, metadata=check(gt=0, applies_if=("gradient_steps", "==", None),
+                                                         help="gradient steps per new environment step"))
     gradient_steps: Optional[int] = field(
         default=None, metadata=check(ge=1, help="fixed gradient steps per epoch (overrides utd_ratio when set)")
     )

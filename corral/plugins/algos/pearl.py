@@ -92,13 +92,15 @@ class PEARLConfig:
     )
     buffer_size: int = field(default=100_000, metadata=check(ge=1, help="capacity of each task's RL and context buffers"))
     min_buffer_size: int = field(default=1000, metadata=check(ge=0, le_field="buffer_size", help="RL transitions collected before gradient steps start"))
-    utd_ratio: float = field(default=0.5, metadata=check(ge=0, help="gradient steps per new environment step"))
+    utd_ratio: float = field(default=0.5, metadata=check(ge=0, applies_if=("gradient_steps", "==", None),
+                                                         help="gradient steps per new environment step"))
     gradient_steps: Optional[int] = field(
         default=None, metadata=check(ge=1, help="fixed gradient steps per epoch (overrides utd_ratio when set)")
     )
     auto_entropy: bool = field(default=True, metadata={"help": "learn the temperature alpha to reach target_entropy"})
     initial_alpha: float = field(default=1.0, metadata=check(gt=0, help="starting temperature (fixed one when auto_entropy=false)"))
-    target_entropy: Optional[float] = field(default=None, metadata=check(help="entropy target (null: -action_dim)"))
+    target_entropy: Optional[float] = field(default=None, metadata=check(applies_if=("auto_entropy", "==", True),
+                                                                       help="entropy target (null: -action_dim)"))
     qf_hidden_sizes: list[int] = field(default_factory=lambda: [300, 300, 300], metadata=check(ge=1, help="Q network widths"))
     n_train_tasks: int = field(default=100, metadata=check(ge=1, help="meta-train tasks (drawn once with task_seed)"))
     n_test_tasks: int = field(default=30, metadata=check(ge=0, help="held-out meta-test tasks (0: meta-test on meta-train tasks)"))

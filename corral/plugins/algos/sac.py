@@ -56,14 +56,16 @@ class SACConfig:
         default=100, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (uniformly random actions) before gradient steps start")
     )
     batch_size: int = field(default=256, metadata=check(ge=1, help="transitions per gradient step"))
-    utd_ratio: float = field(default=1.0, metadata=check(ge=0, help="gradient steps per new environment step"))
+    utd_ratio: float = field(default=1.0, metadata=check(ge=0, applies_if=("gradient_steps", "==", None),
+                                                         help="gradient steps per new environment step"))
     gradient_steps: Optional[int] = field(
         default=None, metadata=check(ge=1, help="fixed gradient steps per epoch (overrides utd_ratio when set)")
     )
     target_update_interval: int = field(default=1, metadata=check(ge=1, help="gradient steps between target updates"))
     auto_entropy: bool = field(default=True, metadata={"help": "learn the temperature alpha to reach target_entropy"})
     initial_alpha: float = field(default=1.0, metadata=check(gt=0, help="starting temperature (fixed one when auto_entropy=false)"))
-    target_entropy: Optional[float] = field(default=None, metadata=check(help="entropy target (null: -action_dim)"))
+    target_entropy: Optional[float] = field(default=None, metadata=check(applies_if=("auto_entropy", "==", True),
+                                                                       help="entropy target (null: -action_dim)"))
     qf_hidden_sizes: list[int] = field(default_factory=lambda: [256, 256], metadata=check(ge=1, help="Q network widths"))
     qf_activation: str = field(default="relu", metadata=check(choices=tuple(ACTIVATIONS), help="Q network activation"))
 

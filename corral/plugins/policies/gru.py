@@ -32,6 +32,7 @@ from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.parallel.slot_noise import SlotNoiseMixin
+from corral.plugins.policies.mlp import reject_log_std
 from corral.rl.networks import flat_dim, numpy_to_params, params_to_numpy, rowwise_linear
 from corral.rl.noise import NoiseStreams
 
@@ -43,7 +44,7 @@ class GRUPolicyConfig:
     """Settings of the GRU policy."""
 
     hidden_size: int = field(default=64, metadata=check(ge=1, help="GRU hidden-state width"))
-    init_log_std: float = field(default=0.0, metadata=check(help="initial log standard deviation (Box actions)"))
+    init_log_std: float = field(default=0.0, metadata=check(help="initial log standard deviation (Box actions only)"))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -66,6 +67,7 @@ class GRUPolicy(SlotNoiseMixin, Policy, nn.Module):
         self.hidden_size = int(hidden_size)
         self.discrete = isinstance(act_space, gym.spaces.Discrete)
         if isinstance(act_space, gym.spaces.Discrete):
+            reject_log_std("gru", init_log_std, act_space)
             out_dim = self.n_actions = int(act_space.n)
         elif isinstance(act_space, gym.spaces.Box):
             self.act_shape = act_space.shape

@@ -38,7 +38,16 @@ class MLPPolicyConfig:
 
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=check(ge=1, help="hidden layer widths"))
     activation: str = field(default="tanh", metadata=check(choices=tuple(networks.ACTIVATIONS), help="tanh, relu, elu, gelu or silu"))
-    init_log_std: float = field(default=0.0, metadata=check(help="initial log standard deviation (Box actions)"))
+    init_log_std: float = field(default=0.0, metadata=check(help="initial log standard deviation (Box actions only)"))
+
+
+def reject_log_std(policy: str, init_log_std: float, act_space: gym.Space) -> None:
+    """``policy.init_log_std`` set for Discrete actions, where there is no log std: a ConfigError
+    rather than a value silently ignored."""
+    if float(init_log_std) != 0.0:
+        raise ConfigError(f"policy.init_log_std={init_log_std} sets the log std of Box actions, but the environment's "
+                          f"actions are {act_space}, which policy={policy} samples from a categorical distribution; "
+                          "leave policy.init_log_std at 0.0")
 
 
 class _NumpyForward:
@@ -117,6 +126,7 @@ class MLPPolicy(SlotNoiseMixin, Policy, nn.Module):
         self.obs_dim = flat_dim(obs_space.shape)
         self.discrete = isinstance(act_space, gym.spaces.Discrete)
         if isinstance(act_space, gym.spaces.Discrete):
+            reject_log_std("mlp", init_log_std, act_space)
             self.n_actions = int(act_space.n)
             self.net = mlp(self.obs_dim, hidden_sizes, self.n_actions, activation, out_gain=0.01)
         elif isinstance(act_space, gym.spaces.Box):

@@ -81,7 +81,8 @@ class MultiprocessingSamplerConfig:
                           "down) or restart (rebuild it with an advanced seed stream and resample its share)"),
     )
     max_restarts: int = field(
-        default=3, metadata=check(ge=0, help="restarts allowed per worker (on_worker_failure=restart) before raising")
+        default=3, metadata=check(ge=0, applies_if=("on_worker_failure", "==", "restart"),
+                                  help="restarts allowed per worker (on_worker_failure=restart) before raising")
     )
     cpu_affinity: bool = field(
         default=False, metadata={"help": "pin worker i to core i % cpu_count (os.sched_setaffinity; Linux)"}

@@ -50,7 +50,8 @@ class RaySamplerConfig:
     timeout: float = field(default=120.0, metadata=check(gt=0, help="seconds without any result before a worker counts as stuck"))
     start_timeout: float = field(default=120.0, metadata=check(gt=0, help="seconds to wait for the actors to be placed and built"))
     on_worker_failure: str = field(default="raise", metadata=check(choices=("raise", "restart"), help="raise | restart"))
-    max_restarts: int = field(default=3, metadata=check(ge=0, help="restarts allowed per obtain call before giving up"))
+    max_restarts: int = field(default=3, metadata=check(ge=0, applies_if=("on_worker_failure", "==", "restart"),
+                                                         help="restarts allowed per obtain call before giving up"))
     runtime_env: dict[str, Any] = field(
         default_factory=dict,
         metadata={"help": "Ray runtime environment of the actors: working_dir, py_modules, pip, env_vars "

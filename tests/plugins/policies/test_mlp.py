@@ -63,7 +63,8 @@ def test_a_slots_actions_do_not_depend_on_its_batch(env_id: str) -> None:
 
 @pytest.mark.parametrize("env_id", ENVS)
 def test_log_prob_matches_the_torch_distribution(env_id: str) -> None:
-    policy = make_policy(env_id, init_log_std=-0.3)
+    box = isinstance(gym.make(env_id).action_space, gym.spaces.Box)
+    policy = make_policy(env_id, **({"init_log_std": -0.3} if box else {}))
     policy.seed(np.random.SeedSequence(0).spawn(32))
     obs = observations(env_id, 32)
     actions, infos = policy.get_actions(obs)
@@ -182,3 +183,14 @@ def test_unsupported_spaces_are_config_errors() -> None:
         MLPPolicy(EnvSpec(gym.spaces.Discrete(3), gym.spaces.Discrete(2)))
     with pytest.raises(ConfigError, match="Discrete and Box"):
         MLPPolicy(EnvSpec(box, gym.spaces.MultiBinary(2)))
+
+
+def test_init_log_std_for_discrete_actions_is_a_config_error_not_ignored() -> None:
+    """Discrete actions have no log std: a value other than the default is refused, for policy=mlp and gru."""
+    from corral.plugins.policies.gru import GRUPolicy
+
+    spec = EnvSpec.from_env(gym.make("CartPole-v1"))
+    for make in (lambda s, v: MLPPolicy(s, init_log_std=v), lambda s, v: GRUPolicy(s, init_log_std=v)):
+        with pytest.raises(ConfigError, match=r"policy.init_log_std=-1.0 sets the log std of Box actions.*Discrete\(2\)"):
+            make(spec, -1.0)
+        make(spec, 0.0)
