@@ -160,6 +160,14 @@ def test_an_option_the_vector_backend_would_ignore_is_one_line(tmp_path: Path, s
     assert not (tmp_path / "run" / "progress.csv").exists()
 
 
+def test_a_keyword_the_environment_does_not_take_is_one_line(tmp_path: Path, sites: dict[str, Path]) -> None:
+    proc = train(tmp_path, sites, "env.kwargs.foo=1", *SMALL)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr == ("corral: error: environment EnvFactory('CartPole-v1', kwargs={'foo': 1}) does not take these "
+                           "keyword arguments: CartPoleEnv.__init__() got an unexpected keyword argument 'foo'; check "
+                           "env.kwargs\n"), output(proc)
+
+
 def test_a_value_its_option_would_ignore_is_one_line(tmp_path: Path, sites: dict[str, Path]) -> None:
     """``trainer.video_every`` only matters when the run evaluates: with ``trainer.eval_every=0`` it is
     refused before anything runs, in one line, rather than accepted and ignored."""

@@ -50,15 +50,23 @@ class EnvFactory:
 
     def __call__(self) -> gym.Env:
         """Build a fresh environment."""
-        if isinstance(self.fn, str):
-            try:
-                return gym.make(self.fn, **dict(self.kwargs))
-            except gym.error.Error as exc:
-                raise ConfigError(
-                    f"gymnasium cannot make environment {self.fn!r}: {exc}. Check env.id "
-                    "(any registered gymnasium id works, e.g. env=gym env.id=Acrobot-v1)."
-                ) from exc
-        return self.fn(**dict(self.kwargs))
+        try:
+            if isinstance(self.fn, str):
+                try:
+                    return gym.make(self.fn, **dict(self.kwargs))
+                except gym.error.Error as exc:
+                    raise ConfigError(
+                        f"gymnasium cannot make environment {self.fn!r}: {exc}. Check env.id "
+                        "(any registered gymnasium id works, e.g. env=gym env.id=Acrobot-v1)."
+                    ) from exc
+            return self.fn(**dict(self.kwargs))
+        except TypeError as exc:
+            # A keyword the environment does not take (env.kwargs): one line naming it, not a traceback.
+            why = str(exc.__cause__ or exc).split(" was raised from the environment creator", 1)[0]
+            if not self.kwargs or "unexpected keyword argument" not in why:
+                raise
+            raise ConfigError(f"environment {self!r} does not take these keyword arguments: {why}; "
+                              "check env.kwargs") from exc
 
     def __repr__(self) -> str:
         name = self.fn if isinstance(self.fn, str) else getattr(self.fn, "__qualname__", repr(self.fn))

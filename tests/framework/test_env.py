@@ -99,6 +99,24 @@ def test_env_factory_names_a_bad_id() -> None:
         EnvFactory("NoSuchEnv-v0")()
 
 
+def _point_env(size: int = 3) -> gym.Env:
+    """A module-level environment factory with one keyword (``size``); a bad size fails inside."""
+    if size < 0:
+        raise TypeError("size must be a non-negative int")  # an error of the env's own, not of a keyword
+    return gym.make("CartPole-v1")
+
+
+def test_env_factory_names_keyword_arguments_the_environment_does_not_take() -> None:
+    with pytest.raises(ConfigError, match=r"CartPole-v1.*does not take these keyword arguments: CartPoleEnv.__init__\(\) "
+                                          r"got an unexpected keyword argument 'foo'; check env.kwargs$"):
+        EnvFactory("CartPole-v1", {"foo": 1})()
+    with pytest.raises(ConfigError, match=r"unexpected keyword argument 'colour'; check env.kwargs$"):
+        EnvFactory(_point_env, {"colour": "red"})()
+    with pytest.raises(TypeError, match="size must be"):  # not a keyword problem: left as it is
+        EnvFactory(_point_env, {"size": -1})()
+    EnvFactory(_point_env, {"size": 2})().close()
+
+
 def test_make_env() -> None:
     live = gym.make("CartPole-v1")
     copy = make_env(live)
