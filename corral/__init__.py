@@ -28,6 +28,7 @@ _EXPORTS = {
     "Logger": "corral.framework.logger",
     "build": "corral.framework.compose",
     "check": "corral.framework.checks",
+    "checked": "corral.framework.checks",
     "Check": "corral.framework.checks",
     "CorralError": "corral.framework.errors",
     "PluginError": "corral.framework.errors",

@@ -37,7 +37,7 @@ import math
 import re
 import typing
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Collection, Iterable, Mapping
 
 from corral.framework.errors import ConfigError
 
@@ -153,9 +153,15 @@ def describe_field(f: dataclasses.Field) -> str:
     return accepts
 
 
-def field_problems(config: type, values: Mapping[str, Any], prefix: str) -> list[str]:
+def field_problems(config: type, values: Mapping[str, Any], prefix: str,
+                   given: Collection[str] | None = None) -> list[str]:
     """Every declared field of ``config`` whose value in ``values`` is out of range, as messages
-    ``"<prefix>.<field> must be > 0, got -1.0"``. Fields absent from ``values`` are not checked."""
+    ``"<prefix>.<field> must be > 0, got -1.0"``. Fields absent from ``values`` are not checked.
+
+    ``given`` names the fields a user set (on a command line): of those, one set away from its default
+    where its ``applies_if`` does not hold is a problem too. None: every field counts as given (a
+    config built in Python); an empty collection: no such check (a value that came from a preset
+    is not the user's to reset)."""
     problems = []
     hints = _hints(config)
     for f in dataclasses.fields(config):
@@ -175,7 +181,7 @@ def field_problems(config: type, values: Mapping[str, Any], prefix: str) -> list
             bound = values.get(other)
             if _is_number(value) and _is_number(bound) and not _COMPARE[op](value, bound):
                 problems.append(f"{prefix}.{f.name} must be {op} {prefix}.{other} ({bound!r}), got {value!r}")
-        ignored = _ignored(config, f, spec, values, prefix)
+        ignored = _ignored(config, f, spec, values, prefix) if given is None or f.name in given else None
         if ignored is not None:
             problems.append(ignored)
     return problems
@@ -238,6 +244,32 @@ def check_values(config: type, values: Mapping[str, Any], prefix: str) -> None:
     problems = field_problems(config, values, prefix)
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+def checked(prefix: str) -> Callable[[type], type]:
+    """Class decorator, placed under ``@dataclass``: the config checks its own values when it is made,
+    so a config built in Python (``PPO(spec, policy, sampler, learning_rate=-1)``) gets the same one-line
+    :class:`~corral.framework.errors.ConfigError` a command line gets (``algo.learning_rate must be > 0,
+    got -1``). ``prefix`` is the config group the message names (``algo``, ``trainer``). It checks
+    ranges, choices and relations, not ``applies_if`` (a made config cannot tell a user's value from
+    a preset's; the command line's check does). A ``__post_init__`` the class defines runs after it."""
+
+    def decorate(cls: type) -> type:
+        own = cls.__dict__.get("__post_init__")
+
+        def __post_init__(self: Any) -> None:
+            values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+            problems = field_problems(type(self), values, prefix, given=())  # ranges: values may come from a preset
+            if problems:
+                raise ConfigError("; ".join(problems))
+            if own is not None:
+                own(self)
+
+        __post_init__.__doc__ = f"Check every value against its declaration (``{prefix}.*``)."
+        cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+        return cls
+
+    return decorate
 
 
 def check_defaults(config: type, prefix: str = "config") -> list[str]:
@@ -335,6 +367,7 @@ __all__ = [
     "check",
     "check_defaults",
     "check_values",
+    "checked",
     "composed_problems",
     "describe_field",
     "field_check",
@@ -344,9 +377,12 @@ __all__ = [
 ]
 
 
-def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str]) -> list[str]:
+def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str],
+                      given: Collection[str] = ()) -> list[str]:
     """Every problem of a composed run config: a key that is not a field of its option (or of the
-    primary ``schema``), and every value outside its field's declared range.
+    primary ``schema``), every value outside its field's declared range, and every key in ``given``
+    (the dotted keys a command line set: ``trainer.video_every``) whose value its option would ignore
+    (``applies_if``).
 
     ``registry`` is the plugin :class:`~corral.framework.registry.Registry`; ``kinds`` the config
     groups (the ``logger`` group holds one node per selected logger, under ``logger.<name>``).
@@ -362,7 +398,10 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
         if key not in top:
             problems.append(_unknown_top_level(str(key), top, registry, kinds))
     top_values = {k: cfg.get(k) for k in top if k not in kinds and not isinstance(cfg.get(k), DictConfig)}
-    for problem in field_problems(schema, top_values, ""):
+    def given_in(prefix: str) -> set[str]:
+        return {key[len(prefix) + 1:] for key in given if key.startswith(prefix + ".")}
+
+    for problem in field_problems(schema, top_values, "", given={key for key in given if "." not in key}):
         problems.append(problem.lstrip("."))
 
     def check_node(prefix: str, option: str, kind: str, name: str, node: Any) -> None:
@@ -386,7 +425,7 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
             elsewhere = [f"{kind}={other.name}" for other in owners]
             problems.append(unknown_key_message(prefix, option, str(extra), fields, elsewhere))
         if reg.config is not None:
-            problems.extend(field_problems(reg.config, values, prefix))
+            problems.extend(field_problems(reg.config, values, prefix, given=given_in(prefix)))
 
     for kind in kinds:
         node = cfg.get(kind)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -54,9 +54,10 @@ def validate(cfg: DictConfig, manager: PluginManager | None = None) -> None:
     manager.hook.corral_validate_config(cfg=cfg)
 
 
-def check_values(cfg: DictConfig, manager: PluginManager | None = None) -> None:
+def check_values(cfg: DictConfig, manager: PluginManager | None = None, given: Collection[str] = ()) -> None:
     """The cheap part of :func:`validate`: every chosen option exists, every key is a field of its
-    option, every value is inside its declared range. Builds nothing and runs no plugin hook."""
+    option, every value is inside its declared range, and no key in ``given`` (the dotted keys a
+    command line set) holds a value its option would ignore. Builds nothing and runs no plugin hook."""
     manager = manager or get_plugin_manager()
     for kind in ("trainer", "env", "algo", "policy", "sampler", "worker"):
         node = cfg.get(kind)
@@ -65,7 +66,7 @@ def check_values(cfg: DictConfig, manager: PluginManager | None = None) -> None:
         manager.registry.get(kind, node.name)
     for name in (cfg.get("logger") or {}):
         manager.registry.get("logger", name)
-    problems = composed_problems(cfg, manager.registry, CorralConfig, KINDS)
+    problems = composed_problems(cfg, manager.registry, CorralConfig, KINDS, given=given)
     if problems:
         raise ConfigError("\ncorral: error: ".join(problems))
 

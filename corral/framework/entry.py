@@ -59,6 +59,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     from corral.framework.trainer import TrainingInterrupted
 
     try:
+        if not cfg.trainer.get("resume"):  # a sweep's job: what precheck() checks for one run, with the job's overrides
+            from corral.framework.compose import check_values
+            from corral.framework.precheck import given_keys
+
+            check_values(cfg, given=given_keys(_task_overrides()))
         return run(cfg, log_dir=HydraConfig.get().runtime.output_dir)
     except CorralError as exc:
         # A clear one-paragraph message instead of a traceback from deep inside a library.

@@ -44,7 +44,13 @@ def precheck(args: Sequence[str]) -> None:
         raise ConfigError(hydra_message(exc)) from None
     finally:
         GlobalHydra.instance().clear()
-    check_values(cfg)
+    check_values(cfg, given=given_keys(overrides))
+
+
+def given_keys(overrides: Sequence[str]) -> set[str]:
+    """The dotted keys a list of overrides sets (``+algo.x=1`` and ``algo.x=1`` both give ``algo.x``;
+    ``algo=ppo`` gives ``algo``)."""
+    return {_key(o) for o in overrides if "=" in o}
 
 
 def hydra_message(exc: BaseException) -> str:
@@ -64,4 +70,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["hydra_message", "precheck"]
+__all__ = ["given_keys", "hydra_message", "precheck"]

@@ -19,7 +19,7 @@ import numpy as np
 
 from corral.framework.algorithm import Algorithm
 from corral.framework.batch import EpisodeBatch, StepType
-from corral.framework.checks import check
+from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError, SnapshotError
 from corral.framework.evaluation import evaluate, record_video, run_worker_factory
@@ -39,6 +39,7 @@ SNAPSHOT_FORMAT = 1
 
 
 @dataclass
+@checked("trainer")
 class TrainerConfig:
     """Settings of the default trainer (``trainer.*`` on the command line)."""
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from corral.framework.algorithm import Algorithm
 from corral.framework.batch import EpisodeBatch
-from corral.framework.checks import check
+from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
@@ -54,6 +54,7 @@ OBS_VAR_KEY = "obs_norm.var"
 
 
 @dataclass
+@checked("normalize")
 class NormalizeConfig:
     """Running normalisation (``normalize.*``), as SB3's ``VecNormalize``; off by default."""
 

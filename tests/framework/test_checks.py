@@ -190,3 +190,26 @@ def test_corral_options_refuse_values_they_would_ignore() -> None:
     assert field_problems(MultiprocessingSamplerConfig, {"max_restarts": 1}, "sampler") != []
     assert field_problems(MultiprocessingSamplerConfig, {"on_worker_failure": "restart", "max_restarts": 1}, "s") == []
     assert field_problems(NormalizeConfig, {"reward": True, "clip": 5.0}, "normalize") != []
+
+
+def test_configs_built_in_python_check_their_own_values() -> None:
+    """``@checked``: library use gets the command line's one-line errors for out-of-range values."""
+    import gymnasium as gym
+
+    from corral import PPO, MLPPolicy, TrainerConfig
+    from corral.framework.env import EnvSpec
+    from corral.plugins.algos.sac import SACConfig
+    from corral.plugins.algos.trpo import TRPOConfig
+    from corral.rl.normalization import NormalizeConfig
+
+    spec = EnvSpec.from_env(gym.make("CartPole-v1"))
+    with pytest.raises(ConfigError, match=r"^algo.learning_rate must be > 0, got -1$"):
+        PPO(spec, MLPPolicy(spec), None, learning_rate=-1)
+    with pytest.raises(ConfigError, match=r"^trainer.batch_size must be >= 1, got 0$"):
+        TrainerConfig(batch_size=0)
+    with pytest.raises(ConfigError, match=r"^normalize.clip must be > 0, got -1.0$"):
+        NormalizeConfig(obs=True, clip=-1.0)
+    with pytest.raises(ConfigError, match=r"^algo.backtrack_ratio must be > 0 and < 1, got 1.5$"):
+        TRPOConfig(backtrack_ratio=1.5)
+    # Not applies_if: a config made from a composed node cannot tell a user's value from a preset's.
+    assert SACConfig(gradient_steps=3, utd_ratio=2.0).utd_ratio == 2.0

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from corral import hookimpl
-from corral.framework.checks import check
+from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
@@ -31,6 +31,7 @@ from corral.rl.off_policy import OffPolicyAlgorithm, polyak_update
 
 
 @dataclass
+@checked("algo")
 class DQNConfig:
     """DQN hyperparameters. Defaults mirror Stable-Baselines3's ``DQN``:
 
@@ -57,7 +58,7 @@ class DQNConfig:
     utd_ratio: float = field(default=0.25, metadata=check(gt=0, applies_if=("gradient_steps", "==", None),
                                                          help="gradient steps per new environment step"))
     gradient_steps: Optional[int] = field(
-        default=None, metadata=check(ge=1, help="fixed gradient steps per epoch (overrides utd_ratio when set)")
+        default=None, metadata=check(ge=0, help="fixed gradient steps per epoch, overriding utd_ratio when set (0: collect without training)")
     )
     tau: float = field(default=1.0, metadata=check(gt=0, le=1, help="target update coefficient (1: hard copy)"))
     target_update_interval: int = field(default=10_000, metadata=check(ge=1, help="environment steps between target updates"))

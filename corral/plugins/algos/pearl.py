@@ -44,7 +44,7 @@ from torch import nn
 from corral import hookimpl
 from corral.framework.algorithm import Algorithm
 from corral.framework.batch import EpisodeBatch
-from corral.framework.checks import check
+from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec, child_seed
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
@@ -70,6 +70,7 @@ CONTEXT_FROM = ("prior", "all")
 
 
 @dataclass
+@checked("algo")
 class PEARLConfig:
     """PEARL hyperparameters (the paper's values where it gives them: ``kl_lambda`` 0.1, ``meta_batch``
     16, ``batch_size`` 256, ``discount`` 0.99, ``tau`` 0.005, learning rates 3e-4, Q widths 3 x 300)."""
@@ -92,10 +93,10 @@ class PEARLConfig:
     )
     buffer_size: int = field(default=100_000, metadata=check(ge=1, help="capacity of each task's RL and context buffers"))
     min_buffer_size: int = field(default=1000, metadata=check(ge=0, le_field="buffer_size", help="RL transitions collected before gradient steps start"))
-    utd_ratio: float = field(default=0.5, metadata=check(ge=0, applies_if=("gradient_steps", "==", None),
+    utd_ratio: float = field(default=0.5, metadata=check(gt=0, applies_if=("gradient_steps", "==", None),
                                                          help="gradient steps per new environment step"))
     gradient_steps: Optional[int] = field(
-        default=None, metadata=check(ge=1, help="fixed gradient steps per epoch (overrides utd_ratio when set)")
+        default=None, metadata=check(ge=0, help="fixed gradient steps per epoch, overriding utd_ratio when set (0: collect without training)")
     )
     auto_entropy: bool = field(default=True, metadata={"help": "learn the temperature alpha to reach target_entropy"})
     initial_alpha: float = field(default=1.0, metadata=check(gt=0, help="starting temperature (fixed one when auto_entropy=false)"))

@@ -16,7 +16,7 @@ import torch
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
-from corral.framework.checks import check
+from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
@@ -24,6 +24,7 @@ from corral.rl.on_policy import OnPolicyAlgorithm
 
 
 @dataclass
+@checked("algo")
 class PPOConfig:
     """PPO hyperparameters."""
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from corral import hookimpl
-from corral.framework.checks import check
+from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
@@ -33,6 +33,7 @@ from corral.rl.off_policy import OffPolicyAlgorithm, polyak_update
 
 
 @dataclass
+@checked("algo")
 class SACConfig:
     """SAC hyperparameters. Defaults mirror Stable-Baselines3's ``SAC``:
 
@@ -56,10 +57,10 @@ class SACConfig:
         default=100, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (uniformly random actions) before gradient steps start")
     )
     batch_size: int = field(default=256, metadata=check(ge=1, help="transitions per gradient step"))
-    utd_ratio: float = field(default=1.0, metadata=check(ge=0, applies_if=("gradient_steps", "==", None),
+    utd_ratio: float = field(default=1.0, metadata=check(gt=0, applies_if=("gradient_steps", "==", None),
                                                          help="gradient steps per new environment step"))
     gradient_steps: Optional[int] = field(
-        default=None, metadata=check(ge=1, help="fixed gradient steps per epoch (overrides utd_ratio when set)")
+        default=None, metadata=check(ge=0, help="fixed gradient steps per epoch, overriding utd_ratio when set (0: collect without training)")
     )
     target_update_interval: int = field(default=1, metadata=check(ge=1, help="gradient steps between target updates"))
     auto_entropy: bool = field(default=True, metadata={"help": "learn the temperature alpha to reach target_entropy"})

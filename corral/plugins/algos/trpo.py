@@ -35,7 +35,7 @@ from torch import nn
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
-from corral.framework.checks import check
+from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
@@ -44,6 +44,7 @@ from corral.rl.on_policy import OnPolicyAlgorithm
 
 
 @dataclass
+@checked("algo")
 class TRPOConfig:
     """TRPO hyperparameters (defaults follow sb3-contrib's TRPO; see the module docstring)."""
 
@@ -59,18 +60,6 @@ class TRPOConfig:
     vf_minibatch_size: int = field(default=128, metadata=check(ge=1, help="steps per value-function gradient step"))
     normalize_advantages: bool = field(default=True, metadata={"help": "standardise advantages per batch"})
     vf_hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=check(ge=1, help="value network widths"))
-
-    def __post_init__(self) -> None:
-        positive = {"max_kl": self.max_kl, "cg_iters": self.cg_iters, "vf_lr": self.vf_lr,
-                    "vf_epochs": self.vf_epochs, "vf_minibatch_size": self.vf_minibatch_size,
-                    "max_backtracks": self.max_backtracks}
-        for name, value in positive.items():
-            if not value > 0:
-                raise ConfigError(f"algo.{name} must be > 0, got {value}")
-        if self.cg_damping < 0:
-            raise ConfigError(f"algo.cg_damping must be >= 0, got {self.cg_damping}")
-        if not 0 < self.backtrack_ratio < 1:
-            raise ConfigError(f"algo.backtrack_ratio must be in (0, 1), got {self.backtrack_ratio}")
 
 
 def conjugate_gradient(matvec: Callable[[torch.Tensor], torch.Tensor], b: torch.Tensor, n_iters: int,

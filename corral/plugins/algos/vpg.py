@@ -14,7 +14,7 @@ import torch
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
-from corral.framework.checks import check
+from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
@@ -22,6 +22,7 @@ from corral.rl.on_policy import OnPolicyAlgorithm
 
 
 @dataclass
+@checked("algo")
 class VPGConfig:
     """VPG hyperparameters."""
 

@@ -58,7 +58,7 @@ def test_target_network_is_copied_every_target_update_interval_steps() -> None:
     online = [p.detach().clone() for p in algo.policy.parameters()]
     algo.train_once(1, random_batch(60))  # passes 100: the target takes the online weights before training
     assert all(torch.equal(a, b) for a, b in zip(online, algo.target.parameters()))
-    soft = make(target_update_interval=10, tau=0.5, gradient_steps=0, utd_ratio=1.0)
+    soft = make(target_update_interval=10, tau=0.5, gradient_steps=0)
     with torch.no_grad():
         for p in soft.target.parameters():
             p.zero_()
