@@ -155,8 +155,9 @@ def test_an_option_the_vector_backend_would_ignore_is_one_line(tmp_path: Path, s
     before anything runs, in one line."""
     proc = train(tmp_path, sites, "worker=vector", "worker.num_threads=2", *SMALL)
     assert proc.returncode == 2, output(proc)
-    assert proc.stderr == ("corral: error: worker.num_threads=2 sets EnvPool's threads, but worker.backend=native; "
-                           "set worker.backend=envpool or leave worker.num_threads at 0\n"), output(proc)
+    assert proc.stderr == ("corral: error: worker.num_threads=2 has no effect while worker.backend=native: it applies "
+                           "only with worker.backend=envpool; set that, or leave worker.num_threads at its default "
+                           "(0)\n"), output(proc)
     assert not (tmp_path / "run" / "progress.csv").exists()
 
 

@@ -18,8 +18,8 @@ declarations (:func:`check_values`) and rejects a key that is not a field of the
 (:func:`unknown_key_message`), before anything is built: ``corral: error: algo.learning_rate must
 be > 0, got -1.0``. ``None`` is accepted for an ``Optional`` field; a list is checked item by item.
 
-A field that only matters under a sibling's value declares it with ``applies_if``; set away from its
-default while that does not hold, it is an error rather than a value silently ignored::
+A field that only matters under a sibling's value declares it with ``applies_if``; set by the user
+away from its default while that does not hold, it is an error rather than a value silently ignored::
 
     video_every: int = field(default=0, metadata=check(ge=0, applies_if=("eval_every", ">", 0), help="..."))
 
@@ -159,9 +159,8 @@ def field_problems(config: type, values: Mapping[str, Any], prefix: str,
     ``"<prefix>.<field> must be > 0, got -1.0"``. Fields absent from ``values`` are not checked.
 
     ``given`` names the fields a user set (on a command line): of those, one set away from its default
-    where its ``applies_if`` does not hold is a problem too. None: every field counts as given (a
-    config built in Python); an empty collection: no such check (a value that came from a preset
-    is not the user's to reset)."""
+    where its ``applies_if`` does not hold is a problem too. None: every field counts as given; an
+    empty collection: no such check (a value that came from a preset is not the user's to reset)."""
     problems = []
     hints = _hints(config)
     for f in dataclasses.fields(config):
@@ -240,7 +239,8 @@ def _ignored(config: type, f: dataclasses.Field, spec: Check, values: Mapping[st
 
 
 def check_values(config: type, values: Mapping[str, Any], prefix: str) -> None:
-    """Raise :class:`~corral.framework.errors.ConfigError` naming every out-of-range field."""
+    """Raise :class:`~corral.framework.errors.ConfigError` naming every out-of-range field (and,
+    every value counting as given, every field set where its ``applies_if`` does not hold)."""
     problems = field_problems(config, values, prefix)
     if problems:
         raise ConfigError("; ".join(problems))
@@ -398,6 +398,7 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
         if key not in top:
             problems.append(_unknown_top_level(str(key), top, registry, kinds))
     top_values = {k: cfg.get(k) for k in top if k not in kinds and not isinstance(cfg.get(k), DictConfig)}
+
     def given_in(prefix: str) -> set[str]:
         return {key[len(prefix) + 1:] for key in given if key.startswith(prefix + ".")}
 

@@ -99,21 +99,6 @@ class BuiltVectorEnv:
     backend: str  # what was really built (``own`` for a source's own VectorEnv)
 
 
-def check_backend_options(backend: str, num_threads: int, autoreset_mode: str) -> None:
-    """Refuse a backend that is not one of :data:`BACKENDS`, and an option the backend would ignore:
-    ``num_threads`` is EnvPool's, ``autoreset_mode`` the ``sync``/``async`` backends' (ConfigError)."""
-    if backend not in BACKENDS:
-        raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
-    if num_threads and backend != "envpool":
-        raise ConfigError(f"worker.num_threads={num_threads} sets EnvPool's threads, but worker.backend={backend}; "
-                          "set worker.backend=envpool or leave worker.num_threads at 0")
-    mode = str(autoreset_mode).lower()
-    if mode != "next_step" and backend in ("native", "envpool"):
-        raise ConfigError(f"worker.autoreset_mode={autoreset_mode} applies to worker.backend=sync or async; "
-                          f"worker.backend={backend} resets with its own autoreset mode; leave worker.autoreset_mode "
-                          "at next_step or set worker.backend=sync")
-
-
 def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_length: int | None,
                      seed: int, num_threads: int = 0, autoreset_mode: str = "next_step") -> BuiltVectorEnv:
     """The VectorEnv of ``n_envs`` environments that ``backend`` makes from ``source``.
@@ -122,7 +107,8 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
     the environment's own, so the backend truncates there itself; ``seed`` seeds EnvPool (which
     seeds environment ``i`` with ``seed + i``).
     """
-    check_backend_options(backend, num_threads, autoreset_mode)
+    if backend not in BACKENDS:
+        raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
     own = _own_vector_env(source, n_envs) if _env_id(source) is None else None
     if own is not None:
         if own.num_envs != n_envs:

@@ -42,7 +42,6 @@ from corral.framework.vector_env import (
     BuiltVectorEnv,
     autoreset_mode_of,
     build_vector_env,
-    check_backend_options,
     min_limit,
     native_ids,
 )
@@ -64,8 +63,12 @@ class VectorWorkerConfig:
     n_envs: int = field(default=16, metadata=check(ge=1, help="environments in the worker's VectorEnv"))
     backend: str = field(default="native", metadata=check(choices=BACKENDS, help="native (the env id's vector entry point), envpool, sync or async (gymnasium's "
                 "Sync/AsyncVectorEnv over the env preset)"))
-    num_threads: int = field(default=0, metadata=check(ge=0, help="EnvPool threads (0: EnvPool's default); worker.backend=envpool only"))
-    autoreset_mode: str = field(default="next_step", metadata=check(choices=tuple(AUTORESET_MODES), help="autoreset mode of the sync/async backends: next_step, same_step or disabled"))
+    num_threads: int = field(default=0, metadata=check(ge=0, applies_if=("backend", "==", "envpool"),
+                                                       help="EnvPool threads (0: EnvPool's default)"))
+    autoreset_mode: str = field(default="next_step", metadata=check(
+        choices=tuple(AUTORESET_MODES), applies_if=(("backend", "==", "sync"), ("backend", "==", "async")),
+        help="autoreset mode of the sync/async backends: next_step, same_step or disabled (native and EnvPool "
+             "reset with their own)"))
     timesteps_per_call: int = field(default=0, metadata=check(ge=0, help="0: whole episodes; >0: fragments, at least n_envs * timesteps_per_call transitions per rollout"))
     carry_episodes: bool = field(default=False, metadata={"help": (
         "whole episodes without restarting the environments each rollout: an episode still running when a "
@@ -130,9 +133,10 @@ class VectorWorker(Worker):
                  timesteps_per_call: int = 0, carry_episodes: bool = False, **kwargs: Any) -> None:
         super().__init__(seed=seed, max_episode_length=max_episode_length, worker_number=worker_number,
                          n_envs=n_envs, **kwargs)
+        if backend not in BACKENDS:
+            raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
         if str(autoreset_mode).lower() not in AUTORESET_MODES:
             raise ConfigError(f"worker.autoreset_mode={autoreset_mode!r} is not one of {', '.join(AUTORESET_MODES)}")
-        check_backend_options(backend, int(num_threads), autoreset_mode)
         if timesteps_per_call < 0:
             raise ConfigError(f"worker.timesteps_per_call must be >= 0, got {timesteps_per_call}")
         _check_rollout_mode(bool(carry_episodes), int(timesteps_per_call))
@@ -698,13 +702,15 @@ def _check_backend_has(backend: str, env_id: str) -> None:
 @hookimpl
 def corral_validate_config(cfg: Any) -> None:
     """Reject ``worker=vector`` fragments (``worker.timesteps_per_call > 0``) for an algorithm that needs whole
-    episodes, fragments together with ``carry_episodes``, an unknown backend, and an option the backend would ignore
-    (``num_threads`` off EnvPool, ``autoreset_mode`` on native or EnvPool), before anything starts."""
+    episodes, fragments together with ``carry_episodes``, and an unknown backend, before anything starts (an option
+    the backend would ignore, ``num_threads`` off EnvPool or ``autoreset_mode`` on native or EnvPool, is its
+    field's ``applies_if``)."""
     worker = cfg.get("worker") if hasattr(cfg, "get") else None
     if worker is None or worker.get("name") != "vector":
         return
     backend = worker.get("backend", "native")
-    check_backend_options(backend, int(worker.get("num_threads", 0) or 0), str(worker.get("autoreset_mode", "next_step")))
+    if backend not in BACKENDS:
+        raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
     env_id = cfg.env.get("id") if cfg.get("env") is not None else None
     if isinstance(env_id, str) and ":" not in env_id:
         _check_backend_has(backend, env_id)

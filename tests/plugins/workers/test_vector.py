@@ -17,7 +17,7 @@ from corral.framework.errors import ConfigError
 from corral.framework.worker import WorkerFactory
 from corral.plugins.workers import vector as vector_module
 from corral.plugins.workers.vec import VecWorker
-from corral.plugins.workers.vector import VectorWorker
+from corral.plugins.workers.vector import VectorWorker, VectorWorkerConfig
 from corral.testing import WorkerContract
 from corral.testing.contracts.helpers import env_spec_of, make_test_policy
 
@@ -318,18 +318,28 @@ def test_unknown_backend_and_autoreset_mode_are_config_errors() -> None:
 
 
 @pytest.mark.parametrize("backend", ["native", "sync", "async"])
-def test_num_threads_off_envpool_is_a_config_error_not_ignored(backend: str) -> None:
-    with pytest.raises(ConfigError, match=f"worker.num_threads=2 sets EnvPool's threads, but worker.backend={backend}"):
-        VectorWorker(seed=0, max_episode_length=10, backend=backend, num_threads=2)
-    VectorWorker(seed=0, max_episode_length=10, backend=backend, num_threads=0)
+def test_num_threads_off_envpool_is_named_not_ignored(backend: str) -> None:
+    from corral.framework.checks import field_problems
+
+    assert field_problems(VectorWorkerConfig, {"backend": backend, "num_threads": 2}, "worker", given={"num_threads"}) == [
+        f"worker.num_threads=2 has no effect while worker.backend={backend}: it applies only with "
+        "worker.backend=envpool; set that, or leave worker.num_threads at its default (0)"]
+    assert field_problems(VectorWorkerConfig, {"backend": "envpool", "num_threads": 2}, "worker", given={"num_threads"}) == []
 
 
 @pytest.mark.parametrize("backend", ["native", "envpool"])
 @pytest.mark.parametrize("mode", ["same_step", "disabled"])
-def test_autoreset_mode_on_a_backend_with_its_own_is_a_config_error_not_ignored(backend: str, mode: str) -> None:
-    with pytest.raises(ConfigError, match=f"worker.autoreset_mode={mode} applies to worker.backend=sync or async"):
-        VectorWorker(seed=0, max_episode_length=10, backend=backend, autoreset_mode=mode)
-    VectorWorker(seed=0, max_episode_length=10, backend=backend, autoreset_mode="next_step")
+def test_autoreset_mode_on_a_backend_with_its_own_is_named_not_ignored(backend: str, mode: str) -> None:
+    from corral.framework.checks import field_problems
+
+    problems = field_problems(VectorWorkerConfig, {"backend": backend, "autoreset_mode": mode}, "worker",
+                              given={"autoreset_mode"})
+    assert problems == [f"worker.autoreset_mode={mode} has no effect while worker.backend={backend}: it applies only "
+                        "with worker.backend=sync or worker.backend=async; set that, or leave worker.autoreset_mode "
+                        "at its default (next_step)"]
+    for other in ("sync", "async"):
+        assert field_problems(VectorWorkerConfig, {"backend": other, "autoreset_mode": mode}, "worker",
+                              given={"autoreset_mode"}) == []
 
 
 def make_own_vector(num_envs: int = 2) -> gym.vector.VectorEnv:
