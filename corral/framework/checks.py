@@ -19,11 +19,12 @@ declarations (:func:`check_values`) and rejects a key that is not a field of the
 be > 0, got -1.0``. ``None`` is accepted for an ``Optional`` field; a list is checked item by item.
 
 A field that only matters under a sibling's value declares it with ``applies_if``; set by the user
-away from its default while that does not hold, it is an error rather than a value silently ignored::
+away from its default while that does not hold, it is named in one warning line rather than
+silently ignored (:func:`ignored_values`)::
 
     video_every: int = field(default=0, metadata=check(ge=0, applies_if=("eval_every", ">", 0), help="..."))
 
-``corral: error: trainer.video_every=2 has no effect while trainer.eval_every=0: it applies only with
+``corral: warning: trainer.video_every=2 has no effect while trainer.eval_every=0: it applies only with
 trainer.eval_every > 0; set that, or leave trainer.video_every at its default (0)``.
 ``corral plugins`` shows the declarations, and the contract kit checks that a plugin's defaults
 satisfy its own (:func:`check_defaults`).
@@ -116,7 +117,8 @@ def check(*, gt: float | None = None, ge: float | None = None, lt: float | None 
     another field of the same config (``min_buffer_size: ... check(ge=1, le_field="buffer_size")``;
     skipped while either is None). ``applies_if`` says when the field has any effect: a condition
     ``(sibling field, operator, value)`` with operator ``==``, ``!=`` or ``>``, or a tuple of them of
-    which any one is enough; a value other than the field's default while none holds is a problem.
+    which any one is enough; a value other than the field's default while none holds is named by
+    :func:`ignored_values`.
     With no argument but ``help`` it declares "any finite number".
     """
     conditions = (applies_if,) if applies_if and isinstance(applies_if[0], str) else tuple(applies_if)
@@ -153,14 +155,9 @@ def describe_field(f: dataclasses.Field) -> str:
     return accepts
 
 
-def field_problems(config: type, values: Mapping[str, Any], prefix: str,
-                   given: Collection[str] | None = None) -> list[str]:
+def field_problems(config: type, values: Mapping[str, Any], prefix: str) -> list[str]:
     """Every declared field of ``config`` whose value in ``values`` is out of range, as messages
-    ``"<prefix>.<field> must be > 0, got -1.0"``. Fields absent from ``values`` are not checked.
-
-    ``given`` names the fields a user set (on a command line): of those, one set away from its default
-    where its ``applies_if`` does not hold is a problem too. None: every field counts as given; an
-    empty collection: no such check (a value that came from a preset is not the user's to reset)."""
+    ``"<prefix>.<field> must be > 0, got -1.0"``. Fields absent from ``values`` are not checked."""
     problems = []
     hints = _hints(config)
     for f in dataclasses.fields(config):
@@ -180,10 +177,25 @@ def field_problems(config: type, values: Mapping[str, Any], prefix: str,
             bound = values.get(other)
             if _is_number(value) and _is_number(bound) and not _COMPARE[op](value, bound):
                 problems.append(f"{prefix}.{f.name} must be {op} {prefix}.{other} ({bound!r}), got {value!r}")
-        ignored = _ignored(config, f, spec, values, prefix) if given is None or f.name in given else None
-        if ignored is not None:
-            problems.append(ignored)
     return problems
+
+
+def ignored_values(config: type, values: Mapping[str, Any], prefix: str,
+                   given: Collection[str] | None = None) -> list[str]:
+    """The fields of ``config`` set away from their default where their ``applies_if`` does not hold
+    (values the run would ignore), as messages ``"<prefix>.<field>=2 has no effect while ..."``.
+
+    ``given`` names the fields a user set (on a command line); only those are named, since a value
+    that came from a preset is not the user's to reset. None: every field in ``values`` counts."""
+    out = []
+    for f in dataclasses.fields(config):
+        spec = field_check(f)
+        if spec is None or f.name not in values or (given is not None and f.name not in given):
+            continue
+        message = _ignored(config, f, spec, values, prefix)
+        if message is not None:
+            out.append(message)
+    return out
 
 
 #: The operators of an ``applies_if`` condition.
@@ -239,8 +251,7 @@ def _ignored(config: type, f: dataclasses.Field, spec: Check, values: Mapping[st
 
 
 def check_values(config: type, values: Mapping[str, Any], prefix: str) -> None:
-    """Raise :class:`~corral.framework.errors.ConfigError` naming every out-of-range field (and,
-    every value counting as given, every field set where its ``applies_if`` does not hold)."""
+    """Raise :class:`~corral.framework.errors.ConfigError` naming every out-of-range field."""
     problems = field_problems(config, values, prefix)
     if problems:
         raise ConfigError("; ".join(problems))
@@ -251,17 +262,15 @@ def checked(prefix: str) -> Callable[[type], type]:
     so a config built in Python (``PPO(spec, policy, sampler, learning_rate=-1)``) gets the same one-line
     :class:`~corral.framework.errors.ConfigError` a command line gets (``algo.learning_rate must be > 0,
     got -1``). ``prefix`` is the config group the message names (``algo``, ``trainer``). It checks
-    ranges, choices and relations, not ``applies_if`` (a made config cannot tell a user's value from
-    a preset's; the command line's check does). A ``__post_init__`` the class defines runs after it."""
+    ranges, choices and relations; ``applies_if`` is the command line's warning (a made config cannot
+    tell a user's value from a preset's). A ``__post_init__`` the class defines runs after it."""
 
     def decorate(cls: type) -> type:
         own = cls.__dict__.get("__post_init__")
 
         def __post_init__(self: Any) -> None:
             values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-            problems = field_problems(type(self), values, prefix, given=())  # ranges: values may come from a preset
-            if problems:
-                raise ConfigError("; ".join(problems))
+            check_values(type(self), values, prefix)
             if own is not None:
                 own(self)
 
@@ -368,21 +377,20 @@ __all__ = [
     "check_defaults",
     "check_values",
     "checked",
+    "composed_ignored",
     "composed_problems",
     "describe_field",
     "field_check",
     "field_problems",
+    "ignored_values",
     "unchecked_fields",
     "unknown_key_message",
 ]
 
 
-def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str],
-                      given: Collection[str] = ()) -> list[str]:
+def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str]) -> list[str]:
     """Every problem of a composed run config: a key that is not a field of its option (or of the
-    primary ``schema``), every value outside its field's declared range, and every key in ``given``
-    (the dotted keys a command line set: ``trainer.video_every``) whose value its option would ignore
-    (``applies_if``).
+    primary ``schema``), and every value outside its field's declared range.
 
     ``registry`` is the plugin :class:`~corral.framework.registry.Registry`; ``kinds`` the config
     groups (the ``logger`` group holds one node per selected logger, under ``logger.<name>``).
@@ -398,11 +406,7 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
         if key not in top:
             problems.append(_unknown_top_level(str(key), top, registry, kinds))
     top_values = {k: cfg.get(k) for k in top if k not in kinds and not isinstance(cfg.get(k), DictConfig)}
-
-    def given_in(prefix: str) -> set[str]:
-        return {key[len(prefix) + 1:] for key in given if key.startswith(prefix + ".")}
-
-    for problem in field_problems(schema, top_values, "", given={key for key in given if "." not in key}):
+    for problem in field_problems(schema, top_values, ""):
         problems.append(problem.lstrip("."))
 
     def check_node(prefix: str, option: str, kind: str, name: str, node: Any) -> None:
@@ -426,7 +430,7 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
             elsewhere = [f"{kind}={other.name}" for other in owners]
             problems.append(unknown_key_message(prefix, option, str(extra), fields, elsewhere))
         if reg.config is not None:
-            problems.extend(field_problems(reg.config, values, prefix, given=given_in(prefix)))
+            problems.extend(field_problems(reg.config, values, prefix))
 
     for kind in kinds:
         node = cfg.get(kind)
@@ -436,6 +440,36 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
         elif isinstance(node, DictConfig) and "name" in node:
             check_node(kind, f"{kind}={node.name}", kind, str(node.name), node)
     return problems
+
+
+def composed_ignored(cfg: Any, registry: Any, kinds: Iterable[str], given: Collection[str]) -> list[str]:
+    """The values of a composed run config that its options would ignore (:func:`ignored_values`),
+    among the dotted keys in ``given`` (what a command line set: ``trainer.video_every``)."""
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    out: list[str] = []
+
+    def check_node(prefix: str, kind: str, name: str, node: Any) -> None:
+        reg = registry.entries.get((kind, name))
+        if reg is None or reg.config is None or not isinstance(node, DictConfig):
+            return
+        try:
+            values = OmegaConf.to_container(node, resolve=True)
+        except OmegaConfBaseException:  # composed_problems names it
+            return
+        assert isinstance(values, dict)
+        mine = {key[len(prefix) + 1:] for key in given if key.startswith(prefix + ".")}
+        out.extend(ignored_values(reg.config, {str(k): v for k, v in values.items()}, prefix, given=mine))
+
+    for kind in kinds:
+        node = cfg.get(kind)
+        if kind == "logger":
+            for name, sub in (node or {}).items():
+                check_node(f"logger.{name}", kind, str(name), sub)
+        elif isinstance(node, DictConfig) and "name" in node:
+            check_node(kind, kind, str(node.name), node)
+    return out
 
 
 def _unknown_top_level(key: str, top: set[str], registry: Any, kinds: tuple[str, ...]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection
@@ -10,7 +11,7 @@ from typing import Any, Collection
 from omegaconf import DictConfig, OmegaConf
 
 from corral.framework.algorithm import Algorithm
-from corral.framework.checks import composed_problems
+from corral.framework.checks import composed_ignored, composed_problems
 from corral.framework.config import CorralConfig, config_of
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import ConfigError
@@ -54,10 +55,9 @@ def validate(cfg: DictConfig, manager: PluginManager | None = None) -> None:
     manager.hook.corral_validate_config(cfg=cfg)
 
 
-def check_values(cfg: DictConfig, manager: PluginManager | None = None, given: Collection[str] = ()) -> None:
+def check_values(cfg: DictConfig, manager: PluginManager | None = None) -> None:
     """The cheap part of :func:`validate`: every chosen option exists, every key is a field of its
-    option, every value is inside its declared range, and no key in ``given`` (the dotted keys a
-    command line set) holds a value its option would ignore. Builds nothing and runs no plugin hook."""
+    option, every value is inside its declared range. Builds nothing and runs no plugin hook."""
     manager = manager or get_plugin_manager()
     for kind in ("trainer", "env", "algo", "policy", "sampler", "worker"):
         node = cfg.get(kind)
@@ -66,9 +66,19 @@ def check_values(cfg: DictConfig, manager: PluginManager | None = None, given: C
         manager.registry.get(kind, node.name)
     for name in (cfg.get("logger") or {}):
         manager.registry.get("logger", name)
-    problems = composed_problems(cfg, manager.registry, CorralConfig, KINDS, given=given)
+    problems = composed_problems(cfg, manager.registry, CorralConfig, KINDS)
     if problems:
         raise ConfigError("\ncorral: error: ".join(problems))
+
+
+def warn_ignored(cfg: DictConfig, given: Collection[str], manager: PluginManager | None = None) -> list[str]:
+    """Print one ``corral: warning: ...`` line to stderr for each value among ``given`` (the dotted
+    keys a command line set) that its option would ignore (a field's ``applies_if``); return the lines."""
+    manager = manager or get_plugin_manager()
+    lines = [f"corral: warning: {m}" for m in composed_ignored(cfg, manager.registry, KINDS, given)]
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
+    return lines
 
 
 def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: PluginManager | None = None) -> Run:

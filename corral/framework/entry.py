@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.config import CONFIG_NAME, register_configs
@@ -59,11 +60,12 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     from corral.framework.trainer import TrainingInterrupted
 
     try:
-        if not cfg.trainer.get("resume"):  # a sweep's job: what precheck() checks for one run, with the job's overrides
-            from corral.framework.compose import check_values
+        if HydraConfig.get().mode == RunMode.MULTIRUN and not cfg.trainer.get("resume"):
+            # A sweep's job: the warnings precheck() gives one run, for the job's own overrides.
+            from corral.framework.compose import warn_ignored
             from corral.framework.precheck import given_keys
 
-            check_values(cfg, given=given_keys(_task_overrides()))
+            warn_ignored(cfg, given_keys(_task_overrides()))
         return run(cfg, log_dir=HydraConfig.get().runtime.output_dir)
     except CorralError as exc:
         # A clear one-paragraph message instead of a traceback from deep inside a library.

@@ -25,7 +25,8 @@ def _key(override: str) -> str:
 
 def precheck(args: Sequence[str]) -> None:
     """Compose ``args`` as ``train.py`` will and check every value; raise :class:`ConfigError` with a
-    one-line message (Hydra's list of available options kept) when anything is wrong."""
+    one-line message (Hydra's list of available options kept) when anything is wrong, and print one
+    ``corral: warning:`` line for each value the command line set that the run would ignore."""
     if any(a.startswith("-") for a in args) or any(_key(a) == "trainer.resume" for a in args):
         return
     overrides = [a for a in args if not _key(a).startswith(("hydra.", "hydra/")) and _key(a) != "hydra"]
@@ -34,7 +35,7 @@ def precheck(args: Sequence[str]) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from corral.framework.compose import check_values
+    from corral.framework.compose import check_values, warn_ignored
 
     GlobalHydra.instance().clear()
     try:
@@ -44,7 +45,8 @@ def precheck(args: Sequence[str]) -> None:
         raise ConfigError(hydra_message(exc)) from None
     finally:
         GlobalHydra.instance().clear()
-    check_values(cfg, given=given_keys(overrides))
+    check_values(cfg)
+    warn_ignored(cfg, given_keys(overrides))
 
 
 def given_keys(overrides: Sequence[str]) -> set[str]:

@@ -14,6 +14,7 @@ from corral.framework.checks import (
     check_values,
     describe_field,
     field_problems,
+    ignored_values,
     unchecked_fields,
     unknown_key_message,
 )
@@ -143,14 +144,14 @@ class Conditional:
     trust: bool = field(default=False, metadata=check(applies_if=("resume", "!=", None)))
 
 
-def test_a_value_that_would_be_ignored_is_a_problem_naming_what_makes_it_apply() -> None:
-    assert field_problems(Conditional, {"every": 0, "episodes": 7}, "trainer") == [
+def test_a_value_that_would_be_ignored_is_named_with_what_makes_it_apply() -> None:
+    assert ignored_values(Conditional, {"every": 0, "episodes": 7}, "trainer") == [
         "trainer.episodes=7 has no effect while trainer.every=0: it applies only with trainer.every > 0; set that, "
         "or leave trainer.episodes at its default (10)"]
-    assert field_problems(Conditional, {"epsilon": 0.1}, "normalize") == [
+    assert ignored_values(Conditional, {"epsilon": 0.1}, "normalize") == [
         "normalize.epsilon=0.1 has no effect while normalize.obs=false and normalize.reward=false: it applies only "
         "with normalize.obs=true or normalize.reward=true; set that, or leave normalize.epsilon at its default (1e-08)"]
-    assert field_problems(Conditional, {"trust": True, "resume": None}, "trainer") == [
+    assert ignored_values(Conditional, {"trust": True, "resume": None}, "trainer") == [
         "trainer.trust=true has no effect while trainer.resume=null: it applies only with trainer.resume set; set "
         "that, or leave trainer.trust at its default (false)"]
 
@@ -163,8 +164,8 @@ def test_a_value_that_would_be_ignored_is_a_problem_naming_what_makes_it_apply()
     {"reward": True, "epsilon": 0.1},  # any one condition is enough
     {"resume": "runs/a", "trust": True},
 ])
-def test_a_value_that_applies_or_stays_at_its_default_is_fine(values: dict) -> None:
-    assert field_problems(Conditional, values, "x") == []
+def test_a_value_that_applies_or_stays_at_its_default_is_not_named(values: dict) -> None:
+    assert ignored_values(Conditional, values, "x") == []
 
 
 def test_applies_if_is_described_and_checked_when_declared() -> None:
@@ -172,24 +173,27 @@ def test_applies_if_is_described_and_checked_when_declared() -> None:
     assert described["episodes"] == ">= 1; only with every > 0"
     assert described["epsilon"] == "> 0; only with obs=true or reward=true"
     assert described["trust"] == "only with resume set"
+    assert ignored_values(Conditional, {"every": 0, "episodes": 7}, "t", given={"every"}) == []  # not the user's
     assert check_defaults(Conditional) == []
     with pytest.raises(ValueError, match="applies_if conditions are"):
         check(applies_if=("every", ">=", 0))
 
 
-def test_corral_options_refuse_values_they_would_ignore() -> None:
-    """The built-in options that only matter under another setting say so (a sample of them)."""
+def test_corral_options_name_values_they_would_ignore() -> None:
+    """The built-in options that only matter under another setting say so (a sample of them); out-of-range
+    checks do not see these."""
     from corral.framework.trainer import TrainerConfig
     from corral.plugins.algos.sac import SACConfig
     from corral.plugins.samplers.multiprocessing import MultiprocessingSamplerConfig
     from corral.rl.normalization import NormalizeConfig
 
-    assert field_problems(TrainerConfig, {"eval_every": 0, "video_every": 2}, "trainer") != []
-    assert field_problems(SACConfig, {"gradient_steps": 4, "utd_ratio": 2.0}, "algo") != []
-    assert field_problems(SACConfig, {"auto_entropy": False, "target_entropy": -2.0}, "algo") != []
-    assert field_problems(MultiprocessingSamplerConfig, {"max_restarts": 1}, "sampler") != []
-    assert field_problems(MultiprocessingSamplerConfig, {"on_worker_failure": "restart", "max_restarts": 1}, "s") == []
-    assert field_problems(NormalizeConfig, {"reward": True, "clip": 5.0}, "normalize") != []
+    assert ignored_values(TrainerConfig, {"eval_every": 0, "video_every": 2}, "trainer") != []
+    assert ignored_values(SACConfig, {"gradient_steps": 4, "utd_ratio": 2.0}, "algo") != []
+    assert ignored_values(SACConfig, {"auto_entropy": False, "target_entropy": -2.0}, "algo") != []
+    assert ignored_values(MultiprocessingSamplerConfig, {"max_restarts": 1}, "sampler") != []
+    assert ignored_values(MultiprocessingSamplerConfig, {"on_worker_failure": "restart", "max_restarts": 1}, "s") == []
+    assert ignored_values(NormalizeConfig, {"reward": True, "clip": 5.0}, "normalize") != []
+    assert field_problems(NormalizeConfig, {"reward": True, "clip": 5.0}, "normalize") == []
 
 
 def test_configs_built_in_python_check_their_own_values() -> None:

@@ -130,22 +130,28 @@ def test_out_of_range_values_are_all_named() -> None:
     ]
 
 
-def test_a_value_the_user_set_that_its_option_would_ignore_is_named_a_preset_s_is_not() -> None:
-    """``applies_if`` is checked for the keys a command line set, not for what a preset (or a
+def test_a_value_the_user_set_that_its_option_would_ignore_is_named_a_preset_s_is_not(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``applies_if`` is a warning for the keys a command line set, not for what a preset (or a
     default) holds: ``experiment=dqn_cartpole`` sets ``trainer.eval_episodes=10``, and switching
     evaluation off must not ask the user to undo the preset."""
-    from corral.framework.compose import check_values
+    from corral.framework.compose import warn_ignored
     from corral.framework.precheck import given_keys, precheck
 
     args = ["trainer.eval_every=0", "+algo.utd_ratio=2", "algo.gradient_steps=3", "algo=dqn"]
     assert given_keys(args) == {"trainer.eval_every", "algo.utd_ratio", "algo.gradient_steps", "algo"}
-    precheck(prepare(["experiment=dqn_cartpole", "trainer.eval_every=0"]))  # the preset's eval_episodes: fine
-    with pytest.raises(ConfigError, match=r"^trainer.eval_episodes=3 has no effect while trainer.eval_every=0"):
-        precheck(prepare(["experiment=dqn_cartpole", "trainer.eval_every=0", "trainer.eval_episodes=3"]))
+    precheck(prepare(["experiment=dqn_cartpole", "trainer.eval_every=0"]))  # the preset's eval_episodes
+    assert capsys.readouterr().err == ""
+    precheck(prepare(["experiment=dqn_cartpole", "trainer.eval_every=0", "trainer.eval_episodes=3"]))
+    assert capsys.readouterr().err == (
+        "corral: warning: trainer.eval_episodes=3 has no effect while trainer.eval_every=0: it applies only with "
+        "trainer.eval_every > 0; set that, or leave trainer.eval_episodes at its default (10)\n")
     cfg = compose("experiment=dqn_cartpole", "trainer.eval_every=0", "algo.gradient_steps=3", "algo.utd_ratio=2")
-    validate(cfg)  # what the keys' origin is, build() cannot tell: no applies_if check there
-    with pytest.raises(ConfigError, match=r"^algo.utd_ratio=2.0 has no effect while algo.gradient_steps=3"):
-        check_values(cfg, given={"algo.utd_ratio"})
+    validate(cfg)  # not an error
+    assert warn_ignored(cfg, given={"algo.gradient_steps"}) == []
+    assert warn_ignored(cfg, given={"algo.utd_ratio"}) == [
+        "corral: warning: algo.utd_ratio=2.0 has no effect while algo.gradient_steps=3: it applies only with "
+        "algo.gradient_steps=null; set that, or leave algo.utd_ratio at its default (0.25)"]
 
 
 def test_unknown_option_lists_the_available_ones() -> None:

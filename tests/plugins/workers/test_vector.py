@@ -319,26 +319,26 @@ def test_unknown_backend_and_autoreset_mode_are_config_errors() -> None:
 
 @pytest.mark.parametrize("backend", ["native", "sync", "async"])
 def test_num_threads_off_envpool_is_named_not_ignored(backend: str) -> None:
-    from corral.framework.checks import field_problems
+    from corral.framework.checks import ignored_values
 
-    assert field_problems(VectorWorkerConfig, {"backend": backend, "num_threads": 2}, "worker", given={"num_threads"}) == [
+    assert ignored_values(VectorWorkerConfig, {"backend": backend, "num_threads": 2}, "worker", given={"num_threads"}) == [
         f"worker.num_threads=2 has no effect while worker.backend={backend}: it applies only with "
         "worker.backend=envpool; set that, or leave worker.num_threads at its default (0)"]
-    assert field_problems(VectorWorkerConfig, {"backend": "envpool", "num_threads": 2}, "worker", given={"num_threads"}) == []
+    assert ignored_values(VectorWorkerConfig, {"backend": "envpool", "num_threads": 2}, "worker", given={"num_threads"}) == []
 
 
 @pytest.mark.parametrize("backend", ["native", "envpool"])
 @pytest.mark.parametrize("mode", ["same_step", "disabled"])
 def test_autoreset_mode_on_a_backend_with_its_own_is_named_not_ignored(backend: str, mode: str) -> None:
-    from corral.framework.checks import field_problems
+    from corral.framework.checks import ignored_values
 
-    problems = field_problems(VectorWorkerConfig, {"backend": backend, "autoreset_mode": mode}, "worker",
+    problems = ignored_values(VectorWorkerConfig, {"backend": backend, "autoreset_mode": mode}, "worker",
                               given={"autoreset_mode"})
     assert problems == [f"worker.autoreset_mode={mode} has no effect while worker.backend={backend}: it applies only "
                         "with worker.backend=sync or worker.backend=async; set that, or leave worker.autoreset_mode "
                         "at its default (next_step)"]
     for other in ("sync", "async"):
-        assert field_problems(VectorWorkerConfig, {"backend": other, "autoreset_mode": mode}, "worker",
+        assert ignored_values(VectorWorkerConfig, {"backend": other, "autoreset_mode": mode}, "worker",
                               given={"autoreset_mode"}) == []
 
 
