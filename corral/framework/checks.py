@@ -285,15 +285,20 @@ def check_defaults(config: type, prefix: str = "config") -> list[str]:
     """The problems of a config dataclass's own defaults against its own declarations (``[]`` = fine).
 
     Also reports a field whose ``check`` metadata is not a :class:`Check` (built by hand instead of
-    with :func:`check`).
+    with :func:`check`), and an ``applies_if`` that names no field of the config.
     """
     problems = []
     values: dict[str, Any] = {}
+    names = {f.name for f in dataclasses.fields(config)}
     for f in dataclasses.fields(config):
         raw = f.metadata.get(CHECK_KEY)
         if raw is not None and not isinstance(raw, Check):
             problems.append(f"{prefix}.{f.name}: metadata[{CHECK_KEY!r}] must come from corral.check(...), "
                             f"got {raw!r}")
+        for other, _, _ in raw.applies_if if isinstance(raw, Check) else ():
+            if other not in names:
+                problems.append(f"{prefix}.{f.name}: applies_if names {other!r}, which is not a field of "
+                                f"{config.__name__}")
         if f.default is not dataclasses.MISSING:
             values[f.name] = f.default
         elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]

@@ -178,6 +178,13 @@ def test_applies_if_is_described_and_checked_when_declared() -> None:
     with pytest.raises(ValueError, match="applies_if conditions are"):
         check(applies_if=("every", ">=", 0))
 
+    @dataclass
+    class Typo:
+        every: int = 1
+        episodes: int = field(default=10, metadata=check(ge=1, applies_if=("evry", ">", 0)))
+
+    assert check_defaults(Typo, "trainer") == ["trainer.episodes: applies_if names 'evry', which is not a field of Typo"]
+
 
 def test_corral_options_name_values_they_would_ignore() -> None:
     """The built-in options that only matter under another setting say so (a sample of them); out-of-range
