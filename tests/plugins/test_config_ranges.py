@@ -32,7 +32,10 @@ def builtin_registrations() -> list[Any]:
 
 
 def out_of_range(spec: Check, hint: Any) -> str | None:
-    """An override value (as typed on the command line) that ``spec`` rejects."""
+    """An override value (as typed on the command line) that ``spec`` rejects (None for a bool field,
+    whose ``check`` can only say when it applies)."""
+    if hint is bool:
+        return None
     if spec.choices is not None:
         return "not_a_choice"
     if spec.pattern is not None:
