@@ -299,10 +299,9 @@ def check_defaults(config: type, prefix: str = "config") -> list[str]:
             if other not in names:
                 problems.append(f"{prefix}.{f.name}: applies_if names {other!r}, which is not a field of "
                                 f"{config.__name__}")
-        if f.default is not dataclasses.MISSING:
-            values[f.name] = f.default
-        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            values[f.name] = f.default_factory()  # type: ignore[misc]
+        default = _default(f)
+        if default is not dataclasses.MISSING:
+            values[f.name] = default
     return problems + field_problems(config, values, prefix)
 
 
@@ -437,14 +436,24 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
         if reg.config is not None:
             problems.extend(field_problems(reg.config, values, prefix))
 
+    for prefix, option, kind, name, node in _option_nodes(cfg, kinds):
+        check_node(prefix, option, kind, name, node)
+    return problems
+
+
+def _option_nodes(cfg: Any, kinds: Iterable[str]) -> list[tuple[str, str, str, str, Any]]:
+    """``(prefix, option as a user writes it, kind, name, node)`` for every chosen option of a composed
+    config (one per selected logger, under ``logger.<name>``)."""
+    from omegaconf import DictConfig
+
+    out = []
     for kind in kinds:
         node = cfg.get(kind)
         if kind == "logger":
-            for name, sub in (node or {}).items():
-                check_node(f"logger.{name}", f"logger {name}", kind, str(name), sub)
+            out += [(f"logger.{name}", f"logger {name}", kind, str(name), sub) for name, sub in (node or {}).items()]
         elif isinstance(node, DictConfig) and "name" in node:
-            check_node(kind, f"{kind}={node.name}", kind, str(node.name), node)
-    return problems
+            out.append((kind, f"{kind}={node.name}", kind, str(node.name), node))
+    return out
 
 
 def composed_ignored(cfg: Any, registry: Any, kinds: Iterable[str], given: Collection[str]) -> list[str]:
@@ -467,13 +476,8 @@ def composed_ignored(cfg: Any, registry: Any, kinds: Iterable[str], given: Colle
         mine = {key[len(prefix) + 1:] for key in given if key.startswith(prefix + ".")}
         out.extend(ignored_values(reg.config, {str(k): v for k, v in values.items()}, prefix, given=mine))
 
-    for kind in kinds:
-        node = cfg.get(kind)
-        if kind == "logger":
-            for name, sub in (node or {}).items():
-                check_node(f"logger.{name}", kind, str(name), sub)
-        elif isinstance(node, DictConfig) and "name" in node:
-            check_node(kind, kind, str(node.name), node)
+    for prefix, _, kind, name, node in _option_nodes(cfg, kinds):
+        check_node(prefix, kind, name, node)
     return out
 
 
