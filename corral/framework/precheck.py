@@ -6,14 +6,18 @@ or anything is built. Hydra's own composition errors (a value of the wrong type,
 an override that does not parse) become the same one-paragraph ``corral: error: ...`` (exit status
 2) as corral's range errors, instead of Hydra's format.
 
-Skipped when the command line has flags (``--help``, ``--cfg``, ``-m`` and such: Hydra handles
-those, and a sweep is checked job by job) or resumes a run (``trainer.resume``: the run's own
-config is used, see :mod:`corral.framework.resume`).
+An option that does not exist (``sampler=nope``, ``logger=[console,nope]``, ``hydra/launcher=nope``)
+is one line that lists the group's options, for a single run and for every value of a sweep
+(``-m sampler=nope,local``), before any job starts.
+
+The rest is skipped when the command line has other flags (``--help``, ``--cfg`` and such: Hydra
+handles those), for a sweep (checked job by job) and when it resumes a run (``trainer.resume``: the
+run's own config is used, see :mod:`corral.framework.resume`).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 from corral.framework.config import CONFIG_MODULE, CONFIG_NAME
 from corral.framework.errors import ConfigError
@@ -23,16 +27,22 @@ def _key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
+MULTIRUN_FLAGS = ("-m", "--multirun")
+
+
 def precheck(args: Sequence[str]) -> None:
     """Compose ``args`` as ``train.py`` will and check every value; raise :class:`ConfigError` with a
-    one-line message (Hydra's list of available options kept) when anything is wrong, and print one
-    ``corral: warning:`` line for each value the command line set that the run would ignore."""
-    if any(a.startswith("-") for a in args) or any(_key(a) == "trainer.resume" for a in args):
+    one-line message when anything is wrong, and print one ``corral: warning:`` line for each value
+    the command line set that the run would ignore. A sweep (``-m``) gets only the check that every
+    option it names exists."""
+    flags = [a for a in args if a.startswith("-")]
+    multirun = bool(flags) and all(a in MULTIRUN_FLAGS for a in flags)
+    if (flags and not multirun) or any(_key(a) == "trainer.resume" for a in args):
         return
-    overrides = [a for a in args if not _key(a).startswith(("hydra.", "hydra/")) and _key(a) != "hydra"]
+    overrides = [a for a in args if not a.startswith("-")]
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
+    from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
 
     from corral.framework.compose import check_values, warn_ignored
@@ -40,13 +50,83 @@ def precheck(args: Sequence[str]) -> None:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-            cfg = compose(config_name=CONFIG_NAME, overrides=overrides)
+            loader = GlobalHydra.instance().config_loader()
+            check_choices(overrides, loader.get_group_options)
+            if multirun:
+                return
+            try:
+                cfg = compose(config_name=CONFIG_NAME, overrides=[o for o in overrides if not _is_hydra(o)])
+            except MissingConfigException as exc:
+                raise ConfigError(_missing_message(exc, loader.get_group_options)) from None
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(hydra_message(exc)) from None
     finally:
         GlobalHydra.instance().clear()
     check_values(cfg)
     warn_ignored(cfg, given_keys(overrides))
+
+
+def _is_hydra(override: str) -> bool:
+    key = _key(override)
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
+
+
+def _choices(override: str) -> Iterator[tuple[str, str]]:
+    """``(group, option)`` for every option a group override names: one (``sampler=ray``), a list
+    (``logger=[console,csv]``) or the values of a sweep (``sampler=local,ray``, ``choice(...)``,
+    a sweep of lists). Nothing for a value override (``algo.learning_rate=...``), a deletion, or a
+    sweep that cannot be listed (``glob(...)``, ``interval(...)``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    try:
+        parsed = parser.parse_overrides([override])[0]
+    except HydraException:
+        return  # does not parse: compose (or the sweeper) says so, naming the override
+    if "." in parsed.key_or_group or parsed.is_delete():
+        return
+    if parsed.is_sweep_override():
+        try:
+            values = list(parsed.sweep_string_iterator())
+        except HydraException:
+            return
+        for swept in values:
+            yield from _choices(f"{parsed.key_or_group}={swept}")
+        return
+    value = parsed.value()
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, str):
+            yield parsed.key_or_group, item
+
+
+def check_choices(overrides: Sequence[str], options_of: Any) -> None:
+    """Raise :class:`ConfigError` for the first option named in ``overrides`` that its group does not
+    have; ``options_of(group)`` lists a group's options (``[]``: not a config group)."""
+    for override in overrides:
+        for group, option in _choices(override):
+            options = list(options_of(group))
+            if options and option not in options:
+                raise ConfigError(unknown_option_message(group, option, options, override))
+
+
+def unknown_option_message(group: str, option: str, options: Sequence[str], override: str | None = None) -> str:
+    """One line: the override, the option its group lacks, the group's options and where more come from."""
+    where = ("Hydra plugin packages add more" if group.startswith("hydra/")
+             else "a plugin package adds its own; `corral plugins` lists what is installed")
+    head = f"{override}: " if override else ""
+    return (f"{head}{group} has no option {option!r}; choose one of {', '.join(options)} ({where})")
+
+
+def _missing_message(exc: BaseException, options_of: Any) -> str:
+    """A config file that composition could not find, as :func:`unknown_option_message` when it is a
+    group's option (a preset naming an option that is not there), else Hydra's own message."""
+    missing = str(getattr(exc, "missing_cfg_file", "") or "")
+    group, _, option = missing.rpartition("/")
+    options = list(options_of(group)) if group else []
+    if options and option not in options:
+        return unknown_option_message(group, option, options)
+    return hydra_message(exc)
 
 
 def given_keys(overrides: Sequence[str]) -> set[str]:
@@ -72,4 +152,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["given_keys", "hydra_message", "precheck"]
+__all__ = ["check_choices", "given_keys", "hydra_message", "precheck", "unknown_option_message"]

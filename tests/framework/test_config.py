@@ -281,14 +281,51 @@ def test_precheck_gives_hydras_errors_corrals_style(args: list[str], message: st
     assert "HYDRA_FULL_ERROR" not in str(info.value)
 
 
-def test_precheck_keeps_the_available_options_and_skips_flags_and_resume() -> None:
+def test_precheck_lists_the_available_options_and_skips_flags_and_resume() -> None:
     from corral.framework.precheck import precheck
 
     prepare([])
     with pytest.raises(ConfigError) as info:
         precheck(["sampler=nonexistent"])
-    assert "Could not find 'sampler/nonexistent'" in str(info.value) and "\tlocal" in str(info.value)
-    assert "Config search path" not in str(info.value)
+    assert str(info.value).startswith("sampler=nonexistent: sampler has no option 'nonexistent'; choose one of "
+                                      "action_server, alternating, local, multiprocessing, ray (")
+    assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"^algo=choice\(ppo,nope\): algo has no option 'nope'"):
+        precheck(["-m", "seed=1,2", "algo=choice(ppo,nope)"])  # a sweep's values, before any job
+    precheck(["-m", "seed=1,2", "algo=ppo,vpg", "algo.learning_rate=-1"])  # a sweep's values: job by job
     precheck(["--cfg", "job", "algo.learning_rate=-1"])  # flags: Hydra's business
     precheck(["trainer.resume=/nowhere", "algo.learning_rate=-1"])  # resume: the run's own config
     precheck(["hydra.run.dir=/tmp/x", "algo=vpg"])
+
+
+def test_check_choices_reads_every_form_of_group_override() -> None:
+    from corral.framework.precheck import _missing_message, check_choices
+
+    options = {"sampler": ["local", "ray"], "logger": ["console", "csv"]}
+    seen: list[str] = []
+
+    def options_of(group: str) -> list[str]:
+        seen.append(group)
+        return options.get(group, [])
+
+    fine = ["sampler=ray", "logger=[console,csv]", "sampler=local,ray", "sampler=choice(local,ray)",
+            "logger=[console],[csv]", "seed=1,2,3", "~sampler", "sampler=glob(*)", "algo.lr=interval(0,1)",
+            "+sampler=local", "sampler=local,"]
+    check_choices(fine, options_of)
+    assert set(seen) == {"sampler", "logger"}  # not looked up: value overrides, numbers, globs, intervals
+    for bad, option in [("sampler=nope", "nope"), ("logger=[console,nope]", "nope"), ("sampler=ray,nope", "nope"),
+                        ("logger=[csv],[nope]", "nope"), ("+sampler=nope", "nope")]:
+        with pytest.raises(ConfigError) as info:
+            check_choices(["seed=1", bad], options_of)
+        group = bad.lstrip("+").split("=")[0]
+        assert str(info.value) == (f"{bad}: {group} has no option {option!r}; choose one of "
+                                   f"{', '.join(options[group])} (a plugin package adds its own; "
+                                   "`corral plugins` lists what is installed)")
+
+    # A preset naming an option that is not there: the same line, without an override to name.
+    from hydra.errors import MissingConfigException
+
+    exc = MissingConfigException("In 'experiment/x': Could not load 'sampler/nope'.", missing_cfg_file="sampler/nope")
+    assert _missing_message(exc, options_of).startswith("sampler has no option 'nope'; choose one of local, ray (")
+    other = MissingConfigException("Cannot find primary config 'config'", missing_cfg_file="config")
+    assert _missing_message(other, options_of) == "Cannot find primary config 'config'"
