@@ -97,6 +97,16 @@ def test_unknown_option_is_one_line_listing_the_available_ones(
     assert not (tmp_path / "run").exists()
 
 
+def test_a_setting_without_default_must_be_given(tmp_path: Path, sites: dict[str, Path]) -> None:
+    # env=gym has no env.id: say which setting, not what gymnasium makes of OmegaConf's '???'
+    proc = train(tmp_path, sites, "env=gym", *SMALL)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip().splitlines() == [
+        "corral: error: env.id must be set: env=gym has no default for it (gymnasium environment id, "
+        "e.g. CartPole-v1); add env.id=<value>"], output(proc)
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_sweep_naming_an_unknown_option_stops_before_any_job(tmp_path: Path, sites: dict[str, Path]) -> None:
     sweep = tmp_path / "sweep"
     proc = run([sys.executable, str(TRAIN), "-m", "seed=1,2", "sampler=local,nonexistent", *SMALL,

@@ -426,6 +426,12 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
         assert isinstance(container, dict)
         values = {str(k): v for k, v in container.items()}
         fields = [f.name for f in dataclasses.fields(reg.config)] if reg.config is not None else []
+        for f in dataclasses.fields(reg.config) if reg.config is not None else ():
+            if f.name in node.keys() and OmegaConf.is_missing(node, f.name):  # `???`: no default, none given
+                hint = f.metadata.get("help", "")
+                problems.append(f"{prefix}.{f.name} must be set: {option} has no default for it"
+                                + (f" ({hint})" if hint else "") + f"; add {prefix}.{f.name}=<value>")
+                values.pop(f.name, None)
         for extra in [k for k in values if k not in fields and k != "name"]:
             owners = [other for other in registry if other.kind == kind and other.name != name
                       and other.config is not None and extra in {f.name for f in dataclasses.fields(other.config)}]
