@@ -107,6 +107,9 @@ def test_python_api_is_the_command(cartpole_run: Path, tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["lengths"] == [20, 20]
     missing = corral("eval", str(tmp_path / "nowhere"), cwd=tmp_path)
     assert missing.returncode == 2 and "no snapshot found" in missing.stderr and "Traceback" not in missing.stderr
+    nothing = corral("eval", cwd=tmp_path)  # the overrides are optional: only the run is asked for
+    assert nothing.returncode == 2 and nothing.stderr.strip().splitlines()[-1] == (
+        "corral eval: error: the following arguments are required: run"), nothing.stderr
 
 
 def test_default_seed_repeats_the_runs_own_evaluation(tmp_path: Path) -> None:

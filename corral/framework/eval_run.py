@@ -240,7 +240,7 @@ def eval_command(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="corral eval", description="Evaluate a trained run: its snapshot's policy, through the run's workers.")
     parser.add_argument("run", help="a run directory, its snapshots/ directory or a snapshot file")
-    parser.add_argument("overrides", nargs="*", help="key=value changes of the run's config")
+    parser.add_argument("overrides", nargs="*", default=[], help="key=value changes of the run's config")
     parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the policy's mode")
     parser.add_argument("--seed", type=int, help="evaluation seed (default: the run's seed)")
