@@ -173,8 +173,8 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
         import multiprocessing
 
         if multiprocessing.current_process().daemon:
-            raise ConfigError("worker.backend=async starts processes of its own, which the multiprocessing sampler's "
-                              "worker processes cannot; use worker.backend=sync there (or sampler=local or ray)")
+            raise ConfigError("worker.backend=async starts processes of its own, which a worker inside a sampler's "
+                              "worker process cannot; use worker.backend=sync there (or sampler=local or ray)")
         venv = gym.vector.AsyncVectorEnv(fns, copy=False, autoreset_mode=mode)
     return BuiltVectorEnv(venv, limit, True, True, backend)
 

@@ -181,16 +181,25 @@ class Worker(ABC):
 class UpdateFailure(Exception):
     """An agent or environment update raised inside a worker (see :func:`apply_updates`).
 
-    Holds only strings, so it pickles across processes and Ray: ``stage`` ("agent update" or
-    "environment update"), ``summary`` (``"TypeName: message"`` of the original exception) and
-    ``missing_module`` (the module name when the original was a ``ModuleNotFoundError``).
+    Holds only strings and a flag, so it pickles across processes and Ray: ``stage`` ("agent update"
+    or "environment update"), ``summary`` (``"TypeName: message"`` of the original exception),
+    ``missing_module`` (the module name when the original was a ``ModuleNotFoundError``) and
+    ``config_error`` (the original was a :class:`~corral.framework.errors.ConfigError`: a setting the
+    worker cannot run with, whose message already says what to change).
     """
 
-    def __init__(self, stage: str, summary: str, missing_module: str | None = None) -> None:
-        super().__init__(stage, summary, missing_module)
+    def __init__(self, stage: str, summary: str, missing_module: str | None = None,
+                 config_error: bool = False) -> None:
+        super().__init__(stage, summary, missing_module, config_error)
         self.stage = stage
         self.summary = summary
         self.missing_module = missing_module
+        self.config_error = config_error
+
+    @classmethod
+    def of(cls, stage: str, exc: BaseException) -> "UpdateFailure":
+        """The failure of ``stage`` that raised ``exc``."""
+        return cls(stage, exception_summary(exc), missing_module_of(exc), isinstance(exc, ConfigError))
 
     def __str__(self) -> str:
         return f"{self.stage} failed: {self.summary}"
@@ -228,7 +237,7 @@ def apply_updates(worker: Worker, env_update: Any, agent_update: Any) -> None:
         try:
             apply(update)
         except Exception as exc:  # noqa: BLE001 - reported as an UpdateFailure with the original's summary
-            raise UpdateFailure(stage, exception_summary(exc), missing_module_of(exc)) from exc
+            raise UpdateFailure.of(stage, exc) from exc
 
 
 _UPDATE_HINTS = {
@@ -244,6 +253,10 @@ def update_error(sampler: str, worker_number: int | None, failure: UpdateFailure
     """The WorkerError every sampler raises when a worker could not apply an update; nothing was
     sampled with it. ``sampler`` names the sampler (``"local"``, ``"ray"``...)."""
     who = f"worker {worker_number}" if worker_number is not None else "the server's policy"
+    if failure.config_error:  # the setting is the problem, and its message says what to change: one line
+        message = failure.summary.split(": ", 1)[-1]
+        return WorkerError(f"{sampler} sampler: {who} could not apply the {failure.stage}: {message}",
+                           worker_number=worker_number)
     if failure.missing_module:
         return WorkerError(
             f"{sampler} sampler: {who} could not apply the {failure.stage}: it cannot import module "

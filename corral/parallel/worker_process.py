@@ -37,7 +37,7 @@ import traceback
 from multiprocessing.connection import wait
 from typing import Any, Sequence
 
-from corral.framework.worker import UpdateFailure, exception_summary, missing_module_of
+from corral.framework.worker import UpdateFailure
 from corral.parallel.shared_memory import load_blob
 
 #: Seconds between a child's checks on its parent, and between its progress reports.
@@ -153,7 +153,7 @@ def _serve(worker: Any, channel: _Channel, seq: int, version: int, env_refs: Seq
             try:
                 apply(load_blob(ref))  # unpickling included: a class the worker cannot import fails here
             except Exception as exc:  # noqa: BLE001 - reported with the stage that failed
-                raise UpdateFailure(stage, exception_summary(exc), missing_module_of(exc)) from exc
+                raise UpdateFailure.of(stage, exc) from exc
     channel.count_steps(worker)
     if action == "steps":
         channel.send_batches(seq, version, sample_steps(worker, int(arg)))

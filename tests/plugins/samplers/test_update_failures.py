@@ -110,6 +110,26 @@ def test_failing_environment_update_raises_the_same_worker_error(name: str, poli
         sampler.shutdown_worker()
 
 
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_a_setting_the_worker_cannot_run_is_one_line_on_every_sampler(name: str, policy, ray_runtime) -> None:
+    """A ConfigError inside a worker (here an environment given a keyword it does not take) already says
+    what to change: every sampler reports it as one line, without the worker's traceback."""
+    sampler = make_sampler(name, policy, ray_runtime)
+    try:
+        with pytest.raises(WorkerError) as info:
+            sampler.obtain_samples(0, 100, policy.get_param_values(),
+                                   env_update=EnvFactory("CartPole-v1", kwargs={"no_such_setting": 1}))
+        error = info.value
+        assert "\n" not in str(error) and error.remote_traceback is None, str(error)
+        assert str(error).startswith(f"{name} sampler: worker {error.worker_number} could not apply the "
+                                     "environment update: environment EnvFactory('CartPole-v1', "
+                                     "kwargs={'no_such_setting': 1}) does not take these keyword arguments: "), str(error)
+        assert str(error).endswith("; check env.kwargs"), str(error)
+        assert sampler.total_env_steps == 0
+    finally:
+        sampler.shutdown_worker()
+
+
 def test_ray_keeps_only_what_a_restart_needs(policy, ray_runtime) -> None:
     """Over 200 environment and agent updates the Ray sampler keeps at most two of each per worker
     (the latest environment and callable, the latest Policy and parameters), and a restarted actor
