@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -16,6 +17,8 @@ from corral.framework.sampler import Sampler
 from corral.rl.networks import flat_dim, mlp
 from corral.rl.normalization import reject_normalized_state
 from corral.rl.returns import gae
+
+logger = logging.getLogger(__name__)
 
 #: Spawn-key branch of the algorithm's own RNG (minibatch shuffling).
 ALGO_BRANCH = 2**31 - 2
@@ -52,6 +55,19 @@ class OnPolicyAlgorithm(Algorithm):
         self.value_function: nn.Module = mlp(obs_dim, vf_hidden_sizes, 1, "tanh", out_gain=1.0)
         self.rng = np.random.Generator(np.random.PCG64(child_seed(np.random.SeedSequence(seed), ALGO_BRANCH)))
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self._warned_minibatch: set[str] = set()
+
+    def minibatch_starts(self, setting: str, size: int, n: int) -> range:
+        """Where the minibatches of ``size`` steps (``algo.<setting>``) start in a batch of ``n`` steps.
+
+        A ``size`` above ``n`` makes every gradient step use the whole batch: the run says so once, in
+        one line, since the value asked for is not what the update does."""
+        if size > n and setting not in self._warned_minibatch:
+            self._warned_minibatch.add(setting)
+            logger.warning("corral: algo.%s=%d is larger than the batch of %d steps this update learns from, so "
+                           "each gradient step uses the whole batch; lower algo.%s or raise trainer.batch_size",
+                           setting, size, n, setting)
+        return range(0, n, size)
 
     def values(self, observations: torch.Tensor) -> torch.Tensor:
         """V(s) for a batch of observations."""

@@ -61,7 +61,7 @@ class PPO(OnPolicyAlgorithm):
         for _ in range(c.n_epochs):
             order = torch.from_numpy(self.rng.permutation(n))
             stop = False
-            for start in range(0, n, c.minibatch_size):
+            for start in self.minibatch_starts("minibatch_size", c.minibatch_size, n):
                 idx = order[start : start + c.minibatch_size]
                 if len(idx) < 2:
                     continue

@@ -168,7 +168,7 @@ class TRPO(OnPolicyAlgorithm):
         loss = torch.zeros(())
         for _ in range(c.vf_epochs):
             order = torch.from_numpy(self.rng.permutation(n))
-            for start in range(0, n, c.vf_minibatch_size):
+            for start in self.minibatch_starts("vf_minibatch_size", c.vf_minibatch_size, n):
                 idx = order[start : start + c.vf_minibatch_size]
                 loss = (self.values(observations[idx]) - returns[idx]).pow(2).mean()
                 optimizer.zero_grad()
