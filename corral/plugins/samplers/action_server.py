@@ -30,7 +30,7 @@ from corral import hookimpl
 from corral.framework.checks import check
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
-from corral.framework.worker import UpdateFailure, WorkerFactory, exception_summary, update_error
+from corral.framework.worker import UpdateFailure, WorkerFactory, update_error
 from corral.parallel.action_proxy import PROXY_METHODS, ActionProxy, ServedWorkerFactory
 from corral.parallel.action_server import ActionServer
 from corral.plugins.samplers.multiprocessing import (
@@ -211,8 +211,7 @@ class ActionServerSampler(MultiprocessingSampler):
             fresh = self.server.apply_agent_update(agent_update, n)
         except Exception as exc:  # noqa: BLE001 - the same WorkerError as every sampler's
             tb = traceback.format_exc()
-            raise update_error(self.option_name, None, UpdateFailure("agent update", exception_summary(exc)),
-                               tb) from None
+            raise update_error(self.option_name, None, UpdateFailure.of("agent update", exc), tb) from None
         worker_update: Any = None
         if fresh:
             items = agent_update if isinstance(agent_update, list) else [agent_update] * n
