@@ -13,8 +13,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.config import CONFIG_NAME, register_configs
-from corral.framework.errors import CorralError
-from corral.framework.plugins import get_plugin_manager, warnings_as_lines
+from corral.framework.errors import CorralError, warnings_as_lines
+from corral.framework.plugins import get_plugin_manager
 from corral.framework.precheck import precheck
 
 # corral/conf/hydra/launcher/joblib.yaml (and submitit_*.yaml) set corral's defaults for the launcher and
@@ -57,6 +57,12 @@ def main(argv: Sequence[str] | None = None) -> Any:
 
 @hydra.main(version_base="1.3", config_path="pkg://corral.conf", config_name=CONFIG_NAME)
 def _hydra_main(cfg: DictConfig) -> float | None:
+    with warnings_as_lines():  # in every job's process: e.g. a tracker that went quiet is one line
+        return _job(cfg)
+
+
+def _job(cfg: DictConfig) -> float | None:
+    """One job of ``train.py``: train ``cfg``; a CorralError is one ``corral: error:`` line, exit code 2."""
     from corral.framework.trainer import TrainingInterrupted
 
     try:

@@ -1,6 +1,38 @@
-"""The public exception tree of corral."""
+"""The public exception tree of corral, and its warnings for the person running it."""
 
 from __future__ import annotations
+
+import contextlib
+import sys
+import warnings
+from typing import Iterator, TextIO
+
+
+class CorralWarning(UserWarning):
+    """Base class of the warnings corral gives the person running it (a skipped plugin, a tracker
+    that went quiet). The command-line entry points print each as one ``corral: warning: ...`` line
+    (:func:`warnings_as_lines`); library users and tests see ordinary warnings."""
+
+
+@contextlib.contextmanager
+def warnings_as_lines(stream: TextIO | None = None) -> Iterator[None]:
+    """Print each :class:`CorralWarning` raised in the block, when it is raised, as one
+    ``corral: warning: <message>`` line (on stderr by default) instead of Python's warning format
+    with its file name and source line. Every one is shown (no once-per-location filter: the code
+    that warns decides how often). Other warnings keep Python's format."""
+    with warnings.catch_warnings():  # restores the filters and warnings.showwarning afterwards
+        warnings.simplefilter("always", CorralWarning)
+        shown = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+            if issubclass(category, CorralWarning):
+                print(f"corral: warning: {message}", file=stream if stream is not None else sys.stderr, flush=True)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
 
 
 class CorralError(Exception):

@@ -10,21 +10,19 @@ reported in one warning naming its distribution, version and error. Environment 
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib
 import os
 import re
-import sys
 import traceback
 import warnings
 from importlib import metadata
-from typing import Any, Callable, Iterator, TextIO
+from typing import Any, Callable
 
 import pluggy
 
 from corral.framework import hookspecs
-from corral.framework.errors import PluginError
+from corral.framework.errors import CorralWarning, PluginError
 from corral.framework.registry import KINDS, Clash, DuplicateRegistration, FailedPlugin, Registration, Registry, Source
 
 ENTRY_POINT_GROUP = "corral"
@@ -76,7 +74,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "corral.plugins.validation",
 )
 
-class PluginWarning(UserWarning):
+class PluginWarning(CorralWarning):
     """A plugin failed to load or register and was skipped, or one of its options clashed with another's."""
 
 
@@ -248,24 +246,6 @@ def get_plugin_manager() -> PluginManager:
     return _MANAGER
 
 
-@contextlib.contextmanager
-def warnings_as_lines(stream: TextIO | None = None) -> Iterator[None]:
-    """Print each :class:`PluginWarning` raised in the block as one ``corral: warning: ...`` line
-    (on stderr by default) instead of Python's warning format with its source line. For command-line
-    entry points; library users and tests see ordinary warnings."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", PluginWarning)
-        try:
-            yield
-        finally:
-            out = stream if stream is not None else sys.stderr
-            for w in caught:
-                if issubclass(w.category, PluginWarning):
-                    print(f"corral: warning: {w.message}", file=out, flush=True)
-                else:
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
-
-
 def get_registry() -> Registry:
     """The registry of the process-wide plugin manager."""
     return get_plugin_manager().registry
@@ -290,5 +270,4 @@ __all__ = [
     "get_plugin_manager",
     "get_registry",
     "reset_plugin_manager",
-    "warnings_as_lines",
 ]

@@ -9,13 +9,16 @@ and the guard that turns any tracker failure into one warning while training goe
 from __future__ import annotations
 
 import json
+import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from corral.framework.errors import CorralWarning
 
-class TrackerWarning(UserWarning):
+
+class TrackerWarning(CorralWarning):
     """An experiment tracker failed; the run goes on without it."""
 
 
@@ -128,34 +131,71 @@ def flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 class Guard:
     """``with guard("logging metrics"):`` runs tracker calls; the first failure becomes one
-    :class:`TrackerWarning` and switches the guard off (``guard.failed``), later calls are skipped."""
+    :class:`TrackerWarning` and switches the guard off (``guard.failed``), later calls are skipped.
 
-    def __init__(self, tracker: str) -> None:
+    The warning names the tracker, what it was doing, the root cause (``Connection refused`` rather
+    than the HTTP client's page of retries) and ``hint``, what to check. While the block runs, the
+    HTTP client's own retry warnings are held back: the one warning reports the outcome.
+    """
+
+    def __init__(self, tracker: str, hint: str = "") -> None:
         self.tracker = tracker
+        self.hint = hint
         self.failed = False
         self._action = ""
+        self._quieted: list[tuple[logging.Logger, int]] = []
 
     def __call__(self, action: str) -> "Guard":
         self._action = action
         return self
 
     def __enter__(self) -> "Guard":
+        self._quieted = []
+        for name in _HTTP_RETRY_LOGGERS:
+            log = logging.getLogger(name)
+            self._quieted.append((log, log.level))
+            log.setLevel(logging.ERROR)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        for log, level in self._quieted:
+            log.setLevel(level)
         if exc is None or not isinstance(exc, Exception):
             return False  # KeyboardInterrupt and friends still stop the run
         if not self.failed:
             self.failed = True
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            hint = f"; {self.hint}" if self.hint else ""
             warnings.warn(
-                f"corral: {self.tracker} logger failed while {self._action} ({type(exc).__name__}: {first[:300]}); "
-                f"training goes on without {self.tracker}",
+                f"{self.tracker} logger failed while {self._action} ({failure_reason(exc)}); "
+                f"training goes on without {self.tracker}{hint}",
                 TrackerWarning,
                 stacklevel=2,
             )
         return True
 
 
-__all__ = ["Guard", "JobInfo", "TrackerWarning", "flatten", "hydra_job", "read_run_record",
+_HTTP_RETRY_LOGGERS = ("urllib3.connectionpool",)  # logs a warning per retry of a failed request
+
+
+def failure_reason(exc: BaseException) -> str:
+    """What went wrong, in a few words: the operating-system error at the root of ``exc``
+    (``ConnectionRefusedError: Connection refused``), found through its causes, contexts and an
+    HTTP client's ``reason``; otherwise the first line of ``exc`` itself, shortened."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        reason = getattr(current, "reason", None)
+        current = current.__cause__ or current.__context__ or (reason if isinstance(reason, BaseException) else None)
+    for error in reversed(chain):
+        if isinstance(error, OSError) and error.strerror:
+            return f"{type(error).__name__}: {error.strerror}"
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    if len(first) > 300:
+        first = first[:300].rsplit(" ", 1)[0] + " ..."
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+__all__ = ["Guard", "JobInfo", "TrackerWarning", "failure_reason", "flatten", "hydra_job", "read_run_record",
            "resolved_config", "resume_dirs", "write_run_record"]

@@ -74,7 +74,7 @@ class MLflowLogger(Logger):
         if self.config.x_axis not in ("env_steps", "epoch"):
             raise ConfigError(f"logger.mlflow.x_axis must be 'env_steps' or 'epoch', got {self.config.x_axis!r}")
         self.log_dir = Path(log_dir) if log_dir is not None else None
-        self.guard = Guard("mlflow")
+        self.guard = Guard("mlflow", hint="check logger.mlflow.tracking_uri (an http:// one needs its `mlflow server` running)")
         self.client: Any = None
         self.run_id: str | None = None
         self.status = "FINISHED"

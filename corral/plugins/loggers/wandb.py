@@ -67,7 +67,7 @@ class WandbLogger(Logger):
         if self.config.x_axis not in ("env_steps", "epoch"):
             raise ConfigError(f"logger.wandb.x_axis must be 'env_steps' or 'epoch', got {self.config.x_axis!r}")
         self.log_dir = Path(log_dir) if log_dir is not None else None
-        self.guard = Guard("wandb")
+        self.guard = Guard("wandb", hint="check the network and WANDB_API_KEY, or use logger.wandb.mode=offline and `wandb sync` the run later")
         self.run: Any = None
         self.exit_code = 0
         self.resumed = False

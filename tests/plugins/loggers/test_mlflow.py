@@ -88,7 +88,7 @@ def test_file_store_run_with_params_metrics_and_artifacts(tmp_path: Path) -> Non
     proc = train(tmp_path, *TINY, "logger=[console,csv,mlflow]", "logger.mlflow.log_snapshot=true",
                  "logger.mlflow.tags={team: rl}", "trainer.video_every=2", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, output(proc)
-    assert "TrackerWarning" not in proc.stderr, output(proc)
+    assert "logger failed" not in proc.stderr, output(proc)
     uri = f"file:{tmp_path / 'mlruns'}"  # the default file:./mlruns, from the run's working directory
     (run,) = runs_of(uri)
     c = client(uri)
@@ -254,7 +254,7 @@ def test_a_real_mlflow_server(tmp_path: Path, mlflow_server: str) -> None:
     proc = train(tmp_path, *TINY, "logger=[csv,mlflow]", f"logger.mlflow.tracking_uri={mlflow_server}",
                  "logger.mlflow.experiment=served", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, output(proc)
-    assert "TrackerWarning" not in proc.stderr, output(proc)
+    assert "logger failed" not in proc.stderr, output(proc)
     (run,) = runs_of(mlflow_server, "served")
     c = client(mlflow_server)
     check_run(c, run, run_dir)
@@ -270,8 +270,13 @@ def test_an_unreachable_server_warns_once_and_training_goes_on(tmp_path: Path) -
     proc = train(tmp_path, *TINY, "logger=[csv,mlflow]", f"logger.mlflow.tracking_uri=http://127.0.0.1:{port}",
                  f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, output(proc)
-    assert proc.stderr.count("TrackerWarning") == 1, output(proc)
-    assert f"mlflow logger failed while starting a run at http://127.0.0.1:{port}" in proc.stderr
+    # One line: the tracker, what it was doing, the root cause and what to check; no source line and
+    # none of the HTTP client's retry warnings.
+    assert [line for line in proc.stderr.splitlines() if "logger failed" in line] == [
+        f"corral: warning: mlflow logger failed while starting a run at http://127.0.0.1:{port} "
+        "(ConnectionRefusedError: Connection refused); training goes on without mlflow; check "
+        "logger.mlflow.tracking_uri (an http:// one needs its `mlflow server` running)"], output(proc)
+    assert "Retrying" not in proc.stderr and "TrackerWarning" not in proc.stderr, output(proc)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["epochs"] == 2
     assert len(progress(run_dir)) == 2
@@ -316,7 +321,8 @@ def test_a_server_that_dies_mid_run_warns_once_and_training_goes_on(tmp_path: Pa
             proc.kill()
             proc.communicate()
     assert proc.returncode == 0, err[-4000:]
-    assert err.count("TrackerWarning") == 1 and "mlflow logger failed while" in err, err[-4000:]
+    (line,) = [line for line in err.splitlines() if "logger failed" in line]
+    assert line.startswith("corral: warning: mlflow logger failed while ") and "tracking_uri" in line, err[-4000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["epochs"] == 60
     assert [int(float(r["epoch"])) for r in progress(run_dir)] == list(range(60))

@@ -97,7 +97,7 @@ def test_offline_run_files_hold_config_and_metrics(tmp_path: Path) -> None:
     proc = train(tmp_path, *TINY, "logger=[console,csv,wandb]", "logger.wandb.project=corral-test",
                  "logger.wandb.tags=[ppo,smoke]", "trainer.video_every=2", f"hydra.run.dir={run_dir}")
     assert proc.returncode == 0, output(proc)
-    assert "TrackerWarning" not in proc.stderr, output(proc)
+    assert "logger failed" not in proc.stderr, output(proc)
     (offline,) = offline_runs(run_dir)
     assert (offline / "logs" / "debug.log").exists()
     run = check_run(offline, run_dir)
@@ -156,8 +156,10 @@ def test_an_unreachable_wandb_server_warns_once_and_training_goes_on(tmp_path: P
                  f"hydra.run.dir={run_dir}", WANDB_BASE_URL=f"http://127.0.0.1:{port}", WANDB_API_KEY="x" * 40,
                  timeout=300)
     assert proc.returncode == 0, output(proc)
-    assert proc.stderr.count("TrackerWarning") == 1, output(proc)
-    assert "wandb logger failed while starting a run" in proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if "logger failed" in line]
+    assert line.startswith("corral: warning: wandb logger failed while starting a run ("), output(proc)
+    assert line.endswith("training goes on without wandb; check the network and WANDB_API_KEY, or use "
+                         "logger.wandb.mode=offline and `wandb sync` the run later"), output(proc)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["epochs"] == 2
     assert len(progress(run_dir)) == 2
