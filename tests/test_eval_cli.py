@@ -112,6 +112,39 @@ def test_python_api_is_the_command(cartpole_run: Path, tmp_path: Path) -> None:
         "corral eval: error: the following arguments are required: run"), nothing.stderr
 
 
+@pytest.mark.parametrize(("override", "says"), [
+    ("algo.clip_range=0.3", "algo.clip_range=0.3 would not change the evaluation: corral eval takes overrides of env.*, "
+                            "worker.* and seed only"),
+    ("sampler.n_workers=4", "sampler.n_workers=4 would not change the evaluation"),  # --n-workers does that
+    ("trainer.eval_episodes=3", "trainer.eval_episodes=3 would not change the evaluation"),  # --episodes does
+    ("normalize.obs=true", "normalize.obs=true would not change the evaluation"),
+    ("policy.hidden_sizes=[32]", "policy.hidden_sizes=[32] would not change the evaluation"),
+    ("logger=[wandb]", "logger=[wandb] would not change the evaluation"),
+    ("worker=vec", "worker=vec: corral eval cannot change the run's worker option (it was trained with worker=default)"),
+    ("algo=vpg", "algo=vpg: corral eval cannot change the run's algo option (it was trained with algo=ppo)"),
+    ("env.id=CartPole-v0", "env.id=CartPole-v0: use --env-id CartPole-v0"),
+])
+def test_an_override_that_would_not_change_the_evaluation_is_refused(cartpole_run: Path, override: str,
+                                                                      says: str) -> None:
+    from corral.framework.eval_run import evaluate_run
+
+    with pytest.raises(ConfigError) as caught:
+        evaluate_run(cartpole_run, [override], episodes=1, output="")
+    assert str(caught.value).startswith(says) and "\n" not in str(caught.value)
+
+
+def test_bad_eval_values_are_one_line_each(cartpole_run: Path, tmp_path: Path) -> None:
+    for args, line in [
+        (["--seed", "-3"], "corral eval: error: --seed must be >= 0 (a seed of numpy's SeedSequence, as the run's seed "
+                           "is), got -3"),
+        (["algo.clip_range=0.3"], "corral eval: error: algo.clip_range=0.3 would not change the evaluation: corral eval "
+                                  "takes overrides of env.*, worker.* and seed only (the policy and normalisation come "
+                                  "from the snapshot); --episodes, --stochastic, --sampler and --n-workers set the rest"),
+    ]:
+        proc = corral("eval", str(cartpole_run), *args, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line], proc.stderr
+
+
 def test_default_seed_repeats_the_runs_own_evaluation(tmp_path: Path) -> None:
     """With the run's seed, ``corral eval`` runs the episodes the run's last evaluation ran."""
     from corral.framework.eval_run import evaluate_run

@@ -102,7 +102,8 @@ def evaluate_run(
 ) -> EvalResult:
     """Evaluate a trained run (a run directory, its ``snapshots/`` or one snapshot file).
 
-    ``overrides`` are ``key=value`` changes to the run's config (``env.max_episode_length=100``);
+    ``overrides`` are ``key=value`` changes of the run's ``env.*``, ``worker.*`` or ``seed``
+    (``env.max_episode_length=100``; anything else is a ConfigError, see :func:`check_eval_override`);
     ``output`` is where ``eval.json`` goes (default: ``<run dir>/eval.json``; ``""``: nowhere).
     ``trust`` allows a snapshot whose objects part needs unpickling (``trainer.trust_snapshot``,
     see :mod:`corral.framework.snapshot`): only for snapshots you trust.
@@ -123,6 +124,8 @@ def evaluate_run(
         raise ConfigError(f"--episodes must be at least 1, got {episodes}")
     if n_workers < 1:
         raise ConfigError(f"--n-workers must be at least 1, got {n_workers}")
+    if seed is not None and seed < 0:
+        raise ConfigError(f"--seed must be >= 0 (a seed of numpy's SeedSequence, as the run's seed is), got {seed}")
     if video_dir is not None:
         require_video()
         if episodes % n_workers:
@@ -167,6 +170,30 @@ def evaluate_run(
     return result
 
 
+#: What an evaluation override may change: the environment's settings, the worker's settings and
+#: the seed. The policy and the normalisation statistics come from the snapshot, and the
+#: algorithm, trainer, sampler and loggers take no part in an evaluation.
+EVAL_OVERRIDABLE = ("env.", "worker.", "seed")
+
+
+def check_eval_override(override: str, cfg: Any) -> None:
+    """Raise a one-line :class:`ConfigError` for a ``key=value`` that would not change an
+    evaluation of the run whose config is ``cfg`` (so it is never accepted and then ignored)."""
+    key, _, value = override.partition("=")
+    if key == "env.id":
+        raise ConfigError(f"{override}: use --env-id {value} to evaluate on another environment id (it checks that "
+                          "the policy's observation and action spaces fit it)")
+    if key == "seed" or key.startswith(EVAL_OVERRIDABLE[:2]):
+        return
+    current = cfg[key].get("name") if "." not in key and key in cfg and hasattr(cfg[key], "keys") else None
+    if current is not None:
+        raise ConfigError(f"{override}: corral eval cannot change the run's {key} option (it was trained with "
+                          f"{key}={current}); evaluate with its own, or train a run with {key}={value}")
+    raise ConfigError(f"{override} would not change the evaluation: corral eval takes overrides of env.*, worker.* "
+                      "and seed only (the policy and normalisation come from the snapshot); --episodes, --stochastic, "
+                      "--sampler and --n-workers set the rest")
+
+
 def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: bool) -> Any:
     """The run's own config (from its snapshot, else ``.hydra/config.yaml``) with ``overrides``,
     no loggers, no resume, and a local sampler for the build (evaluation brings its own)."""
@@ -183,6 +210,8 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
     bad = [o for o in overrides if "=" not in o or o.startswith(("+", "~"))]
     if bad:
         raise ConfigError(f"overrides must be key=value changes of the run's config, got {bad}")
+    for override in overrides:
+        check_eval_override(override, cfg)
     if overrides:
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
     with open_dict(cfg):
@@ -240,7 +269,7 @@ def eval_command(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="corral eval", description="Evaluate a trained run: its snapshot's policy, through the run's workers.")
     parser.add_argument("run", help="a run directory, its snapshots/ directory or a snapshot file")
-    parser.add_argument("overrides", nargs="*", default=[], help="key=value changes of the run's config")
+    parser.add_argument("overrides", nargs="*", default=[], help="key=value changes of the run's env.*, worker.* or seed")
     parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the policy's mode")
     parser.add_argument("--seed", type=int, help="evaluation seed (default: the run's seed)")
@@ -266,4 +295,4 @@ def eval_command(argv: Sequence[str]) -> int:
     return 0
 
 
-__all__ = ["EvalResult", "eval_command", "evaluate_run"]
+__all__ = ["EVAL_OVERRIDABLE", "EvalResult", "check_eval_override", "eval_command", "evaluate_run"]
