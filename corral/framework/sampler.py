@@ -5,7 +5,7 @@ from __future__ import annotations
 import atexit
 import math
 import weakref
-from abc import ABC, abstractmethod
+from abc import ABCMeta, abstractmethod
 from typing import Any, Mapping
 
 from corral.framework.batch import EpisodeBatch
@@ -29,7 +29,18 @@ def collect_share(worker: Worker, share: int) -> EpisodeBatch:
     return EpisodeBatch.concatenate(*batches)
 
 
-class Sampler(ABC):
+class _BuiltThenHooked(ABCMeta):
+    """Registers a sampler's interpreter-exit shutdown once its ``__init__`` has returned: a sampler
+    whose construction raised holds nothing a shutdown could free (its own ``__init__`` cleans up
+    what it started), and its ``_shutdown`` would meet attributes that were never set."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        sampler = super().__call__(*args, **kwargs)
+        sampler._register_exit_shutdown()
+        return sampler
+
+
+class Sampler(metaclass=_BuiltThenHooked):
     """Collects episodes with ``n_workers`` workers built from a :class:`WorkerFactory`.
 
     Build one from parameters, as in garage::
@@ -45,7 +56,8 @@ class Sampler(ABC):
     split evenly over workers and returned in worker order; ``obtain_exact_episodes`` returns
     exactly ``n`` episodes per worker, in worker order. Same seed, worker type and number of
     workers: same episodes, whatever the sampler. ``shutdown_worker`` is idempotent and also runs
-    on ``with`` exit and at interpreter exit.
+    on ``with`` exit and, for a sampler whose construction finished, at interpreter exit. A
+    subclass whose ``__init__`` fails frees what it had started before raising.
     """
 
     def __init__(
@@ -71,6 +83,13 @@ class Sampler(ABC):
         self.worker_factory = worker_factory
         self.total_env_steps = 0
         self._closed = False
+        self._atexit: Any = None
+
+    def _register_exit_shutdown(self) -> None:
+        """Shut this sampler down at interpreter exit unless it was shut down before (called once
+        its construction has finished)."""
+        if self._closed or self._atexit is not None:
+            return
         ref = weakref.ref(self)
 
         def shutdown_at_exit() -> None:
@@ -108,7 +127,8 @@ class Sampler(ABC):
         if self._closed:
             return
         self._closed = True
-        atexit.unregister(self._atexit)
+        if self._atexit is not None:
+            atexit.unregister(self._atexit)
         self._shutdown()
 
     def _shutdown(self) -> None:

@@ -27,8 +27,14 @@ class LocalSampler(Sampler):
     def __init__(self, agents: Any, envs: Any, **kwargs: Any) -> None:
         super().__init__(agents, envs, **kwargs)
         factory = self.worker_factory
-        self._workers: list[Worker] = [factory(i) for i in range(factory.n_workers)]
-        self._update(agents, envs)
+        self._workers: list[Worker] = []
+        try:
+            for i in range(factory.n_workers):
+                self._workers.append(factory(i))
+            self._update(agents, envs)
+        except BaseException:
+            self.shutdown_worker()  # the workers built so far (an AsyncVectorEnv holds processes)
+            raise
 
     def _update(self, agent_update: Any, env_update: Any) -> None:
         factory = self.worker_factory

@@ -194,6 +194,47 @@ def test_shutdown_is_idempotent_and_final() -> None:
         s.obtain_exact_episodes(1, None)
 
 
+FAILED_BUILD = """
+import gymnasium as gym
+from corral.framework.env import EnvFactory, EnvSpec
+from corral.plugins.policies.mlp import MLPPolicy
+from corral.plugins.samplers.local import LocalSampler
+from corral.plugins.workers.vec import VecWorker
+
+shut = []
+
+class Recorded(VecWorker):
+    def shutdown(self):
+        shut.append(self)
+        super().shutdown()
+
+policy = MLPPolicy(EnvSpec.from_env(gym.make("CartPole-v1")), hidden_sizes=(8,))
+try:  # worker 1's environment id does not exist
+    LocalSampler(agents=policy, envs=[EnvFactory("CartPole-v1"), EnvFactory("Nope-v0")], n_workers=2,
+                 worker_class=Recorded, worker_args=dict(n_envs=2), max_episode_length=10, seed=0)
+except Exception as exc:
+    print("raised", type(exc).__name__)
+print("shut down", len(shut))
+from corral.plugins.samplers.multiprocessing import MultiprocessingSampler
+try:  # a bad setting, refused after the base class was set up
+    MultiprocessingSampler(agents=policy, envs=EnvFactory("CartPole-v1"), n_workers=1, timeout=0)
+except Exception as exc:
+    print("raised", type(exc).__name__)
+"""
+
+
+def test_a_sampler_that_fails_to_build_frees_its_workers_and_exits_quietly() -> None:
+    """The workers built before the failure are shut down, and interpreter exit has nothing left to
+    shut down (no "Exception ignored in atexit callback" for a half-built sampler)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", FAILED_BUILD], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["raised WorkerError", "shut down 2", "raised ConfigError"], proc.stdout + proc.stderr
+    assert proc.stderr == "", proc.stderr
+
+
 def test_with_block_shuts_down() -> None:
     with make_sampler() as s:
         assert s.obtain_exact_episodes(1, None).n_episodes == 4
