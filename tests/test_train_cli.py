@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,29 @@ def test_unknown_option_is_one_line_listing_the_available_ones(
     assert proc.returncode == 2, output(proc)
     assert proc.stderr.strip().splitlines() == [line], output(proc)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "line"),
+    [
+        (["hydra/launcher=submitit_slurm", "seed=1,2"],
+         "corral: error: hydra/launcher=submitit_slurm submits each job to SLURM, and this machine has no `srun` on "
+         "PATH: run the sweep on a SLURM login node, or rehearse it here with hydra/launcher=submitit_local"),
+        (["experiment=ppo_cartpole_optuna", "hydra.sweeper.n_trials=0"],
+         "corral: error: hydra.sweeper.n_trials must be an integer >= 1, got 0"),
+        (["hydra/sweeper=optuna", "hydra.sweeper.n_jobs=-2", "seed=1,2"],
+         "corral: error: hydra.sweeper.n_jobs must be an integer >= 1, got -2"),
+    ],
+)
+def test_a_sweep_its_launcher_or_sweeper_cannot_run_is_one_line_before_any_job(
+    tmp_path: Path, sites: dict[str, Path], overrides: list[str], line: str
+) -> None:
+    if shutil.which("srun"):
+        pytest.skip("this machine has SLURM's srun")
+    proc = train(tmp_path, sites, "-m", *overrides, *SMALL)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip().splitlines() == [line], output(proc)
+    assert not (tmp_path / "multirun").exists()  # no sweep directory, no job
 
 
 def test_a_setting_without_default_must_be_given(tmp_path: Path, sites: dict[str, Path]) -> None:
@@ -370,7 +394,8 @@ def test_corral_train_works_like_train_py(tmp_path: Path, sites: dict[str, Path]
 
 def test_multirun_sweep(tmp_path: Path, sites: dict[str, Path]) -> None:
     sweep = tmp_path / "sweep"
-    proc = run([sys.executable, str(TRAIN), "-m", "algo=vpg,ppo", "seed=1,2", *SMALL, f"hydra.sweep.dir={sweep}"],
+    # -m among the overrides, as it is often typed (Hydra's own parser stops at it: `unrecognized arguments`)
+    proc = run([sys.executable, str(TRAIN), "algo=vpg,ppo", "-m", "seed=1,2", *SMALL, f"hydra.sweep.dir={sweep}"],
                tmp_path, sites)
     assert proc.returncode == 0, output(proc)
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir() and p.name.isdigit())

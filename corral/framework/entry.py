@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from corral.framework.config import CONFIG_NAME, register_configs
 from corral.framework.errors import CorralError, warnings_as_lines
 from corral.framework.plugins import get_plugin_manager
-from corral.framework.precheck import precheck
+from corral.framework.precheck import MULTIRUN_FLAGS, precheck
 
 # corral/conf/hydra/launcher/joblib.yaml (and submitit_*.yaml) set corral's defaults for the launcher and
 # so share the name of the plugin's own schema node, which Hydra merges in with a deprecation warning
@@ -34,11 +34,18 @@ def prepare(argv: Sequence[str]) -> list[str]:
     return list(argv)
 
 
+def multirun_flag_first(args: Sequence[str]) -> list[str]:
+    """``args`` with ``-m`` / ``--multirun`` moved to the front. Hydra's parser takes the overrides
+    as one run of positional arguments, so ``a=1 -m b=1,2`` would stop at the flag
+    (``unrecognized arguments: b=1,2``); the flag takes no value, so its place changes nothing else."""
+    return [a for a in args if a in MULTIRUN_FLAGS] + [a for a in args if a not in MULTIRUN_FLAGS]
+
+
 def main(argv: Sequence[str] | None = None) -> Any:
     """Run ``train.py``: compose the config from ``argv`` (default ``sys.argv[1:]``) and train."""
     try:
         with warnings_as_lines():  # a broken or clashing plugin: one `corral: warning: ...` line each
-            args = prepare(sys.argv[1:] if argv is None else argv)
+            args = multirun_flag_first(prepare(sys.argv[1:] if argv is None else argv))
         precheck(args)  # every value checked, in one message style, before Hydra creates a run directory
     except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
         print(f"corral: error: {exc}", file=sys.stderr, flush=True)

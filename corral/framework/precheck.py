@@ -53,6 +53,7 @@ def precheck(args: Sequence[str]) -> None:
             loader = GlobalHydra.instance().config_loader()
             check_choices(overrides, loader.get_group_options)
             if multirun:
+                check_sweep_plugins(overrides)
                 return
             try:
                 cfg = compose(config_name=CONFIG_NAME, overrides=[o for o in overrides if not _is_hydra(o)])
@@ -64,6 +65,37 @@ def precheck(args: Sequence[str]) -> None:
         GlobalHydra.instance().clear()
     check_values(cfg)
     warn_ignored(cfg, given_keys(overrides))
+
+
+def check_sweep_plugins(overrides: Sequence[str]) -> None:
+    """Before a sweep starts, let its Hydra launcher and sweeper check their settings: a launcher or
+    sweeper class with a ``check_config(cfg)`` classmethod (corral's submitit and Optuna shims have
+    one) is given its composed ``hydra.launcher`` / ``hydra.sweeper`` node and raises
+    :class:`ConfigError` for what would fail once jobs are launched (no SLURM on this machine,
+    ``n_trials=0``). The config is composed from the overrides that are not sweeps; when that
+    fails, the sweep goes on and each job reports its own config's errors."""
+    from hydra import compose
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from hydra.utils import get_class
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+        hydra_cfg = compose(config_name=CONFIG_NAME, overrides=fixed, return_hydra_config=True).hydra
+    except (HydraException, OmegaConfBaseException):
+        return
+    for part in ("launcher", "sweeper"):
+        node = hydra_cfg.get(part)
+        target = node.get("_target_") if node is not None else None
+        try:
+            cls = get_class(str(target)) if target else None
+        except Exception:  # noqa: BLE001 - a plugin that does not import: Hydra reports it when it starts
+            continue
+        check = getattr(cls, "check_config", None)
+        if callable(check):
+            check(node)
 
 
 def _is_hydra(override: str) -> bool:
@@ -152,4 +184,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["check_choices", "given_keys", "hydra_message", "precheck", "unknown_option_message"]
+__all__ = ["check_choices", "check_sweep_plugins", "given_keys", "hydra_message", "precheck", "unknown_option_message"]

@@ -28,6 +28,8 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
+from corral.framework.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 #: Study attribute listing the trials an interrupted sweep left running (run again, not counted).
@@ -97,8 +99,7 @@ class CorralOptunaSweeper(Sweeper):
         params: Optional[DictConfig] = None,
         **ignored: Any,
     ) -> None:
-        if n_trials < 1 or n_jobs < 1:
-            raise ValueError(f"optuna sweeper: n_trials and n_jobs must be >= 1, got {n_trials} and {n_jobs}")
+        self.check_config({"n_trials": n_trials, "n_jobs": n_jobs})
         self.direction = direction
         self.study_name = study_name
         self.storage = storage
@@ -111,6 +112,15 @@ class CorralOptunaSweeper(Sweeper):
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.launcher: Any = None
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """Raise a one-line :class:`ConfigError` for a setting the study cannot run with; called on
+        the composed ``hydra.sweeper`` before the sweep starts (``check_sweep_plugins``) and here."""
+        for key in ("n_trials", "n_jobs"):
+            value = cfg.get(key, 1)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"hydra.sweeper.{key} must be an integer >= 1, got {value!r}")
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         """Instantiate the launcher the jobs run with."""

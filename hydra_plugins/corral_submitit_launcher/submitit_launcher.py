@@ -26,12 +26,15 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
 from pathlib import Path
 from typing import Any, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, filter_overrides
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+from corral.framework.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,17 @@ class _SizedJobs(BaseSubmititLauncher):
     """Submits a sweep's jobs in groups of equal resource needs, one submitit job array per group."""
 
     _EXECUTOR = "abstract"
+
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """Raise a one-line :class:`ConfigError` before the sweep starts when this launcher cannot
+        launch here (``corral.framework.precheck.check_sweep_plugins`` calls it)."""
+        option = f"hydra/launcher=submitit_{cls._EXECUTOR}"
+        if BaseQueueConf is None:
+            raise ConfigError(f"{option} needs hydra-submitit-launcher: pip install 'corral[sweep]'")
+        if cls._EXECUTOR == "slurm" and shutil.which("srun") is None:
+            raise ConfigError(f"{option} submits each job to SLURM, and this machine has no `srun` on PATH: run the "
+                              "sweep on a SLURM login node, or rehearse it here with hydra/launcher=submitit_local")
 
     def _executor(self, cpus: int | None) -> Any:
         """A submitit executor with this preset's parameters and ``cpus_per_task=cpus``."""
