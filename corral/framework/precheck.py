@@ -82,7 +82,7 @@ def check_sweep_plugins(overrides: Sequence[str]) -> None:
 
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
-        fixed = [o.input_line for o in parsed if not o.is_sweep_override()]
+        fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
         hydra_cfg = compose(config_name=CONFIG_NAME, overrides=fixed, return_hydra_config=True).hydra
     except (HydraException, OmegaConfBaseException):
         return
