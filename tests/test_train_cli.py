@@ -108,6 +108,8 @@ def test_unknown_option_is_one_line_listing_the_available_ones(
          "corral: error: hydra.sweeper.n_trials must be an integer >= 1, got 0"),
         (["hydra/sweeper=optuna", "hydra.sweeper.n_jobs=-2", "seed=1,2"],
          "corral: error: hydra.sweeper.n_jobs must be an integer >= 1, got -2"),
+        (["hydra/launcher=ray", "hydra.launcher.max_concurrent_jobs=0", "seed=1,2"],
+         "corral: error: hydra.launcher.max_concurrent_jobs must be >= 1 or null, got 0"),
     ],
 )
 def test_a_sweep_its_launcher_or_sweeper_cannot_run_is_one_line_before_any_job(

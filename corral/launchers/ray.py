@@ -34,7 +34,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.errors import ConfigError
-from corral.parallel.ray_runtime import check_runtime_env
+from corral.parallel.ray_runtime import check_runtime_env, join_cluster
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,8 @@ def _connect(ray: Any, settings: RayLauncherSettings) -> bool:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     extra: dict[str, Any] = {"runtime_env": settings.runtime_env} if settings.runtime_env else {}
     if settings.address:
-        ray.init(address=settings.address, log_to_driver=True, configure_logging=False, **extra)
+        join_cluster(ray, settings.address, "hydra.launcher.address", log_to_driver=True, configure_logging=False,
+                     **extra)
         return False
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "configure_logging": False, **extra}
     if settings.num_cpus is not None:

@@ -1,10 +1,13 @@
-"""Ray plumbing shared by the Ray sampler and the Ray launcher: the ``runtime_env`` users pass on to
-Ray, and finding the module behind an import failure inside a Ray worker."""
+"""Ray plumbing shared by the Ray sampler and the Ray launcher: joining a cluster, the
+``runtime_env`` users pass on to Ray, and finding the module behind an import failure inside a Ray
+worker."""
 
 from __future__ import annotations
 
 import os
 import re
+import socket
+import warnings
 from typing import Any, Mapping
 
 from corral.framework.errors import ConfigError
@@ -57,6 +60,57 @@ def check_runtime_env(runtime_env: Mapping[str, Any] | None, where: str = "sampl
 _NO_MODULE = re.compile(r"No module named '([^']+)'")
 
 
+def join_cluster(ray: Any, address: str, option: str, **init_args: Any) -> None:
+    """``ray.init(address=address, **init_args)``, or one :class:`ConfigError` naming ``option`` (the
+    setting that gave the address, e.g. ``sampler.address``) and what to do when no cluster answers
+    there or Ray cannot read the address (see :func:`check_cluster_address`)."""
+    check_cluster_address(address, option)
+    try:
+        with warnings.catch_warnings():  # the ray:// client's own timeout warning: said in the error
+            warnings.filterwarnings("ignore", category=UserWarning, module=r"ray\.util\.client")
+            ray.init(address=address, **init_args)
+    except (ConnectionError, ValueError) as exc:  # no cluster there, or an address Ray cannot read
+        raise _join_error(address, option, exc) from None
+
+
+def check_cluster_address(address: str, option: str) -> None:
+    """Raise one :class:`ConfigError` naming ``option`` when nothing answers at the Ray cluster
+    address ``address`` (``host:port``, or what ``auto`` resolves to: RAY_ADDRESS or the cluster
+    this machine last started) or Ray cannot read it. It takes seconds; Ray itself would retry its
+    connection for minutes (twenty tries of about half a minute each). A ``ray://`` client address
+    is left to Ray's client, which gives up within a minute."""
+    try:
+        _check_reachable(address)
+    except (ConnectionError, ValueError) as exc:
+        raise _join_error(address, option, exc) from None
+
+
+def _join_error(address: str, option: str, exc: BaseException) -> ConfigError:
+    reason = str(exc).strip().split(". ")[0].rstrip(".")
+    return ConfigError(
+        f"could not join a Ray cluster at {option}={address} ({reason}): start one with `ray start --head` "
+        "and give its address (host:port, ray://host:10001, or auto on one of its nodes), or leave "
+        f"{option} empty for a Ray runtime of this run's own")
+
+
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Raise ConnectionError (ValueError) when nothing answers at ``address`` (Ray cannot read it)."""
+    if address.startswith("ray://"):
+        return
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # another Ray's layout: ray.init finds out on its own
+        return
+    resolved = canonicalize_bootstrap_address(address)  # ConnectionError/ValueError: none, or unreadable
+    if not resolved:
+        return
+    host, _, port = resolved.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConnectionError(f"nothing answers at {resolved}: {exc.strerror or exc}") from None
+
+
 def missing_module_in(exc: BaseException) -> str | None:
     """The module a Ray error says could not be imported (unpickling an argument, say), if any."""
     for candidate in (getattr(exc, "cause", None), exc):
@@ -68,4 +122,4 @@ def missing_module_in(exc: BaseException) -> str | None:
     return match.group(1) if match else None
 
 
-__all__ = ["RUNTIME_ENV_KEYS", "check_runtime_env", "missing_module_in"]
+__all__ = ["RUNTIME_ENV_KEYS", "check_cluster_address", "check_runtime_env", "join_cluster", "missing_module_in"]

@@ -43,6 +43,16 @@ class CorralRayLauncher(Launcher):
         self.hydra_context: HydraContext | None = None
         self.task_function: TaskFunction | None = None
 
+    @classmethod
+    def check_config(cls, cfg: Any) -> None:
+        """Raise a one-line ConfigError before the sweep starts for a setting out of range, or a
+        cluster address where no Ray cluster answers (``check_sweep_plugins`` calls it)."""
+        from corral.parallel.ray_runtime import check_cluster_address
+
+        launcher = cls(**{str(k): cfg[k] for k in cfg if k != "_target_"})  # its __init__ validates the settings
+        if launcher.settings.address:
+            check_cluster_address(launcher.settings.address, "hydra.launcher.address")
+
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         """Remember what the jobs need."""
         self.config = config

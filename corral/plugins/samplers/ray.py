@@ -34,7 +34,7 @@ from corral.framework.errors import ConfigError, WorkerError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, collect_share, split_steps
 from corral.framework.worker import UpdateFailure, WorkerFactory, apply_updates, import_fix, update_error
-from corral.parallel.ray_runtime import check_runtime_env, missing_module_in
+from corral.parallel.ray_runtime import check_runtime_env, join_cluster, missing_module_in
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class RaySampler(Sampler):
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         extra: dict[str, Any] = {"runtime_env": self.runtime_env} if self.runtime_env else {}
         if self.address:
-            ray.init(address=self.address, log_to_driver=True, configure_logging=False, **extra)
+            join_cluster(ray, self.address, "sampler.address", log_to_driver=True, configure_logging=False, **extra)
         else:
             need = int(self.n_workers * self.num_cpus + 0.999)
             # address="local": always a fresh runtime, never an existing `ray start` cluster or RAY_ADDRESS.

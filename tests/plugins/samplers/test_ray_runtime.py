@@ -42,6 +42,33 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.parametrize("how", ["sampler", "sampler with RAY_ADDRESS and auto", "launcher"])
+def test_a_cluster_address_where_nothing_answers_is_one_line_within_seconds(tmp_path: Path, how: str) -> None:
+    """Ray would retry the connection for minutes (twenty tries of about half a minute); corral asks
+    the address first and stops with one line naming the setting and what to do. The Ray launcher's
+    address is checked before the sweep starts: no job runs."""
+    port = free_port()  # nothing listens there once the probe socket is closed
+    address = f"127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    option, given = ("hydra.launcher.address", address) if how == "launcher" else ("sampler.address", address)
+    if how == "sampler with RAY_ADDRESS and auto":
+        given, env["RAY_ADDRESS"] = "auto", address
+    run = ["-m", "hydra/launcher=ray", f"hydra.launcher.address={given}", "seed=1,2",
+           f"hydra.sweep.dir={tmp_path / 'sweep'}"] if how == "launcher" else [
+        "sampler=ray", f"sampler.address={given}", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *run, "trainer.n_epochs=1", "trainer.batch_size=100",
+         "trainer.eval_every=0", "trainer.progress=false", "logger=[csv]"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"corral: error: could not join a Ray cluster at {option}={given} (nothing answers at "), line
+    assert line.endswith(f":{port}: Connection refused): start one with `ray start --head` and give its address "
+                         f"(host:port, ray://host:10001, or auto on one of its nodes), or leave {option} empty for a "
+                         "Ray runtime of this run's own"), line
+    assert not (tmp_path / "sweep").exists()  # the launcher's: before the sweep, no job
+
+
 def full_cmdline(pid: int) -> str:
     """The whole command line of ``pid`` ('' when it cannot be read)."""
     try:
