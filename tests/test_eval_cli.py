@@ -145,6 +145,38 @@ def test_bad_eval_values_are_one_line_each(cartpole_run: Path, tmp_path: Path) -
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line], proc.stderr
 
 
+@pytest.mark.parametrize("sampler", ["multiprocessing", "action_server"])
+def test_ctrl_c_during_corral_eval_is_one_line_and_leaves_no_process(cartpole_run: Path, tmp_path: Path,
+                                                                      sampler: str) -> None:
+    """Ctrl-C reaches the whole foreground job (the command and its worker processes): one line,
+    exit status 130, no eval.json, and every worker process gone."""
+    import os
+    import signal
+    import time
+
+    from corral.testing.processes import child_processes, session_processes, started_session, wait_gone
+
+    out = tmp_path / "eval.json"
+    cmd = [sys.executable, "-m", "corral.framework.cli", "eval", str(cartpole_run), "--episodes", "1000000",
+           "--sampler", sampler, "--n-workers", "2", "-o", str(out)]
+    with started_session(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}) as proc:
+        deadline = time.monotonic() + 120
+        while len(child_processes(proc.pid)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proc.poll() is None and len(child_processes(proc.pid)) >= 2, "the workers never started"
+        time.sleep(3)  # the workers are running episodes
+        session = session_processes(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 130, stderr[-3000:]
+        assert stderr.strip().splitlines()[-1] == ("corral eval: interrupted; no eval.json was written (it is written "
+                                                   "once every episode is in)"), stderr[-3000:]
+        assert "Traceback" not in stderr and stdout == "", stderr[-3000:]
+        assert not out.exists()
+        assert wait_gone(session, timeout=30) == set()
+
+
 def test_default_seed_repeats_the_runs_own_evaluation(tmp_path: Path) -> None:
     """With the run's seed, ``corral eval`` runs the episodes the run's last evaluation ran."""
     from corral.framework.eval_run import evaluate_run

@@ -33,6 +33,9 @@ def main(argv: Sequence[str] | None = None) -> Any:
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 141  # 128 + SIGPIPE, what a shell reports for a tool stopped by a closed pipe
+    except KeyboardInterrupt:  # Ctrl-C in `corral results`, `plot` or `plugins`: nothing half-written to report
+        print("\ncorral: interrupted", file=sys.stderr, flush=True)
+        return 130
 
 
 def _dispatch(argv: Sequence[str] | None) -> Any:

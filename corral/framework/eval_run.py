@@ -288,6 +288,10 @@ def eval_command(argv: Sequence[str]) -> int:
             video_dir=opts.video, env_id=opts.env_id, sampler=opts.sampler, n_workers=opts.n_workers,
             trust=opts.trust, output=opts.output,
         )
+    except KeyboardInterrupt:  # Ctrl-C: the sampler's workers are already shut down (its `with` block)
+        print("\ncorral eval: interrupted; no eval.json was written (it is written once every episode is in)",
+              file=sys.stderr, flush=True)
+        return 130
     except CorralError as exc:
         print(f"corral eval: error: {exc}", file=sys.stderr)
         return 2
