@@ -123,6 +123,23 @@ def test_a_sweep_its_launcher_or_sweeper_cannot_run_is_one_line_before_any_job(
     assert not (tmp_path / "multirun").exists()  # no sweep directory, no job
 
 
+@pytest.mark.parametrize(("overrides", "line"), [
+    (["env.max_episode_length=50,nope"],
+     "corral: error: env.max_episode_length=nope: Value 'nope' of type 'str' could not be converted to Integer "
+     "(a value of the sweep env.max_episode_length=50,nope)"),
+    (["seed=1,2", "algo.n_epochs=range(1,3)", "trainer.torch_threads=1,x"],
+     "corral: error: trainer.torch_threads=x: Value 'x' of type 'str' could not be converted to Integer "
+     "(a value of the sweep trainer.torch_threads=1,x)"),
+])
+def test_a_sweep_value_of_the_wrong_type_is_one_line_before_any_job(
+    tmp_path: Path, sites: dict[str, Path], overrides: list[str], line: str
+) -> None:
+    proc = train(tmp_path, sites, "-m", *overrides, *SMALL)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip().splitlines() == [line], output(proc)
+    assert not (tmp_path / "multirun").exists()
+
+
 def test_a_setting_without_default_must_be_given(tmp_path: Path, sites: dict[str, Path]) -> None:
     # env=gym has no env.id: say which setting, not what gymnasium makes of OmegaConf's '???'
     proc = train(tmp_path, sites, "env=gym", *SMALL)
@@ -408,6 +425,29 @@ def test_multirun_sweep(tmp_path: Path, sites: dict[str, Path]) -> None:
         summary = json.loads((job / "summary.json").read_text())
         combos.add((summary["config"]["algo"]["name"], summary["config"]["seed"]))
     assert combos == {("vpg", 1), ("vpg", 2), ("ppo", 1), ("ppo", 2)}
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_a_failed_sweep_job_is_recorded_and_the_other_jobs_still_run(tmp_path: Path, sites: dict[str, Path],
+                                                                    launcher: str) -> None:
+    """Job 0's config error is its own line and a failed summary.json; job 1 runs all the same; the
+    sweep ends non-zero with one line naming the failed job; ``corral results`` says why it failed."""
+    sweep = tmp_path / "sweep"
+    proc = run([sys.executable, str(TRAIN), "-m", "algo=sac,ppo", f"hydra/launcher={launcher}", *SMALL,
+                f"hydra.sweep.dir={sweep}"], tmp_path, sites)
+    assert proc.returncode == 1, output(proc)
+    assert "[job 0] corral: error: algo=sac cannot train policy=mlp; choose policy=tanh_gaussian" in proc.stderr
+    assert (f"corral: job 0 (algo=sac {' '.join(SMALL)}) failed: algo=sac cannot train policy=mlp; choose "
+            f"policy=tanh_gaussian; the sweep ran its other jobs (`corral results {sweep}` lists each one's status)"
+            ) in proc.stderr.splitlines(), output(proc)
+    assert "Traceback" not in proc.stderr, output(proc)
+    failed = json.loads((sweep / "0" / "summary.json").read_text())
+    assert failed["status"] == "failed" and failed["error"].startswith("ConfigError: algo=sac cannot train")
+    assert json.loads((sweep / "1" / "summary.json").read_text())["status"] == "completed"
+    results = run([*corral_command(), "results", str(sweep)], tmp_path, sites)
+    assert results.returncode == 0, output(results)
+    assert (f"skipped: {sweep / '0'} (failed: ConfigError: algo=sac cannot train policy=mlp; choose "
+            "policy=tanh_gaussian)") in results.stdout.splitlines() + results.stderr.splitlines(), output(results)
 
 
 def test_each_sweep_job_names_a_value_it_would_ignore(tmp_path: Path, sites: dict[str, Path]) -> None:

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -82,10 +83,32 @@ def _job(cfg: DictConfig) -> float | None:
         return run(cfg, log_dir=HydraConfig.get().runtime.output_dir)
     except CorralError as exc:
         # A clear one-paragraph message instead of a traceback from deep inside a library.
-        print(f"corral: error: {exc}", file=sys.stderr, flush=True)
+        from corral.framework.logger import job_prefix
+
+        print(f"{job_prefix()}corral: error: {exc}", file=sys.stderr, flush=True)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise SweepJobFailed.of(exc) from None
         raise SystemExit(2) from None
-    except TrainingInterrupted as exc:
+    except TrainingInterrupted as exc:  # Ctrl-C (or SIGTERM) stops a sweep too
         raise SystemExit(exc.exit_code) from None
+
+
+class SweepJobFailed(CompactHydraException):
+    """A sweep's job stopped with a corral error (already printed on the job's own line).
+
+    An ordinary exception, not an exit: Hydra's launchers record the job as failed and go on with
+    the sweep's other jobs, as they do for any job that raises, and the sweep ends by reporting
+    the first failure in one line (Hydra prints a CompactHydraException as its message)."""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> "SweepJobFailed":
+        """The failure of the current job, from the corral error that stopped it."""
+        hc = HydraConfig.get()
+        overrides = " ".join(str(o) for o in hc.overrides.task)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        num = hc.job.get("num")  # type: ignore[attr-defined]  # a DictConfig at run time, typed as JobConf
+        return cls(f"corral: job {num} ({overrides}) failed: {first}; the sweep ran its other jobs "
+                   f"(`corral results {hc.sweep.dir}` lists each one's status)")
 
 
 def snapshot_config(source: str | Path, trust: bool = False) -> DictConfig | None:
@@ -206,7 +229,7 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
             summary = None
             # a resume stopped before its snapshot was loaded leaves the run's summary as it was
             untouched = plan is not None and (built is None or built.trainer.resumed_epoch is None)
-            if log_dir is not None and (built is not None or status != "failed") and not untouched:
+            if log_dir is not None and not untouched:
                 summary = _write_summary(cfg, log_dir, built, stats, status, started, wall, error, previous, plan)
             if built is not None:
                 _closing_line(built.trainer, status, stats, summary, wall, log_dir)

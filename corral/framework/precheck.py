@@ -33,8 +33,9 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 def precheck(args: Sequence[str]) -> None:
     """Compose ``args`` as ``train.py`` will and check every value; raise :class:`ConfigError` with a
     one-line message when anything is wrong, and print one ``corral: warning:`` line for each value
-    the command line set that the run would ignore. A sweep (``-m``) gets only the check that every
-    option it names exists."""
+    the command line set that the run would ignore. A sweep (``-m``) gets the checks that every
+    option it names exists, that every value it lists has the setting's type
+    (:func:`check_sweep_values`), and its launcher's and sweeper's (:func:`check_sweep_plugins`)."""
     flags = [a for a in args if a.startswith("-")]
     multirun = bool(flags) and all(a in MULTIRUN_FLAGS for a in flags)
     if (flags and not multirun) or any(_key(a) == "trainer.resume" for a in args):
@@ -53,6 +54,7 @@ def precheck(args: Sequence[str]) -> None:
             loader = GlobalHydra.instance().config_loader()
             check_choices(overrides, loader.get_group_options)
             if multirun:
+                check_sweep_values(overrides)
                 check_sweep_plugins(overrides)
                 return
             try:
@@ -65,6 +67,45 @@ def precheck(args: Sequence[str]) -> None:
         GlobalHydra.instance().clear()
     check_values(cfg)
     warn_ignored(cfg, given_keys(overrides))
+
+
+#: At most this many compositions check a sweep's values (each takes tens of milliseconds).
+MAX_VALUE_CHECKS = 64
+
+
+def check_sweep_values(overrides: Sequence[str]) -> None:
+    """Raise one-line :class:`ConfigError` for a value of a sweep that its setting cannot take
+    (``-m env.max_episode_length=50,nope``), before any job runs, rather than when the sweep
+    reaches that job. Each listed value (of a choice or range sweep) is composed with the fixed
+    overrides and the first value of the other sweeps; only a value of the wrong type counts, since
+    a setting missing from this composition may exist in another combination (``worker=vec,default
+    worker.n_envs=2,4``). Ranges that corral checks (``> 0``) are checked by each job."""
+    from hydra import compose
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException, ValidationError
+
+    listed = (ValueType.CHOICE_SWEEP, ValueType.SIMPLE_CHOICE_SWEEP, ValueType.RANGE_SWEEP)
+    try:
+        parsed = [o for o in OverridesParser.create().parse_overrides(list(overrides)) if not _is_hydra(o.input_line)]
+    except (HydraException, OmegaConfBaseException):
+        return  # Hydra says what does not parse
+    fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
+    sweeps = {str(o.input_line).split("=", 1)[0]: list(o.sweep_string_iterator())
+              for o in parsed if o.is_sweep_override() and o.value_type in listed}
+    checks = 0
+    for key, values in sweeps.items():
+        others = [f"{k}={v[0]}" for k, v in sweeps.items() if k != key and v]
+        for value in values:
+            checks += 1
+            if checks > MAX_VALUE_CHECKS:
+                return
+            try:
+                compose(config_name=CONFIG_NAME, overrides=[*fixed, *others, f"{key}={value}"])
+            except (HydraException, OmegaConfBaseException) as exc:
+                if isinstance(exc.__cause__, ValidationError) or isinstance(exc, ValidationError):
+                    raise ConfigError(f"{hydra_message(exc)} (a value of the sweep {key}={','.join(values)})") from None
 
 
 def check_sweep_plugins(overrides: Sequence[str]) -> None:
@@ -184,4 +225,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["check_choices", "check_sweep_plugins", "given_keys", "hydra_message", "precheck", "unknown_option_message"]
+__all__ = ["MAX_VALUE_CHECKS", "check_choices", "check_sweep_plugins", "check_sweep_values", "given_keys", "hydra_message", "precheck", "unknown_option_message"]

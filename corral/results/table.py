@@ -134,6 +134,15 @@ class ResultsTable:
         }
 
 
+def _why_not_completed(run: RunRecord) -> str:
+    """``failed: ConfigError: ...`` (the error's first line, shortened) for a failed run, else its status."""
+    error = str(run.summary.get("error") or "").strip()
+    if run.status != "failed" or not error:
+        return run.status
+    first = error.splitlines()[0]
+    return f"failed: {first if len(first) <= 200 else first[:200].rsplit(' ', 1)[0] + ' ...'}"
+
+
 def results_table(
     runs: Sequence[RunRecord],
     metrics: Sequence[tuple[str, str]] = DEFAULT_METRICS,
@@ -147,7 +156,7 @@ def results_table(
     """
     ignore = list(ignore)
     done = [r for r in runs if r.status == "completed"]
-    skipped = [f"{r.path} ({r.status})" for r in runs if r.status != "completed"]
+    skipped = [f"{r.path} ({_why_not_completed(r)})" for r in runs if r.status != "completed"]
     keys, groups = group_runs(done, ignore, keys=swept_keys([*runs, *unfinished], ignore))
     rows = []
     for g in groups:
