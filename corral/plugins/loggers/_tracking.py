@@ -189,7 +189,8 @@ def failure_reason(exc: BaseException) -> str:
         current = current.__cause__ or current.__context__ or (reason if isinstance(reason, BaseException) else None)
     for error in reversed(chain):
         if isinstance(error, OSError) and error.strerror:
-            return f"{type(error).__name__}: {error.strerror}"
+            where = f": {error.filename}" if error.filename else ""
+            return f"{type(error).__name__}: {error.strerror}{where}"
     text = str(exc).strip()
     first = text.splitlines()[0] if text else ""
     if len(first) > 300:

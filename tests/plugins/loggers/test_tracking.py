@@ -6,6 +6,7 @@ import logging
 import socket
 import urllib.request
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,12 @@ def test_the_reason_is_the_operating_system_error_at_the_root() -> None:
             raise RuntimeError("API request failed with exception HTTPConnectionPool(...): Max retries") from exc
     except RuntimeError as exc:
         assert failure_reason(exc) == "ConnectionRefusedError: Connection refused"
+
+
+def test_a_file_error_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(OSError) as caught:
+        (tmp_path / "missing" / "metrics.json").read_text()
+    assert failure_reason(caught.value) == f"FileNotFoundError: No such file or directory: {tmp_path / 'missing' / 'metrics.json'}"
 
 
 def test_without_an_os_error_the_reason_is_the_first_line_shortened() -> None:
