@@ -240,6 +240,21 @@ def _refusal(exc: BaseException) -> str:
     return first[0][:300] if first else type(exc).__name__
 
 
+def _check_archive(path: Path) -> None:
+    """A SnapshotError saying so when ``path`` is not a whole snapshot file. ``torch.save`` writes a
+    zip archive whose index sits at its end, so a truncated or foreign file has none; without this
+    check ``torch.load`` reads it as an old-style pickle and reports a refusal or a miniz error."""
+    import zipfile
+
+    if not path.is_file() or zipfile.is_zipfile(path):
+        return  # a missing file: torch.load's own error says so
+    others = sorted(p.name for p in path.parent.glob("epoch_*.pt") if p != path)
+    earlier = (f"; the other snapshots beside it: {', '.join(others[-3:])} (give one of them as trainer.resume=<file> "
+               "or to corral eval)") if others else ""
+    raise SnapshotError(f"cannot read snapshot {path}: it is not a whole snapshot file ({path.stat().st_size:,} bytes "
+                        f"without the index a snapshot ends with: truncated, or another kind of file){earlier}")
+
+
 def load_snapshot(path: str | os.PathLike, trust: bool = False, *, objects: bool = True) -> dict[str, Any]:
     """Read the snapshot ``path`` (a data part written by :func:`save_snapshot`, or an older
     single-file snapshot).
@@ -254,6 +269,7 @@ def load_snapshot(path: str | os.PathLike, trust: bool = False, *, objects: bool
     import torch
 
     path = Path(path)
+    _check_archive(path)
     try:
         with _safe_globals():
             state = torch.load(path, map_location="cpu", weights_only=True)

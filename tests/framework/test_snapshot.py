@@ -138,6 +138,24 @@ def test_a_crafted_data_part_is_refused_and_runs_nothing(tmp_path: Path) -> None
     assert marker.exists()
 
 
+def test_a_truncated_or_foreign_snapshot_file_is_named_as_such_with_the_others_beside_it(tmp_path: Path) -> None:
+    for epoch in (1, 2):
+        save_snapshot(data_state(), tmp_path / f"epoch_00000{epoch}.pt")
+    last = tmp_path / "epoch_000002.pt"
+    last.write_bytes(last.read_bytes()[:1000])  # cut short, as by a full disk or an interrupted copy
+    for trust in (False, True):  # trusting a file does not make a cut one readable
+        with pytest.raises(SnapshotError) as caught:
+            load_snapshot(last, trust=trust)
+        assert str(caught.value) == (
+            f"cannot read snapshot {last}: it is not a whole snapshot file (1,000 bytes without the index a snapshot "
+            "ends with: truncated, or another kind of file); the other snapshots beside it: epoch_000001.pt (give "
+            "one of them as trainer.resume=<file> or to corral eval)")
+    last.write_text("not a snapshot\n")  # not torch's format at all: no refusal to unpickle, no miniz error
+    with pytest.raises(SnapshotError, match="it is not a whole snapshot file \\(15 bytes"):
+        load_snapshot(last)
+    assert load_snapshot(tmp_path / "epoch_000001.pt")["config"] == data_state()["config"]
+
+
 def train(run: Path, *overrides: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, str(ROOT / "train.py"), *TINY, *overrides, f"hydra.run.dir={run}"]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
