@@ -40,7 +40,7 @@ class CorralConfig:
     logger: Any = field(default_factory=dict)
     normalize: Any = None  # running normalisation (normalize.obs=true ...); off by default
     experiment: Any = None
-    seed: int = field(default=1, metadata=check(ge=0, help="root of every random stream of the run"))
+    seed: int = field(default=1, metadata=check(ge=0, le=2**63 - 1, help="root of every random stream of the run"))
 
 
 #: (kind, name) -> the config class stored for it, to skip unchanged nodes and drop stale ones.

@@ -126,8 +126,15 @@ def test_out_of_range_values_are_all_named() -> None:
         "algo.discount must be >= 0 and <= 1, got 1.5",
         "algo.learning_rate must be > 0, got -1.0",
         "policy.hidden_sizes[1] must be >= 1, got 0",
-        "seed must be >= 0, got -2",
+        "seed must be >= 0 and <= 9223372036854775807, got -2",
     ]
+
+
+def test_a_seed_beyond_what_torch_takes_is_named() -> None:
+    # torch.manual_seed takes a signed 64-bit integer: a larger seed was an OverflowError traceback
+    with pytest.raises(ConfigError, match=r"^seed must be >= 0 and <= 9223372036854775807, got 9223372036854775808$"):
+        validate(compose("seed=9223372036854775808"))
+    validate(compose("seed=9223372036854775807"))
 
 
 def test_a_value_the_user_set_that_its_option_would_ignore_is_named_a_preset_s_is_not(

@@ -106,6 +106,79 @@ def test_out_of_range_value_is_named_before_anything_starts(
     assert "Traceback" not in text, text
 
 
+#: The command line that trains with each algorithm (and the PEARL worker), small.
+ALGO_RUNS = {
+    "ppo": [], "vpg": ["algo=vpg"], "trpo": ["algo=trpo"],
+    "sac": ["experiment=sac_pendulum", "algo.min_buffer_size=50"],
+    "dqn": ["experiment=dqn_cartpole", "algo.min_buffer_size=50"],
+    "rl2_ppo": ["experiment=rl2_bandits", "algo.n_train_tasks=4", "algo.n_test_tasks=2"],
+    "pearl": ["experiment=pearl_pointnav", "algo.n_train_tasks=4", "algo.n_test_tasks=2", "algo.meta_batch=2",
+              "algo.batch_size=16", "algo.context_size=8", "algo.min_buffer_size=20", "algo.gradient_steps=2"],
+}
+SMALL_RUN = ["trainer.n_epochs=2", "trainer.batch_size=120", "trainer.eval_every=1", "trainer.eval_episodes=1",
+             "trainer.progress=false", "logger=[csv]"]
+
+
+def edge_cases() -> list[tuple[str, list[str]]]:
+    """(override, command line) for every inclusive end of a declared range (``ge=0``, ``le=1``) of
+    the algorithms', the trainer's and the PEARL worker's numeric fields, where the default sits
+    elsewhere: a value the check accepts must also train."""
+    out = []
+    for reg in builtin_registrations():
+        if reg.config is None or reg.kind not in ("algo", "trainer") and (reg.kind, reg.name) != ("worker", "pearl"):
+            continue
+        base = {"algo": ALGO_RUNS.get(reg.name, []), "trainer": [], "worker": ALGO_RUNS["pearl"]}[reg.kind]
+        for f in dataclasses.fields(reg.config):
+            spec = field_check(f)
+            if spec is None or spec.choices is not None or f.default is dataclasses.MISSING:
+                continue
+            for edge in (spec.ge, spec.le):
+                if edge is None or f.default is None or edge == f.default:
+                    continue
+                value = str(int(edge)) if float(edge).is_integer() and not isinstance(f.default, float) else repr(
+                    float(edge))
+                key = f"{reg.path}.{f.name}"
+                rest = [o for o in [*base, *SMALL_RUN] if o.split("=", 1)[0] != key]
+                choose = [] if reg.kind == "trainer" or base else [f"{reg.kind}={reg.name}"]
+                out.append((f"{reg.kind}={reg.name} {key}={value}", [*choose, *rest, f"{key}={value}"]))
+    return out
+
+
+EDGES = edge_cases()
+
+
+@pytest.fixture(scope="module")
+def edge_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every edge case trained through train.py (one interpreter for all of them)."""
+    tmp = tmp_path_factory.mktemp("edges")
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("train_many.py")), str(tmp / "out.json"), str(tmp / "runs")],
+        input=json.dumps([overrides for _, overrides in EDGES]), capture_output=True, text=True, timeout=1200,
+        cwd=tmp)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads((tmp / "out.json").read_text())
+    return {name: result for (name, _), result in zip(EDGES, got)}
+
+
+def test_the_edges_cover_every_algorithm() -> None:
+    assert {name.split()[0] for name, _ in EDGES} >= {f"algo={a}" for a in ALGO_RUNS} | {"trainer=default"}
+    assert len(EDGES) >= 60
+
+
+@pytest.mark.parametrize(("name", "command"), EDGES, ids=[name for name, _ in EDGES])
+def test_a_value_at_the_edge_of_its_range_trains_or_says_why_not(name: str, command: list[str],
+                                                                edge_results: dict[str, dict[str, Any]]) -> None:
+    """A value its own range accepts trains (``algo=vpg algo.vf_iters=0`` was an UnboundLocalError),
+    or, where another setting rules it out (``algo.buffer_size=1`` below ``algo.min_buffer_size``),
+    stops with one ``corral: error:`` line: never a traceback."""
+    result = edge_results[name]
+    err = result["stderr"]
+    assert "Traceback" not in err, (command, err[-3000:])
+    if result["code"] != 0:
+        lines = [line for line in err.splitlines() if line.strip() and not line.startswith("[")]
+        assert result["code"] == 2 and len(lines) == 1 and lines[0].startswith("corral: error: "), (command, err[-3000:])
+
+
 @pytest.mark.parametrize("reg", builtin_registrations(), ids=lambda reg: f"{reg.kind}={reg.name}")
 def test_every_numeric_field_declares_its_range(reg: Any) -> None:
     if reg.config is not None:

@@ -59,11 +59,15 @@ class VPG(OnPolicyAlgorithm):
         self.optimizers["policy"].zero_grad()
         pg_loss.backward()
         self.optimizers["policy"].step()
+        vf_loss = None
         for _ in range(c.vf_iters):
             vf_loss = 0.5 * (self.values(data["observations"]) - data["returns"]).pow(2).mean()
             self.optimizers["vf"].zero_grad()
             vf_loss.backward()
             self.optimizers["vf"].step()
+        if vf_loss is None:  # vf_iters=0: the value function is not fitted; its loss is still worth logging
+            with torch.no_grad():
+                vf_loss = 0.5 * (self.values(data["observations"]) - data["returns"]).pow(2).mean()
         return {
             "loss/policy": pg_loss.item(),
             "loss/value": vf_loss.item(),

@@ -225,6 +225,11 @@ def corral_validate_config(cfg: Any) -> None:
         raise ConfigError(
             f"worker={cfg.worker.name} infers the task from its context, not from RL2 inputs; set env.rl2_inputs=false"
         )
+    if latent_worker and cfg.algo.get("context_from") == "prior" and cfg.worker.get("n_prior_episodes") == 0:
+        raise ConfigError(  # what the algorithm would find in its first epoch, said before anything starts
+            "algo.context_from=prior fills the context buffers with the episodes that act on the prior, and "
+            "worker.n_prior_episodes=0 runs none; set worker.n_prior_episodes >= 1 or algo.context_from=all"
+        )
 
 
 @hookimpl
