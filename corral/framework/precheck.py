@@ -88,7 +88,7 @@ def check_sweep_values(overrides: Sequence[str]) -> None:
 
     listed = (ValueType.CHOICE_SWEEP, ValueType.SIMPLE_CHOICE_SWEEP, ValueType.RANGE_SWEEP)
     try:
-        parsed = [o for o in OverridesParser.create().parse_overrides(list(overrides)) if not _is_hydra(o.input_line)]
+        parsed = [o for o in OverridesParser.create().parse_overrides(list(overrides)) if not _is_hydra(str(o.input_line))]
     except (HydraException, OmegaConfBaseException):
         return  # Hydra says what does not parse
     fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
