@@ -77,17 +77,23 @@ def cases() -> list[tuple[str, list[str]]]:
 CASES = cases()
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Every case run through train.py (one interpreter for all of them)."""
-    tmp = tmp_path_factory.mktemp("ranges")
+def train_all(tmp: Path, cases: list[tuple[str, list[str]]], timeout: float) -> dict[str, dict[str, Any]]:
+    """Every case's command line run through train.py, all in one interpreter (``train_many.py``);
+    each case's name mapped to its exit code, stdout and stderr."""
     proc = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("train_many.py")), str(tmp / "out.json"), str(tmp / "runs")],
-        input=json.dumps([overrides for _, overrides in CASES]), capture_output=True, text=True, timeout=900, cwd=tmp,
+        input=json.dumps([overrides for _, overrides in cases]), capture_output=True, text=True, timeout=timeout,
+        cwd=tmp,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads((tmp / "out.json").read_text())
-    return {name: result for (name, _), result in zip(CASES, got)}
+    return {name: result for (name, _), result in zip(cases, got)}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Every out-of-range case run through train.py."""
+    return train_all(tmp_path_factory.mktemp("ranges"), CASES, timeout=900)
 
 
 def test_the_matrix_covers_every_kind() -> None:
@@ -149,15 +155,8 @@ EDGES = edge_cases()
 
 @pytest.fixture(scope="module")
 def edge_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Every edge case trained through train.py (one interpreter for all of them)."""
-    tmp = tmp_path_factory.mktemp("edges")
-    proc = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("train_many.py")), str(tmp / "out.json"), str(tmp / "runs")],
-        input=json.dumps([overrides for _, overrides in EDGES]), capture_output=True, text=True, timeout=1200,
-        cwd=tmp)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads((tmp / "out.json").read_text())
-    return {name: result for (name, _), result in zip(EDGES, got)}
+    """Every edge case trained through train.py."""
+    return train_all(tmp_path_factory.mktemp("edges"), EDGES, timeout=1200)
 
 
 def test_the_edges_cover_every_algorithm() -> None:
