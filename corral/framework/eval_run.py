@@ -170,10 +170,10 @@ def evaluate_run(
     return result
 
 
-#: What an evaluation override may change: the environment's settings, the worker's settings and
-#: the seed. The policy and the normalisation statistics come from the snapshot, and the
+#: The settings an evaluation override may change, besides ``seed``: the environment's and the
+#: worker's. The policy and the normalisation statistics come from the snapshot, and the
 #: algorithm, trainer, sampler and loggers take no part in an evaluation.
-EVAL_OVERRIDABLE = ("env.", "worker.", "seed")
+EVAL_OVERRIDABLE = ("env.", "worker.")
 
 
 def check_eval_override(override: str, cfg: Any) -> None:
@@ -183,7 +183,7 @@ def check_eval_override(override: str, cfg: Any) -> None:
     if key == "env.id":
         raise ConfigError(f"{override}: use --env-id {value} to evaluate on another environment id (it checks that "
                           "the policy's observation and action spaces fit it)")
-    if key == "seed" or key.startswith(EVAL_OVERRIDABLE[:2]):
+    if key == "seed" or key.startswith(EVAL_OVERRIDABLE):
         return
     current = cfg[key].get("name") if "." not in key and key in cfg and hasattr(cfg[key], "keys") else None
     if current is not None:
