@@ -98,6 +98,35 @@ def test_unknown_option_is_one_line_listing_the_available_ones(
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("multirun", [False, True])
+@pytest.mark.parametrize("where", ["file", "proc"])
+def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path: Path, sites: dict[str, Path], multirun: bool,
+                                                            where: str) -> None:
+    """Under a file, or where the file system takes no new directory (``/proc``): one line naming the
+    setting, before anything starts, for a run (``hydra.run.dir``) and a sweep (``hydra.sweep.dir``)."""
+    (tmp_path / "a_file").write_text("")
+    parent = tmp_path / "a_file" if where == "file" else Path("/proc")
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    args = ["-m", "seed=1,2"] if multirun else []
+    proc = run([sys.executable, str(TRAIN), *args, *SMALL, f"{key}={parent / 'run'}"], tmp_path, sites)
+    reason = f"{parent} is a file, not a directory" if where == "file" else "/proc takes no new directory ("
+    assert proc.returncode == 2, output(proc)
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"corral: error: {key}={parent / 'run'}: cannot create the "
+                           f"{'sweep' if multirun else 'run'}'s directory {parent / 'run'}: {reason}"), output(proc)
+    assert line.endswith(f"; give a directory you can write to, e.g. {key}=outputs/<name>"), output(proc)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing made, nothing left
+
+
+@pytest.mark.parametrize("flag", [["--cfg", "job"], ["--help"]])
+def test_an_unknown_option_with_a_hydra_flag_is_one_line(tmp_path: Path, sites: dict[str, Path],
+                                                         flag: list[str]) -> None:
+    proc = run([sys.executable, str(TRAIN), *flag, "sampler=nonexistent"], tmp_path, sites)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip().splitlines() == [f"corral: error: sampler=nonexistent: {UNKNOWN_SAMPLER}"], output(proc)
+    assert proc.stdout == "", output(proc)
+
+
 @pytest.mark.parametrize(
     ("overrides", "line"),
     [
@@ -262,6 +291,26 @@ def test_an_option_the_vector_backend_would_ignore_is_one_warning_line(tmp_path:
     assert proc.stderr.startswith(warnings[0]), output(proc)  # before anything runs
 
 
+@pytest.mark.parametrize("multirun", [False, True])
+def test_a_warning_logged_while_training_is_one_corral_line(tmp_path: Path, sites: dict[str, Path],
+                                                            multirun: bool) -> None:
+    """A warning corral logs while it trains (here: minibatches larger than the batch) is one ``corral:
+    warning:`` line on stderr (after ``[job N] `` in a sweep), not Hydra's ``[time][module][WARNING] -``
+    format; the run's corral.log keeps the record with its time and logger name."""
+    warning = ("corral: warning: algo.minibatch_size=100000 is larger than the batch of 220 steps this update learns "
+               "from, so each gradient step uses the whole batch; lower algo.minibatch_size or raise "
+               "trainer.batch_size")
+    args = ["-m", "seed=1", f"hydra.sweep.dir={tmp_path / 'sweep'}"] if multirun else [f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = run([sys.executable, str(TRAIN), *args, "algo.minibatch_size=100000", *SMALL, "logger=[console,csv]",
+                "trainer.progress=false"], tmp_path, sites)
+    assert proc.returncode == 0, output(proc)
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "larger than the batch" in line]
+    assert said == [f"[job 0] {warning}" if multirun else warning], output(proc)
+    assert said[0] in proc.stderr.splitlines()
+    log = (tmp_path / ("sweep/0" if multirun else "run") / "corral.log").read_text()
+    assert "][corral.rl.on_policy][WARNING] - corral: algo.minibatch_size=100000 is larger" in log, log
+
+
 def test_a_keyword_the_environment_does_not_take_is_one_line(tmp_path: Path, sites: dict[str, Path]) -> None:
     proc = train(tmp_path, sites, "env.kwargs.foo=1", *SMALL)
     assert proc.returncode == 2, output(proc)
@@ -349,6 +398,23 @@ def test_plugin_preset_with_hydra_flags_and_user_searchpath(tmp_path: Path, site
                 "--cfg", "job"], tmp_path, sites, "corral-testplugin")
     assert proc.returncode == 0, output(proc)
     assert "n_epochs: 42" in proc.stdout
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+def test_an_experiment_of_the_users_search_path_trains(tmp_path: Path, sites: dict[str, Path], multirun: bool) -> None:
+    """``hydra.searchpath`` adds the user's own options: the checks before the run see them too, and a
+    name that is in neither search path lists the user's options with corral's."""
+    (tmp_path / "mine" / "experiment").mkdir(parents=True)
+    (tmp_path / "mine" / "experiment" / "mine.yaml").write_text("# @package _global_\ntrainer:\n  batch_size: 123\n")
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'mine'}]"
+    where = [f"hydra.sweep.dir={tmp_path / 'sweep'}", "-m"] if multirun else [f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = run([sys.executable, str(TRAIN), "experiment=mine", searchpath, *where, *SMALL[:1], *SMALL[2:]], tmp_path, sites)
+    assert proc.returncode == 0, output(proc)
+    summary = json.loads((tmp_path / ("sweep/0" if multirun else "run") / "summary.json").read_text())
+    assert summary["config"]["trainer"]["batch_size"] == 123
+    proc = run([sys.executable, str(TRAIN), "experiment=other", searchpath, *where, *SMALL], tmp_path, sites)
+    assert proc.returncode == 2, output(proc)
+    assert "corral: error: experiment=other: experiment has no option 'other'; choose one of dqn_cartpole, mine, " in proc.stderr
 
 
 # ------------------------------------------------------------------------------------ corral plugins
@@ -440,7 +506,8 @@ def test_a_failed_sweep_job_is_recorded_and_the_other_jobs_still_run(tmp_path: P
     assert (f"corral: job 0 (algo=sac {' '.join(SMALL)}) failed: algo=sac cannot train policy=mlp; choose "
             f"policy=tanh_gaussian; the sweep ran its other jobs (`corral results {sweep}` lists each one's status)"
             ) in proc.stderr.splitlines(), output(proc)
-    assert "Traceback" not in proc.stderr, output(proc)
+    assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr, output(proc)
+    assert proc.stderr.splitlines()[-1].startswith("corral: job 0 ("), output(proc)
     failed = json.loads((sweep / "0" / "summary.json").read_text())
     assert failed["status"] == "failed" and failed["error"].startswith("ConfigError: algo=sac cannot train")
     assert json.loads((sweep / "1" / "summary.json").read_text())["status"] == "completed"

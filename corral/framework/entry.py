@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -55,12 +56,40 @@ def main(argv: Sequence[str] | None = None) -> Any:
 
     sys.argv = [sys.argv[0]] + args + in_place_overrides(args)  # trainer.resume=<dir> continues in <dir>
     try:
-        return _hydra_main()
+        return _sweep_or_run(multirun=any(a in MULTIRUN_FLAGS for a in args))
     except KeyboardInterrupt:  # Ctrl-C outside a trainer, e.g. in a multirun: the launcher has stopped its jobs
         multirun = any(a in ("-m", "--multirun") for a in args)
         note = "; finished jobs keep their summary.json (corral results <sweep dir>)" if multirun else ""
         print(f"\ncorral: interrupted{note}", file=sys.stderr, flush=True)
         raise SystemExit(130) from None
+
+
+def _sweep_or_run(multirun: bool) -> Any:
+    """Run Hydra's main; a sweep whose job failed with a corral error ends with the one line of
+    :class:`SweepJobFailed` and exit status 1. Hydra would add its hint about HYDRA_FULL_ERROR, which
+    shows nothing more here (the job has printed its error); so for a sweep Hydra is asked to raise
+    what stopped it (HYDRA_FULL_ERROR=1 while it runs), and anything else gets Hydra's own report."""
+    if not multirun or os.environ.get("HYDRA_FULL_ERROR"):
+        return _hydra_main()
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        return _hydra_main()
+    except SweepJobFailed as exc:
+        print(exc, file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    except Exception as exc:  # noqa: BLE001 - reported as Hydra reports it without the variable set
+        from hydra._internal.utils import run_and_report
+
+        os.environ.pop("HYDRA_FULL_ERROR", None)
+        stopped = exc
+
+        def reraise() -> None:
+            raise stopped
+
+        run_and_report(reraise)  # prints Hydra's compact report and exits with status 1
+        raise
+    finally:
+        os.environ.pop("HYDRA_FULL_ERROR", None)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://corral.conf", config_name=CONFIG_NAME)
@@ -98,7 +127,8 @@ class SweepJobFailed(CompactHydraException):
 
     An ordinary exception, not an exit: Hydra's launchers record the job as failed and go on with
     the sweep's other jobs, as they do for any job that raises, and the sweep ends by reporting
-    the first failure in one line (Hydra prints a CompactHydraException as its message)."""
+    the first failure in one line (:func:`main` prints it; Hydra prints a CompactHydraException as
+    its message too)."""
 
     @classmethod
     def of(cls, exc: BaseException) -> "SweepJobFailed":

@@ -19,7 +19,13 @@ class Logger(ABC):
     statistics, the algorithm's entries (``loss/*`` and such), ``eval/*`` on evaluation epochs and
     ``time/*`` wall-clock figures. A row is logged only when its epoch is committed (with its
     snapshot, when one is due), so a logger never sees an epoch twice in one process.
+
+    An ``OSError`` from :meth:`log` (a full disk, a permission) stops the run with one line naming
+    the logger (``option_name``, set by ``train.py`` to the option that built it) and the file.
     """
+
+    #: The ``logger=`` option that built this logger (``csv``), for messages; None outside ``train.py``.
+    option_name: str | None = None
 
     @abstractmethod
     def log(self, epoch: int, stats: Mapping[str, float]) -> None:
@@ -64,6 +70,26 @@ def run_log(log_dir: str | os.PathLike | None) -> logging.Logger:
     return log
 
 
+class ConsoleLineFormatter(logging.Formatter):
+    """The console format of a job's log records (``hydra/job_logging=corral``).
+
+    A record of a ``corral.*`` logger is one line in the style of corral's other lines: ``corral:
+    warning: <message>`` (``corral: <message>`` below warning level), after :func:`job_prefix` in a
+    sweep; a message that already starts with ``corral: `` is not prefixed twice. Other libraries'
+    records keep the format this formatter was given (Hydra's, with time and logger name)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """``record`` as one console line (and its traceback, when it carries one)."""
+        if record.name != "corral" and not record.name.startswith("corral."):
+            return super().format(record)
+        message = record.getMessage().removeprefix("corral: ")
+        level = f"{record.levelname.lower()}: " if record.levelno >= logging.WARNING else ""
+        line = f"{job_prefix()}corral: {level}{message}"
+        if record.exc_info:
+            line = f"{line}\n{self.formatException(record.exc_info)}"
+        return line
+
+
 def job_prefix() -> str:
     """``[job 3] `` inside job 3 of a Hydra multirun (so parallel jobs' lines can be told apart), else ``""``."""
     try:
@@ -77,4 +103,4 @@ def job_prefix() -> str:
     return f"[job {num}] " if multirun and num is not None else ""
 
 
-__all__ = ["Logger", "RUN_LOG", "job_prefix", "run_log"]
+__all__ = ["ConsoleLineFormatter", "Logger", "RUN_LOG", "job_prefix", "run_log"]

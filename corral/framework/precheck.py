@@ -10,9 +10,12 @@ An option that does not exist (``sampler=nope``, ``logger=[console,nope]``, ``hy
 is one line that lists the group's options, for a single run and for every value of a sweep
 (``-m sampler=nope,local``), before any job starts.
 
-The rest is skipped when the command line has other flags (``--help``, ``--cfg`` and such: Hydra
-handles those), for a sweep (checked job by job) and when it resumes a run (``trainer.resume``: the
-run's own config is used, see :mod:`corral.framework.resume`).
+A run directory that cannot be created (``hydra.run.dir=/proc/x``) is one line too, before anything
+starts. With other flags (``--help``, ``--cfg`` and such) only the options are checked, and Hydra shows
+what was asked. A sweep gets the checks of :func:`check_sweep_values` and
+:func:`check_sweep_plugins`; each job checks its own values. Nothing is checked when the command
+line resumes a run (``trainer.resume``: the run's own config is used, see
+:mod:`corral.framework.resume`) or names another primary config (``--config-name`` and such).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ def _key(override: str) -> str:
 
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
+#: Flags that make Hydra compose another primary config than corral's: nothing is checked against corral's.
+OTHER_CONFIG_FLAGS = ("--config-name", "-cn", "--config-dir", "-cd", "--config-path", "-cp",
+                      "--experimental-rerun", "--shell-completion", "-sc")
 
 
 def precheck(args: Sequence[str]) -> None:
@@ -38,7 +44,7 @@ def precheck(args: Sequence[str]) -> None:
     (:func:`check_sweep_values`), and its launcher's and sweeper's (:func:`check_sweep_plugins`)."""
     flags = [a for a in args if a.startswith("-")]
     multirun = bool(flags) and all(a in MULTIRUN_FLAGS for a in flags)
-    if (flags and not multirun) or any(_key(a) == "trainer.resume" for a in args):
+    if any(_key(a) == "trainer.resume" for a in args) or any(a in OTHER_CONFIG_FLAGS for a in flags):
         return
     overrides = [a for a in args if not a.startswith("-")]
     from hydra import compose, initialize_config_module
@@ -51,16 +57,21 @@ def precheck(args: Sequence[str]) -> None:
     GlobalHydra.instance().clear()
     try:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
-            loader = GlobalHydra.instance().config_loader()
-            check_choices(overrides, loader.get_group_options)
+            options_of = _options_lister(GlobalHydra.instance().config_loader(), overrides)
+            check_choices(overrides, options_of)
+            if flags and not multirun:  # --cfg, --help, ...: Hydra shows what was asked, of options that exist
+                return
+            if multirun:  # one run's overrides are parsed by compose below
+                _parse(overrides)
+            check_output_dir(overrides, multirun)
             if multirun:
                 check_sweep_values(overrides)
                 check_sweep_plugins(overrides)
                 return
             try:
-                cfg = compose(config_name=CONFIG_NAME, overrides=[o for o in overrides if not _is_hydra(o)])
+                cfg = compose(config_name=CONFIG_NAME, overrides=[o for o in overrides if _composes_job(o)])
             except MissingConfigException as exc:
-                raise ConfigError(_missing_message(exc, loader.get_group_options)) from None
+                raise ConfigError(_missing_message(exc, options_of)) from None
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(hydra_message(exc)) from None
     finally:
@@ -88,7 +99,7 @@ def check_sweep_values(overrides: Sequence[str]) -> None:
 
     listed = (ValueType.CHOICE_SWEEP, ValueType.SIMPLE_CHOICE_SWEEP, ValueType.RANGE_SWEEP)
     try:
-        parsed = [o for o in OverridesParser.create().parse_overrides(list(overrides)) if not _is_hydra(str(o.input_line))]
+        parsed = [o for o in OverridesParser.create().parse_overrides(list(overrides)) if _composes_job(str(o.input_line))]
     except (HydraException, OmegaConfBaseException):
         return  # Hydra says what does not parse
     fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
@@ -108,6 +119,41 @@ def check_sweep_values(overrides: Sequence[str]) -> None:
             except (HydraException, OmegaConfBaseException) as exc:
                 if isinstance(exc.__cause__, ValidationError) or isinstance(exc, ValidationError):
                     raise ConfigError(f"{hydra_message(exc)} (a value of the sweep {key}={','.join(values)})") from None
+
+
+def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
+    """Raise one-line :class:`ConfigError` when the run's directory (``hydra.run.dir``, or
+    ``hydra.sweep.dir`` for a sweep) cannot be created: its nearest existing ancestor is not a
+    directory, or refuses a new directory (``hydra.run.dir=/proc/x``, a read-only file system).
+    Hydra would stop on it with a traceback (:func:`corral.results.writable.directory_problem`);
+    a directory that does not resolve yet (it names run-time values) is left to Hydra. Composing
+    Hydra's own config for it also finds a ``hydra.*`` value of the wrong type, which is one line too."""
+    from pathlib import Path
+
+    from hydra import compose
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException, ValidationError
+
+    from corral.results.writable import directory_problem
+
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
+        hydra_cfg = compose(config_name=CONFIG_NAME, overrides=fixed, return_hydra_config=True).hydra
+        where = str(OmegaConf.select(hydra_cfg, key.removeprefix("hydra."), throw_on_resolution_failure=True))
+    except (HydraException, OmegaConfBaseException) as exc:
+        if isinstance(exc.__cause__, ValidationError) or isinstance(exc, ValidationError):
+            raise ConfigError(hydra_message(exc)) from None  # e.g. hydra.sweeper.max_batch_size=abc
+        return
+    target = Path(where).expanduser().absolute()
+    problem = directory_problem(target)
+    if problem is not None:
+        given = f"{key}={where}" if any(_key(o) == key for o in overrides) else f"{key} ({where})"
+        raise ConfigError(f"{given}: cannot create the {'sweep' if multirun else 'run'}'s directory {target}: "
+                          f"{problem}; give a directory you can write to, e.g. {key}=outputs/<name>")
 
 
 def check_sweep_plugins(overrides: Sequence[str]) -> None:
@@ -144,6 +190,35 @@ def check_sweep_plugins(overrides: Sequence[str]) -> None:
 def _is_hydra(override: str) -> bool:
     key = _key(override)
     return key == "hydra" or key.startswith(("hydra.", "hydra/"))
+
+
+def _parse(overrides: Sequence[str]) -> None:
+    """Raise one-line :class:`ConfigError` for an override that does not parse (``a=[1``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise ConfigError(hydra_message(exc)) from None
+
+
+def _is_searchpath(override: str) -> bool:
+    return _key(override).startswith("hydra.searchpath")
+
+
+def _composes_job(override: str) -> bool:
+    """Whether ``override`` changes the job's config: any but Hydra's own settings, except the
+    search path (a user's ``hydra.searchpath`` adds config options, e.g. an experiment of their own)."""
+    return not _is_hydra(override) or _is_searchpath(override)
+
+
+def _options_lister(loader: Any, overrides: Sequence[str]) -> Any:
+    """``options_of(group)``: the options of a config group, in the search path that ``overrides`` give."""
+    searchpath = [o for o in overrides if _is_searchpath(o)]
+    if not searchpath:
+        return loader.get_group_options
+    return lambda group: loader.get_group_options(group, config_name=CONFIG_NAME, overrides=searchpath)
 
 
 def _choices(override: str) -> Iterator[tuple[str, str]]:
@@ -227,4 +302,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["MAX_VALUE_CHECKS", "check_choices", "check_sweep_plugins", "check_sweep_values", "given_keys", "hydra_message", "precheck", "unknown_option_message"]
+__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_output_dir", "check_sweep_plugins", "check_sweep_values", "given_keys", "hydra_message", "precheck", "unknown_option_message"]

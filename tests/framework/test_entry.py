@@ -1,0 +1,53 @@
+"""How ``train.py`` ends a sweep: a job's corral error is one line; anything else gets Hydra's report.
+
+The sweeps themselves run end to end in ``tests/test_train_cli.py``; these tests give
+:func:`corral.framework.entry._sweep_or_run` an entry point that raises, to reach the cases a real
+sweep reaches only through a bug (an exception that is not a corral error)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from corral.framework import entry
+from corral.framework.entry import SweepJobFailed
+
+
+def _raising(exc: BaseException):  # type: ignore[no-untyped-def]
+    def main() -> None:
+        assert os.environ.get("HYDRA_FULL_ERROR") == "1"  # Hydra is asked to raise, not to report
+        raise exc
+    return main
+
+
+def test_a_failed_sweep_job_ends_the_sweep_with_its_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setattr(entry, "_hydra_main", _raising(SweepJobFailed("corral: job 0 (seed=1) failed: why")))
+    with pytest.raises(SystemExit) as stopped:
+        entry._sweep_or_run(multirun=True)
+    assert stopped.value.code == 1
+    assert capsys.readouterr().err == "corral: job 0 (seed=1) failed: why\n"  # no HYDRA_FULL_ERROR hint
+    assert "HYDRA_FULL_ERROR" not in os.environ
+
+
+def test_a_sweep_stopped_by_another_error_gets_hydras_report(monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setattr("hydra._internal.utils.is_under_debugger", lambda: False)  # a coverage tracer looks like one
+    monkeypatch.setattr(entry, "_hydra_main", _raising(ValueError("a bug")))
+    with pytest.raises(SystemExit) as stopped:
+        entry._sweep_or_run(multirun=True)
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and err.endswith("ValueError: a bug\n"), err  # as Hydra prints it
+    assert "HYDRA_FULL_ERROR" not in os.environ
+
+
+def test_hydra_full_error_set_by_the_user_is_left_to_hydra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    monkeypatch.setattr(entry, "_hydra_main", _raising(SweepJobFailed("corral: job 0 failed")))
+    with pytest.raises(SweepJobFailed):
+        entry._sweep_or_run(multirun=True)
+    assert os.environ["HYDRA_FULL_ERROR"] == "1"
