@@ -36,6 +36,7 @@ _EXPORTS = {
     "BatchError": "corral.framework.errors",
     "WorkerError": "corral.framework.errors",
     "SnapshotError": "corral.framework.errors",
+    "OutputError": "corral.framework.errors",
     # built-in components, for library use
     "LocalSampler": "corral.plugins.samplers.local",
     "MultiprocessingSampler": "corral.plugins.samplers.multiprocessing",

@@ -140,9 +140,27 @@ def test_bad_eval_values_are_one_line_each(cartpole_run: Path, tmp_path: Path) -
         (["algo.clip_range=0.3"], "corral eval: error: algo.clip_range=0.3 would not change the evaluation: corral eval "
                                   "takes overrides of env.*, worker.* and seed only (the policy and normalisation come "
                                   "from the snapshot); --episodes, --stochastic, --sampler and --n-workers set the rest"),
+        (["-o", str(tmp_path)], f"corral eval: error: -o {tmp_path} is a directory; give the file eval.json is "
+                                f"written to (e.g. {tmp_path / 'eval.json'})"),
     ]:
         proc = corral("eval", str(cartpole_run), *args, cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line], proc.stderr
+    proc = corral("eval", str(cartpole_run), "-o", "/proc/corral/eval.json", cwd=tmp_path)
+    (line,) = proc.stderr.strip().splitlines()  # the reason in parentheses is the OS's (root or not)
+    assert proc.returncode == 2 and line.startswith(
+        "corral eval: error: -o /proc/corral/eval.json: cannot write eval.json there: /proc takes no new directory ("
+    ) and line.endswith("); give a file in a directory you can write to"), proc.stderr
+
+
+def test_a_video_directory_that_cannot_be_made_is_one_line_before_any_episode(cartpole_run: Path,
+                                                                             tmp_path: Path) -> None:
+    pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
+    (tmp_path / "a_file").write_text("")
+    proc = corral("eval", str(cartpole_run), "--video", str(tmp_path / "a_file" / "videos"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"corral eval: error: --video {tmp_path / 'a_file' / 'videos'}: cannot create the directory for the videos: "
+        f"{tmp_path / 'a_file'} is a file, not a directory; give a directory you can write to"], proc.stderr
 
 
 @pytest.mark.parametrize("sampler", ["multiprocessing", "action_server"])

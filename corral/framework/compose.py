@@ -136,7 +136,9 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
         loggers = []
         for name, node in (cfg.get("logger") or {}).items():
             logger_reg = reg.get("logger", name)
-            loggers.append(logger_reg.factory(config_of(logger_reg, node), log_dir=log_path))
+            built_logger = logger_reg.factory(config_of(logger_reg, node), log_dir=log_path)
+            built_logger.option_name = name
+            loggers.append(built_logger)
         trainer_reg = reg.get("trainer", cfg.trainer.name)
         trainer = trainer_reg.factory(
             config_of(trainer_reg, cfg.trainer), snapshot_dir=log_path, loggers=loggers, seed=seed, run_config=cfg

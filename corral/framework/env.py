@@ -56,8 +56,8 @@ class EnvFactory:
                     return gym.make(self.fn, **dict(self.kwargs))
                 except gym.error.Error as exc:
                     raise ConfigError(
-                        f"gymnasium cannot make environment {self.fn!r}: {exc}. Check env.id "
-                        "(any registered gymnasium id works, e.g. env=gym env.id=Acrobot-v1)."
+                        f"gymnasium cannot make environment {self.fn!r}: {str(exc).strip().rstrip('.')}. Check "
+                        "env.id (any registered gymnasium id works, e.g. env=gym env.id=Acrobot-v1)."
                     ) from exc
             return self.fn(**dict(self.kwargs))
         except TypeError as exc:

@@ -82,3 +82,8 @@ class WorkerError(CorralError):
 
 class SnapshotError(CorralError):
     """A snapshot could not be written, found or restored."""
+
+
+class OutputError(CorralError):
+    """The run could not write what it keeps (a logger's row, a snapshot): a full disk, a permission,
+    a path that cannot be written. The run stops at that epoch, which is not part of it."""

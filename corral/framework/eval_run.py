@@ -119,6 +119,7 @@ def evaluate_run(
         require_video,
     )
     from corral.framework.trainer import find_snapshot
+    from corral.results.writable import directory_problem
 
     if episodes < 1:
         raise ConfigError(f"--episodes must be at least 1, got {episodes}")
@@ -128,9 +129,19 @@ def evaluate_run(
         raise ConfigError(f"--seed must be >= 0 (a seed of numpy's SeedSequence, as the run's seed is), got {seed}")
     if video_dir is not None:
         require_video()
+        if (problem := directory_problem(video_dir)) is not None:
+            raise ConfigError(f"--video {video_dir}: cannot create the directory for the videos: {problem}; give "
+                              "a directory you can write to")
         if episodes % n_workers:
             raise ConfigError(f"--video with --n-workers {n_workers} needs --episodes a multiple of {n_workers} "
                               "(each worker runs the same number, and every recorded episode is counted)")
+    if output:
+        if Path(output).is_dir():
+            raise ConfigError(f"-o {output} is a directory; give the file eval.json is written to (e.g. "
+                              f"{Path(output) / 'eval.json'})")
+        if (problem := directory_problem(Path(output).absolute().parent)) is not None:
+            raise ConfigError(f"-o {output}: cannot write eval.json there: {problem}; give a file in a directory "
+                              "you can write to")
     try:
         snapshot = find_snapshot(source)
     except SnapshotError:

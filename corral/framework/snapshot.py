@@ -192,11 +192,15 @@ def _merge(value: Any, objects: list[Any]) -> Any:
 # ---------------------------------------------------------------------------------------- writing
 def _write_atomically(path: Path, write: Any) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
+        raise
 
 
 def save_snapshot(state: Mapping[str, Any], path: str | os.PathLike) -> list[str]:

@@ -6,6 +6,7 @@ Signal handling (when Ctrl-C and SIGTERM interrupt training, and when they wait)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -13,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from corral.framework.algorithm import Algorithm
 from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec, make_env
-from corral.framework.errors import ConfigError, SnapshotError
+from corral.framework.errors import ConfigError, OutputError, SnapshotError
 from corral.framework.evaluation import evaluate, record_video, run_worker_factory
 from corral.framework.interrupts import (
     StopRequest,
@@ -375,13 +376,32 @@ class Trainer:
         if self._progress is not None:
             self._progress.clear()
         for logger in self.loggers:
-            logger.log(epoch, stats)
-            if self.last_video is not None and callable(getattr(logger, "log_video", None)):
-                logger.log_video(epoch, self.last_video, stats)
+            with self._writing(f"logger={logger.option_name or type(logger).__name__} could not write the row "
+                               f"of epoch {epoch}"):
+                logger.log(epoch, stats)
+                if self.last_video is not None and callable(getattr(logger, "log_video", None)):
+                    logger.log_video(epoch, self.last_video, stats)
         every = self.config.snapshot_every
         if self.snapshot_dir is not None and every and self.epoch % every == 0:
             self.save_snapshot()
         self._committed = (self.epoch, self.total_env_steps)
+
+    @contextlib.contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """Turn an ``OSError`` of the block (a full disk, a permission) into one-line :class:`OutputError`:
+        what could not be written, why, and how the run goes on."""
+        try:
+            yield
+        except OSError as exc:
+            why = exc.strerror or str(exc) or type(exc).__name__
+            where = f": {exc.filename}" if exc.filename else ""
+            fix = "fix that (space, permissions, the path) and"
+            if self.snapshot_epoch and self.log_dir is not None:
+                then = (f"{fix} continue from its last snapshot (epochs 0-{self.snapshot_epoch - 1}) with "
+                        f"trainer.resume={self.log_dir}")
+            else:
+                then = f"{fix} start the run again (it has no snapshot yet)"
+            raise OutputError(f"{what} ({type(exc).__name__}: {why}{where}); the run stopped there; {then}") from exc
 
     def evaluate(self, video: bool = False) -> dict[str, float]:
         """Deterministic evaluation episodes with fixed seeds, through workers built like the run's
@@ -453,12 +473,13 @@ class Trainer:
         directory = self.snapshot_dir
         if directory is None:
             raise SnapshotError("this trainer has no snapshot_dir")
-        directory.mkdir(parents=True, exist_ok=True)
         path = directory / f"epoch_{self.epoch:06d}.pt"
-        save_snapshot(self.state_dict(), path)  # data only; objects beside it (corral.framework.snapshot)
-        latest_tmp = directory / ".latest.tmp"
-        latest_tmp.write_text(path.name + "\n")
-        os.replace(latest_tmp, directory / "latest")
+        with self._writing(f"could not write the snapshot {path.name}"):  # OutputError: one line
+            directory.mkdir(parents=True, exist_ok=True)
+            save_snapshot(self.state_dict(), path)  # data only; objects beside it (corral.framework.snapshot)
+            latest_tmp = directory / ".latest.tmp"
+            latest_tmp.write_text(path.name + "\n")
+            os.replace(latest_tmp, directory / "latest")
         self.snapshot_epoch = self.epoch
         keep = self.config.keep_snapshots
         if keep:

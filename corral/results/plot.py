@@ -9,6 +9,7 @@ matplotlib is imported only when a PNG is drawn.
 from __future__ import annotations
 
 import csv
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -17,6 +18,7 @@ import numpy as np
 
 from corral.results.summary import RunRecord, find_runs
 from corral.results.table import group_runs
+from corral.results.writable import directory_problem
 
 #: How to install what ``corral plot`` needs.
 PLOT_EXTRA = "pip install 'corral[plot]'"
@@ -137,11 +139,27 @@ def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = ""
     return n_lines
 
 
+def output_path(out: str | Path | None, root: Path) -> Path:
+    """Where ``corral plot -o OUT`` writes: ``OUT`` itself, ``OUT/learning_curves.png`` when ``OUT`` is a
+    directory (or ends with a slash), ``OUT.png`` when it has no suffix (what matplotlib would
+    write), ``<root>/learning_curves.png`` without ``-o``. Raises ValueError, naming the reason, when
+    its directory cannot be created."""
+    if out is None:
+        path = root / DEFAULT_PNG
+    elif Path(out).is_dir() or str(out).endswith(("/", os.sep)):
+        path = Path(out) / DEFAULT_PNG
+    else:
+        path = Path(out) if Path(out).suffix else Path(f"{out}.png")
+    if (problem := directory_problem(path.absolute().parent)) is not None:
+        raise ValueError(f"cannot write {path}: {problem}; give -o a file in a directory you can write to")
+    return path
+
+
 def plot_dir(root: str | Path, out: str | Path | None = None, metric: str | None = None,
              ignore: Iterable[str] = ("seed",), title: str | None = None) -> PlotResult:
     """Learning curves of every completed run under ``root`` (a run or a multirun directory) as a PNG.
 
-    ``out`` defaults to ``<root>/learning_curves.png``; ``metric`` to :func:`choose_metric`.
+    ``out``: see :func:`output_path`; ``metric`` defaults to :func:`choose_metric`.
     """
     root = Path(root)
     runs = [r for r in find_runs(root) if r.status == "completed"]
@@ -151,10 +169,10 @@ def plot_dir(root: str | Path, out: str | Path | None = None, metric: str | None
     curves = learning_curves(runs, metric, ignore)
     if not curves:
         raise ValueError(f"no run under {root} has {metric!r} in its progress.csv (is the csv logger on?)")
-    path = Path(out) if out is not None else root / DEFAULT_PNG
+    path = output_path(out, root)
     n_lines = draw(curves, path, metric, title if title is not None else str(root))
     return PlotResult(path=path, metric=metric, curves=curves, n_lines=n_lines)
 
 
 __all__ = ["Curve", "DEFAULT_PNG", "PlotResult", "choose_metric", "draw", "group_curve", "learning_curves",
-           "mean_curve", "plot_dir", "read_curve"]
+           "mean_curve", "output_path", "plot_dir", "read_curve"]

@@ -69,8 +69,12 @@ class RunRecord:
 
     @property
     def progress_path(self) -> Path:
-        """The run's ``progress.csv``."""
-        return self.path / PROGRESS_FILE
+        """The run's ``progress.csv``: the file its csv logger wrote (``logger.csv.filename`` in the
+        summary's config; ``progress.csv`` by default)."""
+        config = self.summary.get("config")
+        csv_node = ((config or {}).get("logger") or {}).get("csv") if isinstance(config, dict) else None
+        name = csv_node.get("filename") if isinstance(csv_node, dict) else None
+        return self.path / (str(name) if name else PROGRESS_FILE)
 
     def override_dict(self) -> dict[str, str]:
         """The overrides as ``{key: value}`` (``+``/``++``/``~`` prefixes dropped)."""

@@ -97,6 +97,12 @@ def test_env_factory_is_picklable_and_builds_fresh_envs() -> None:
 def test_env_factory_names_a_bad_id() -> None:
     with pytest.raises(ConfigError, match="NoSuchEnv-v0"):
         EnvFactory("NoSuchEnv-v0")()
+    with pytest.raises(ConfigError) as raised:  # gymnasium's own sentence ends in a period: one, not two
+        EnvFactory("CartPole-v9")()
+    assert str(raised.value) == (
+        "gymnasium cannot make environment 'CartPole-v9': Environment version `v9` for environment `CartPole` "
+        "doesn't exist. It provides versioned environments: [ `v0`, `v1` ]. Check env.id (any registered gymnasium "
+        "id works, e.g. env=gym env.id=Acrobot-v1).")
 
 
 def _point_env(size: int = 3) -> gym.Env:

@@ -149,3 +149,84 @@ def test_library_train_runs_the_epochs_asked_for_past_100k_steps() -> None:
         trainer.train(n_epochs=3, batch_size=40_000)
     assert trainer.epoch == 3 and trainer.total_env_steps >= 120_000
     assert trainer.stop_reason == "n_epochs=3"
+
+
+# ------------------------------------------------------------------------ what cannot be written
+class _FullDiskLogger:
+    """A logger whose file is on a full disk from epoch 1 on: it writes to /dev/full (ENOSPC)."""
+
+    option_name = None
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+
+    def log(self, epoch: int, stats: dict[str, float]) -> None:
+        if epoch >= 1:
+            with open("/dev/full", "w") as f:
+                f.write(f"{epoch}\n")
+                f.flush()
+        self.rows.append(epoch)
+
+    def resume(self, epoch: int, env_steps: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_row_that_cannot_be_written_stops_the_run_in_one_line_that_says_how_to_go_on(tmp_path: Path) -> None:
+    from corral import VPG, EnvFactory, EnvSpec, LocalSampler, MLPPolicy, OutputError, Trainer, TrainerConfig
+
+    env = EnvFactory("CartPole-v1")
+    spec = EnvSpec.from_env(env())
+    policy = MLPPolicy(spec, hidden_sizes=(8,))
+    sampler = LocalSampler(agents=policy, envs=env, max_episode_length=500, n_workers=1, seed=1)
+    logger = _FullDiskLogger()
+    trainer = Trainer(TrainerConfig(eval_every=0, progress=False, snapshot_every=1, max_env_steps=None),
+                      snapshot_dir=tmp_path, loggers=[logger])  # type: ignore[list-item]
+    trainer.setup(VPG(spec, policy, sampler, seed=1), env)
+    with trainer, pytest.raises(OutputError) as stopped:
+        trainer.train(n_epochs=3, batch_size=100)
+    assert str(stopped.value) == (
+        "logger=_FullDiskLogger could not write the row of epoch 1 (OSError: No space left on device); the run "
+        f"stopped there; fix that (space, permissions, the path) and continue from its last snapshot (epochs 0-0) "
+        f"with trainer.resume={tmp_path}")
+    assert logger.rows == [0]
+    assert sorted(p.name for p in (tmp_path / "snapshots").iterdir()) == ["epoch_000001.pt", "latest"]  # no epoch 2
+
+
+def test_a_snapshot_that_cannot_be_written_is_one_line_and_no_traceback(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "snapshots").write_text("")  # a file where the snapshots' directory goes
+    proc = train(tmp_path, f"hydra.run.dir={run}", *SMALL, "trainer.n_epochs=2", "trainer.eval_every=0")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1] == (
+        f"corral: error: could not write the snapshot epoch_000001.pt (FileExistsError: File exists: {run / 'snapshots'}); "
+        "the run stopped there; fix that (space, permissions, the path) and start the run again (it has no snapshot "
+        "yet)"), proc.stderr[-3000:]
+    assert json.loads((run / "summary.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.parametrize("filename", ["/tmp/elsewhere.csv", "../up.csv", ""])
+def test_a_csv_file_outside_the_run_directory_is_refused(tmp_path: Path, filename: str) -> None:
+    proc = train(tmp_path, f"hydra.run.dir={tmp_path / 'run'}", *SMALL, "trainer.n_epochs=1",
+                 f"logger.csv.filename={filename}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1] == (
+        f"corral: error: logger.csv.filename={filename}: give a file name inside the run directory, such as "
+        "progress.csv"), proc.stderr[-3000:]
+
+
+def test_corral_plot_reads_the_csv_file_the_run_named(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "run"
+    proc = train(tmp_path, f"hydra.run.dir={run}", *SMALL, "trainer.n_epochs=2", "logger.csv.filename=logs/curve.csv")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (run / "logs" / "curve.csv").is_file() and not (run / "progress.csv").exists()
+    plot = subprocess.run([sys.executable, "-m", "corral.framework.cli", "plot", str(tmp_path / "runs"), "-o",
+                           str(tmp_path / "p.png"), "--metric", "eval/return_mean"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert plot.returncode == 0, plot.stderr[-3000:]
+    assert (tmp_path / "p.png").stat().st_size > 0

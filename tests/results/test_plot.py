@@ -59,3 +59,24 @@ def test_errors(tmp_path: Path) -> None:
     make_run(tmp_path, 0, ["seed=1"], [(100.0, 1.0, "")])
     with pytest.raises(ValueError, match="no_such_column"):
         plot_dir(tmp_path, metric="no_such_column")
+
+
+def test_the_output_is_written_where_the_line_says(tmp_path: Path) -> None:
+    """``-o DIR`` writes ``DIR/learning_curves.png``; ``-o NAME`` without a suffix writes ``NAME.png``
+    (what matplotlib would write, while the line named NAME); a directory that cannot be made is a
+    ValueError (one ``corral plot: error:`` line) naming why, before anything is written."""
+    runs = tmp_path / "runs"
+    make_run(runs, 0, ["seed=1"], [(100.0, 1.0, ""), (200.0, 2.0, "")])
+    (tmp_path / "figures").mkdir()
+    assert plot_dir(runs, out=tmp_path / "figures").path == tmp_path / "figures" / "learning_curves.png"
+    assert plot_dir(runs, out=f"{tmp_path / 'new'}/").path == tmp_path / "new" / "learning_curves.png"
+    assert plot_dir(runs, out=tmp_path / "curve").path == tmp_path / "curve.png"
+    for path in (tmp_path / "figures" / "learning_curves.png", tmp_path / "new" / "learning_curves.png",
+                 tmp_path / "curve.png"):
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "curve").exists()
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(ValueError) as refused:
+        plot_dir(runs, out=tmp_path / "a_file" / "p.png")
+    assert str(refused.value) == (f"cannot write {tmp_path / 'a_file' / 'p.png'}: {tmp_path / 'a_file'} is a file, not "
+                                  "a directory; give -o a file in a directory you can write to")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from corral import hookimpl
+from corral.framework.errors import ConfigError
 from corral.framework.logger import Logger
 
 
@@ -63,13 +64,17 @@ class CSVLogger(Logger):
         if self._file is not None:
             self._file.close()
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=self.columns, restval="")
-            writer.writeheader()
-            writer.writerows(self.rows)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)  # a reader (or a kill) sees the old file or the new one, never half
+        try:
+            with open(tmp, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=self.columns, restval="")
+                writer.writeheader()
+                writer.writerows(self.rows)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)  # a reader (or a kill) sees the old file or the new one, never half
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         self._file = open(self.path, "a", newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=self.columns, restval="")
 
@@ -95,7 +100,11 @@ def _epoch_of(row: Mapping[str, str]) -> float:
 
 def build_csv_logger(config: CSVLoggerConfig, *, log_dir: Path | None = None) -> CSVLogger:
     """Build the CSV logger (in the current directory when there is no run directory)."""
-    return CSVLogger(Path(log_dir or ".") / config.filename)
+    name = Path(config.filename)
+    if not config.filename or name.is_absolute() or ".." in name.parts:
+        raise ConfigError(f"logger.csv.filename={config.filename}: give a file name inside the run directory, "
+                          f"such as progress.csv")
+    return CSVLogger(Path(log_dir or ".") / name)
 
 
 @hookimpl
