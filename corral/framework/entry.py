@@ -52,8 +52,9 @@ def main(argv: Sequence[str] | None = None) -> Any:
     except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
         print(f"corral: error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(2) from None
-    from corral.framework.resume import in_place_overrides
+    from corral.framework.resume import absolute_resume, in_place_overrides
 
+    args = absolute_resume(args)  # the same run wherever the job runs (hydra.job.chdir=true)
     sys.argv = [sys.argv[0]] + args + in_place_overrides(args)  # trainer.resume=<dir> continues in <dir>
     try:
         return _sweep_or_run(multirun=any(a in MULTIRUN_FLAGS for a in args))

@@ -62,6 +62,21 @@ def resume_arg(argv: Sequence[str]) -> str | None:
     return None if value in (None, "null", "None") else value
 
 
+def absolute_resume(argv: Sequence[str]) -> list[str]:
+    """``argv`` with a relative ``trainer.resume=<path>`` made absolute, from the directory
+    ``train.py`` was started in: the job may run elsewhere (``hydra.job.chdir=true`` runs it in its
+    run directory), and the path must name the same run there. A sweep of values is left as it is."""
+    out = []
+    for item in argv:
+        key, sep, value = item.partition("=")
+        raw = value.strip("'\"")
+        if (sep and key.lstrip("+~") == "trainer.resume" and raw not in ("", "null", "None") and "," not in raw
+                and "(" not in raw and not Path(raw).expanduser().is_absolute()):
+            item = f"{key}={_quote(str(Path(raw).expanduser().absolute()))}"
+        out.append(item)
+    return out
+
+
 def run_dir_of(snapshot: Path) -> Path | None:
     """The run directory of a snapshot file at ``<run>/snapshots/epoch_N.pt`` (None for another layout)."""
     parent = snapshot.resolve().parent
@@ -238,5 +253,5 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-__all__ = ["ResumePlan", "check_overrides", "copy_history", "finished_message", "in_place_overrides", "plan",
+__all__ = ["ResumePlan", "absolute_resume", "check_overrides", "copy_history", "finished_message", "in_place_overrides", "plan",
            "resume_arg", "run_dir_of"]

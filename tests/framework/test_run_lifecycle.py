@@ -95,6 +95,17 @@ def test_resuming_a_finished_run_says_how_to_train_longer(finished, tmp_path: Pa
     assert (run / "summary.json").read_text() == summary
 
 
+def test_a_relative_resume_path_names_the_same_run_when_the_job_runs_in_its_directory(tmp_path: Path) -> None:
+    """``hydra.job.chdir=true`` runs the job in its run directory; ``trainer.resume=run`` is read from
+    where train.py was started, as without it (the job said "no snapshot found in run" before)."""
+    proc = train(tmp_path, "hydra.run.dir=run", *SMALL, "trainer.n_epochs=1", "trainer.eval_every=0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = train(tmp_path, "trainer.resume=run", "trainer.n_epochs=2", "hydra.job.chdir=true")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"corral: resumed from {tmp_path / 'run' / 'snapshots' / 'epoch_000001.pt'} at epoch 1" in proc.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["epochs"] == 2
+
+
 def test_multirun_console_lines_carry_the_job_number(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     proc = train(tmp_path, "-m", "seed=1,2", f"hydra.sweep.dir={sweep}", *SMALL, "trainer.n_epochs=1",
