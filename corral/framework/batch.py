@@ -286,7 +286,8 @@ class EpisodeBatch:
 
     # ------------------------------------------------------------------ torch
     def to_torch(self) -> dict[str, Any]:
-        """Zero-copy torch views of every array (they share memory with this batch).
+        """Zero-copy torch views of every array (they share memory with this batch; a read-only array,
+        such as one deserialised from Ray's object store, is copied instead).
 
         Returns a dict with the top-level arrays as tensors and the info dictionaries as
         dictionaries of tensors. Arrays of dtypes torch cannot view (strings, objects) are skipped.
@@ -296,6 +297,8 @@ class EpisodeBatch:
         def view(a: np.ndarray) -> "torch.Tensor | None":
             if a.dtype.kind in "OUSV":
                 return None
+            if not a.flags.writeable:  # e.g. deserialised from Ray's object store: torch cannot share it
+                return torch.from_numpy(np.array(a))
             return torch.from_numpy(np.ascontiguousarray(a))
 
         out: dict[str, Any] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Mapping
@@ -90,6 +91,19 @@ class ConsoleLineFormatter(logging.Formatter):
         return line
 
 
+def log_corral_records_as_lines() -> None:
+    """Call in a process a run starts (a sampler's worker process, a Ray actor): print corral's log
+    records as the job's console does (``corral: warning: ...`` on stderr, :class:`ConsoleLineFormatter`).
+    Nothing is configured to print them in a spawned process or a Ray worker, and Python's last
+    resort would print a warning's bare message. A forked process keeps the job's handlers and gets
+    nothing more."""
+    if logging.getLogger().handlers or logging.getLogger("corral").handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(ConsoleLineFormatter())
+    logging.getLogger("corral").addHandler(handler)
+
+
 def job_prefix() -> str:
     """``[job 3] `` inside job 3 of a Hydra multirun (so parallel jobs' lines can be told apart), else ``""``."""
     try:
@@ -103,4 +117,4 @@ def job_prefix() -> str:
     return f"[job {num}] " if multirun and num is not None else ""
 
 
-__all__ = ["ConsoleLineFormatter", "Logger", "RUN_LOG", "job_prefix", "run_log"]
+__all__ = ["ConsoleLineFormatter", "Logger", "RUN_LOG", "job_prefix", "log_corral_records_as_lines", "run_log"]

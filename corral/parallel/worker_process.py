@@ -37,6 +37,7 @@ import traceback
 from multiprocessing.connection import wait
 from typing import Any, Sequence
 
+from corral.framework.logger import log_corral_records_as_lines
 from corral.framework.worker import UpdateFailure
 from corral.parallel.shared_memory import load_blob
 
@@ -100,6 +101,7 @@ def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_a
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     channel = _Channel(conn)
     _start_watchdog(parent_pid, channel)
+    log_corral_records_as_lines()
     # Which worker this process is (read by corral.testing.faulty_envs, for instance).
     os.environ["CORRAL_WORKER_NUMBER"] = str(worker_number)
     os.environ["CORRAL_WORKER_RESTART"] = str(restart)

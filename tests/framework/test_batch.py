@@ -271,6 +271,23 @@ def test_to_torch_is_zero_copy() -> None:
     assert int(t["actions"][1]) == 77
 
 
+def test_to_torch_copies_a_read_only_array_without_a_warning() -> None:
+    """A batch that came through pickling as Ray's object store does it (out-of-band buffers, read-only):
+    torch cannot share a read-only array (it warned, once per run, under sampler=ray), so it is copied."""
+    import pickle
+    import warnings
+
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(batch(), protocol=5, buffer_callback=buffers.append)
+    b = pickle.loads(data, buffers=[bytes(buf.raw()) for buf in buffers])  # bytes: read-only memory
+    assert not b.observations.flags.writeable
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = b.to_torch()
+    t["observations"][0, 0] = 123.0  # a tensor of its own: writing it is defined, and leaves the batch as it was
+    assert b.observations[0, 0] != 123.0
+
+
 def test_to_torch_skips_string_infos() -> None:
     b = batch(episode_infos={"name": np.array(["a", "b", "c"]), "task": np.arange(3)})
     t = b.to_torch()

@@ -31,6 +31,7 @@ from corral.framework.batch import EpisodeBatch
 from corral.framework.checks import check
 from corral.framework.env import is_new_env
 from corral.framework.errors import ConfigError, WorkerError
+from corral.framework.logger import log_corral_records_as_lines
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, collect_share, split_steps
 from corral.framework.worker import UpdateFailure, WorkerFactory, apply_updates, import_fix, update_error
@@ -66,6 +67,7 @@ class _RayWorker:
         import torch
 
         torch.set_num_threads(1)
+        log_corral_records_as_lines()
         os.environ["CORRAL_WORKER_NUMBER"] = str(worker_number)
         os.environ["CORRAL_WORKER_RESTART"] = str(restart)
         self.worker = factory(worker_number, restart)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import csv
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -203,3 +204,29 @@ def test_a_resumed_envpool_run_says_once_that_it_starts_fresh_episodes(tmp_path:
     assert proc.returncode == 0, proc.stderr[-3000:]
     said = [line for line in (proc.stdout + proc.stderr).splitlines() if "starts fresh episodes" in line]
     assert len(said) == 1 and "worker.backend=envpool cannot save its environments' state" in said[0]
+
+
+def _has_ray() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("sampler", [
+    ["sampler=multiprocessing", "sampler.start_method=spawn"],
+    ["sampler=multiprocessing", "sampler.start_method=fork"],
+    pytest.param(["sampler=ray"], marks=pytest.mark.skipif(not _has_ray(), reason="needs the ray extra")),
+], ids=["spawn", "fork", "ray"])
+def test_a_warning_from_a_worker_process_is_one_corral_line(tmp_path: Path, sampler: list[str]) -> None:
+    """The oversize warning is logged inside the worker's own process: a spawned one and a Ray actor
+    have no logging of their own (Python printed the bare message), a forked one inherits the job's.
+    Each prints it once, as ``corral: warning: ...`` (after Ray's ``(_RayWorker pid=N)``)."""
+    proc = _train(tmp_path / "run", "worker=vector", "worker.n_envs=64", "trainer.batch_size=64", "trainer.n_epochs=2",
+                  "trainer.eval_every=0", "trainer.progress=false", "logger=[csv]", *sampler, "sampler.n_workers=1")
+    said = [line for line in (proc.stdout + proc.stderr).splitlines() if "were asked for" in line]
+    assert len(said) == 1, proc.stderr[-3000:]
+    line = re.sub(r"^(\x1b\[\d+m)?\(\w+ pid=\d+\)(\x1b\[0m)? ", "", said[0])  # Ray's prefix of an actor's line
+    assert line.startswith("corral: warning: worker=vector returned "), proc.stderr[-3000:]
+    assert "UserWarning" not in proc.stderr, proc.stderr[-3000:]  # e.g. torch's, on a read-only batch from Ray
