@@ -499,13 +499,13 @@ def test_a_failed_sweep_job_is_recorded_and_the_other_jobs_still_run(tmp_path: P
     """Job 0's config error is its own line and a failed summary.json; job 1 runs all the same; the
     sweep ends non-zero with one line naming the failed job; ``corral results`` says why it failed."""
     sweep = tmp_path / "sweep"
-    proc = run([sys.executable, str(TRAIN), "-m", "algo=sac,ppo", f"hydra/launcher={launcher}", *SMALL,
+    proc = run([sys.executable, str(TRAIN), "-m", "algo=sac,ppo", "env=pendulum", f"hydra/launcher={launcher}", *SMALL,
                 f"hydra.sweep.dir={sweep}"], tmp_path, sites)
+    why = "algo=sac cannot train policy=mlp; choose policy=tanh_gaussian (a preset sets every part: experiment=sac_pendulum)"
     assert proc.returncode == 1, output(proc)
-    assert "[job 0] corral: error: algo=sac cannot train policy=mlp; choose policy=tanh_gaussian" in proc.stderr
-    assert (f"corral: job 0 (algo=sac {' '.join(SMALL)}) failed: algo=sac cannot train policy=mlp; choose "
-            f"policy=tanh_gaussian; the sweep ran its other jobs (`corral results {sweep}` lists each one's status)"
-            ) in proc.stderr.splitlines(), output(proc)
+    assert f"[job 0] corral: error: {why}" in proc.stderr
+    assert (f"corral: job 0 (algo=sac env=pendulum {' '.join(SMALL)}) failed: {why}; the sweep ran its other jobs "
+            f"(`corral results {sweep}` lists each one's status)") in proc.stderr.splitlines(), output(proc)
     assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr, output(proc)
     assert proc.stderr.splitlines()[-1].startswith("corral: job 0 ("), output(proc)
     failed = json.loads((sweep / "0" / "summary.json").read_text())
@@ -513,8 +513,8 @@ def test_a_failed_sweep_job_is_recorded_and_the_other_jobs_still_run(tmp_path: P
     assert json.loads((sweep / "1" / "summary.json").read_text())["status"] == "completed"
     results = run([*corral_command(), "results", str(sweep)], tmp_path, sites)
     assert results.returncode == 0, output(results)
-    assert (f"skipped: {sweep / '0'} (failed: ConfigError: algo=sac cannot train policy=mlp; choose "
-            "policy=tanh_gaussian)") in results.stdout.splitlines() + results.stderr.splitlines(), output(results)
+    assert f"skipped: {sweep / '0'} (failed: ConfigError: {why})" in results.stdout.splitlines() + \
+        results.stderr.splitlines(), output(results)
 
 
 def test_each_sweep_job_names_a_value_it_would_ignore(tmp_path: Path, sites: dict[str, Path]) -> None:

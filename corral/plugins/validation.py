@@ -2,8 +2,9 @@
 
 A registered factory may carry ``component_class`` (the class it builds) whose class attributes
 declare what fits: an algorithm's ``accepts_fragments``, ``policies`` (policy options it trains)
-and ``action_spaces`` (``"discrete"``/``"continuous"``); a policy's ``algorithms`` (the algorithms
-it is made for, checked only when the algorithm does not list its own ``policies``).
+and ``action_spaces`` (``"discrete"``/``"continuous"``), and ``presets`` (``experiment=`` options that
+set every part for it, named in these errors); a policy's ``algorithms`` (the algorithms it is made
+for, checked only when the algorithm does not list its own ``policies``).
 """
 
 from __future__ import annotations
@@ -55,19 +56,9 @@ def corral_validate_config(cfg: Any) -> None:
             f"algo={cfg.algo.name} needs whole episodes, but worker={cfg.worker.name} returns fragments; "
             "choose worker=default or worker=vec"
         )
-    policy = component_class(registry.get("policy", cfg.policy.name).factory)
-    wanted = tuple(getattr(algo, "policies", ()) or ())
-    if wanted and cfg.policy.name not in wanted:
-        raise ConfigError(
-            f"algo={cfg.algo.name} cannot train policy={cfg.policy.name}; choose "
-            + " or ".join(f"policy={p}" for p in wanted)
-        )
-    for_algos = tuple(getattr(policy, "algorithms", ()) or ())
-    if not wanted and for_algos and cfg.algo.name not in for_algos:  # an algorithm's own list wins
-        raise ConfigError(
-            f"policy={cfg.policy.name} is made for " + " or ".join(f"algo={a}" for a in for_algos)
-            + f", not algo={cfg.algo.name}; choose one of those algorithms or another policy (e.g. policy=mlp)"
-        )
+    presets = tuple(getattr(algo, "presets", ()) or ())
+    preset = (f" (a preset sets every part: {' or '.join(f'experiment={p}' for p in presets)})" if presets else "")
+    # The environment first: it is what the user came to train on, and the policy follows from both.
     spaces = tuple(getattr(algo, "action_spaces", ()) or ())
     if spaces and set(spaces) != {"discrete", "continuous"}:
         kind = _action_space_kind(cfg)
@@ -75,5 +66,19 @@ def corral_validate_config(cfg: Any) -> None:
             hint = ("algo=sac policy=tanh_gaussian" if kind == "continuous" else "algo=dqn policy=qnet")
             raise ConfigError(
                 f"algo={cfg.algo.name} supports {' and '.join(spaces)} actions only, but env={cfg.env.name} has "
-                f"{kind} actions; choose an environment with {' or '.join(spaces)} actions, or {hint} for this one"
+                f"{kind} actions; choose an environment with {' or '.join(spaces)} actions{preset}, or {hint} for "
+                "this one"
             )
+    policy = component_class(registry.get("policy", cfg.policy.name).factory)
+    wanted = tuple(getattr(algo, "policies", ()) or ())
+    if wanted and cfg.policy.name not in wanted:
+        raise ConfigError(
+            f"algo={cfg.algo.name} cannot train policy={cfg.policy.name}; choose "
+            + " or ".join(f"policy={p}" for p in wanted) + preset
+        )
+    for_algos = tuple(getattr(policy, "algorithms", ()) or ())
+    if not wanted and for_algos and cfg.algo.name not in for_algos:  # an algorithm's own list wins
+        raise ConfigError(
+            f"policy={cfg.policy.name} is made for " + " or ".join(f"algo={a}" for a in for_algos)
+            + f", not algo={cfg.algo.name}; choose one of those algorithms or another policy (e.g. policy=mlp)"
+        )

@@ -26,14 +26,23 @@ def compose(*overrides: str) -> DictConfig:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["algo=sac", "env=pendulum", "policy=mlp"], "algo=sac cannot train policy=mlp; choose policy=tanh_gaussian"),
-        (["algo=dqn", "policy=mlp"], "algo=dqn cannot train policy=mlp; choose policy=qnet"),
+        (["algo=sac", "env=pendulum", "policy=mlp"], "algo=sac cannot train policy=mlp; choose policy=tanh_gaussian "
+                                                     "(a preset sets every part: experiment=sac_pendulum)"),
+        (["algo=dqn", "policy=mlp"], "algo=dqn cannot train policy=mlp; choose policy=qnet (a preset sets every "
+                                     "part: experiment=dqn_cartpole)"),
         (["algo=dqn", "env=pendulum", "policy=qnet"],
          "algo=dqn supports discrete actions only, but env=pendulum has continuous actions; choose an environment "
-         "with discrete actions, or algo=sac policy=tanh_gaussian for this one"),
+         "with discrete actions (a preset sets every part: experiment=dqn_cartpole), or algo=sac "
+         "policy=tanh_gaussian for this one"),
         (["algo=sac", "env=cartpole", "policy=tanh_gaussian"],
          "algo=sac supports continuous actions only, but env=cartpole has discrete actions; choose an environment "
-         "with continuous actions, or algo=dqn policy=qnet for this one"),
+         "with continuous actions (a preset sets every part: experiment=sac_pendulum), or algo=dqn policy=qnet for "
+         "this one"),
+        # the environment is named first: with the policy named first, `algo=sac` on CartPole asked for
+        # policy=tanh_gaussian, and only that command said that SAC cannot act in CartPole
+        (["algo=sac"], "algo=sac supports continuous actions only, but env=cartpole has discrete actions"),
+        (["algo=pearl"], "algo=pearl supports continuous actions only, but env=cartpole has discrete actions; choose "
+                         "an environment with continuous actions (a preset sets every part: experiment=pearl_pointnav)"),
         (["algo=ppo", "policy=qnet"], "policy=qnet is made for algo=dqn, not algo=ppo"),
         (["algo=ppo", "env=pendulum", "policy=tanh_gaussian"], "policy=tanh_gaussian is made for algo=sac, not algo=ppo"),
     ],
@@ -56,6 +65,22 @@ def test_bad_compositions_are_config_errors_naming_the_parts(overrides: list[str
 )
 def test_good_compositions_pass(overrides: list[str]) -> None:
     validate(compose(*overrides))
+
+
+def test_every_preset_an_algorithm_names_trains_it() -> None:
+    """The presets named in these errors exist and compose with the algorithm that names them."""
+    from corral.framework.plugins import get_registry
+    from corral.plugins.validation import component_class
+
+    prepare([])
+    named = {name: tuple(getattr(component_class(get_registry().get("algo", name).factory), "presets", ()) or ())
+             for name in get_registry().names("algo")}
+    assert {name for name, presets in named.items() if presets} >= {"sac", "dqn", "pearl"}
+    for name, presets in named.items():
+        for preset in presets:
+            cfg = compose(f"experiment={preset}")
+            assert cfg.algo.name == name, (preset, cfg.algo.name)
+            validate(cfg)
 
 
 def test_train_py_reports_a_bad_composition_in_one_line_before_sampling(tmp_path: Path) -> None:

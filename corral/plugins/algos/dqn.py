@@ -77,6 +77,7 @@ class DQN(OffPolicyAlgorithm):
 
     policies = ("qnet",)
     action_spaces = ("discrete",)
+    presets = ("dqn_cartpole",)  # named in the composition errors (corral.plugins.validation)
 
     def __init__(self, env_spec: EnvSpec, policy: Policy, sampler: Sampler | None = None, *, seed: int = 1,
                  **hyperparameters: Any) -> None:

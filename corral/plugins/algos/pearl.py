@@ -121,6 +121,7 @@ class PEARL(Algorithm):
     needs_latent_worker = True
     policies = ("pearl",)
     action_spaces = ("continuous",)
+    presets = ("pearl_pointnav",)  # named in the composition errors (corral.plugins.validation)
 
     def __init__(self, env_spec: EnvSpec, policy: Policy, sampler: Sampler | None = None, *, seed: int = 1,
                  **hyperparameters: Any) -> None:

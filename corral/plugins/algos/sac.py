@@ -77,6 +77,7 @@ class SAC(OffPolicyAlgorithm):
 
     policies = ("tanh_gaussian",)
     action_spaces = ("continuous",)
+    presets = ("sac_pendulum",)  # named in the composition errors (corral.plugins.validation)
 
     def __init__(self, env_spec: EnvSpec, policy: Policy, sampler: Sampler | None = None, *, seed: int = 1,
                  **hyperparameters: Any) -> None:
