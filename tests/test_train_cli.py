@@ -118,6 +118,28 @@ def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path: Path, site
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing made, nothing left
 
 
+@pytest.mark.parametrize(("multirun", "override", "line"), [
+    (False, "hydra.run.dir=~/runs/x", "corral: error: hydra.run.dir=~/runs/x: Hydra's override syntax does not take "
+                                      "'~' there (character 15); quote the value (key='...') or see "
+                                      "https://hydra.cc/docs/1.2/advanced/override_grammar/basic"),
+    (True, "env.id=a~b", "corral: error: env.id=a~b: Hydra's override syntax does not take '~' there (character 9); "
+                         "quote the value (key='...') or see https://hydra.cc/docs/1.2/advanced/override_grammar/basic"),
+    (False, "hydra.job.chdir=abc", "corral: error: hydra.job.chdir=abc: Value 'abc' is not a valid bool (type str)"),
+    (True, "hydra.sweeper.max_batch_size=abc",
+     "corral: error: hydra.sweeper.max_batch_size=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+], ids=["unreadable-run-dir", "unreadable-sweep-value", "hydra-type", "hydra-type-sweep"])
+def test_an_override_hydra_cannot_read_or_type_is_one_line_before_anything(
+    tmp_path: Path, sites: dict[str, Path], multirun: bool, override: str, line: str
+) -> None:
+    """Hydra's own settings and a sweep's values are checked too (they reached Hydra's format and its
+    HYDRA_FULL_ERROR hint): the character Hydra cannot read, or the type, in one line."""
+    args = ["-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"] if multirun else []
+    proc = run([sys.executable, str(TRAIN), *args, *SMALL, override], tmp_path, sites)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip().splitlines() == [line], output(proc)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("flag", [["--cfg", "job"], ["--help"]])
 def test_an_unknown_option_with_a_hydra_flag_is_one_line(tmp_path: Path, sites: dict[str, Path],
                                                          flag: list[str]) -> None:

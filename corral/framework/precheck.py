@@ -61,8 +61,7 @@ def precheck(args: Sequence[str]) -> None:
             check_choices(overrides, options_of)
             if flags and not multirun:  # --cfg, --help, ...: Hydra shows what was asked, of options that exist
                 return
-            if multirun:  # one run's overrides are parsed by compose below
-                _parse(overrides)
+            _parse(overrides)  # Hydra's own settings too (compose below leaves them out)
             check_output_dir(overrides, multirun)
             if multirun:
                 check_sweep_values(overrides)
@@ -290,6 +289,14 @@ def hydra_message(exc: BaseException) -> str:
     Value 'abc' of type 'str' could not be converted to Integer``); multi-line lists (available
     options) are kept, Hydra's hint about HYDRA_FULL_ERROR is dropped."""
     text = str(exc).strip()
+    lexer = "LexerNoViableAltException: "
+    if text.startswith(lexer) and "\n" in text:  # the override, then a caret under the character it cannot read
+        override, caret = text[len(lexer):].split("\n", 2)[:2]
+        column = caret.find("^") - len(lexer)
+        if 0 <= column < len(override):
+            return (f"{override}: Hydra's override syntax does not take {override[column]!r} there (character "
+                    f"{column + 1}); quote the value (key='...') or see "
+                    "https://hydra.cc/docs/1.2/advanced/override_grammar/basic")
     cause = exc.__cause__
     if text.startswith("Error merging override ") and cause is not None:
         reason = str(getattr(cause, "msg", None) or cause).strip().splitlines()[0]
