@@ -291,10 +291,10 @@ def hydra_message(exc: BaseException) -> str:
     text = str(exc).strip()
     lexer = "LexerNoViableAltException: "
     if text.startswith(lexer) and "\n" in text:  # the override, then a caret under the character it cannot read
-        override, caret = text[len(lexer):].split("\n", 2)[:2]
+        unread, caret = text[len(lexer):].split("\n", 2)[:2]
         column = caret.find("^") - len(lexer)
-        if 0 <= column < len(override):
-            return (f"{override}: Hydra's override syntax does not take {override[column]!r} there (character "
+        if 0 <= column < len(unread):
+            return (f"{unread}: Hydra's override syntax does not take {unread[column]!r} there (character "
                     f"{column + 1}); quote the value (key='...') or see "
                     "https://hydra.cc/docs/1.2/advanced/override_grammar/basic")
     cause = exc.__cause__
