@@ -37,6 +37,7 @@ _EXPORTS = {
     "WorkerError": "corral.framework.errors",
     "SnapshotError": "corral.framework.errors",
     "OutputError": "corral.framework.errors",
+    "EnvironmentValueError": "corral.framework.errors",
     # built-in components, for library use
     "LocalSampler": "corral.plugins.samplers.local",
     "MultiprocessingSampler": "corral.plugins.samplers.multiprocessing",

@@ -348,6 +348,31 @@ class EpisodeBatch:
         )
 
 
+def nonfinite_values(batch: EpisodeBatch) -> str | None:
+    """Where a batch holds NaN or infinite observations or rewards (what an environment that blew up
+    returns), in words: ``"observations: NaN in 206 of 256 steps (first at step 50 of episode 0)"``;
+    None when every value is finite. Integer arrays (images) cannot hold either and are not read."""
+    found = []
+    starts = np.concatenate([[0], np.cumsum(batch.lengths)[:-1]]) if len(batch.lengths) else np.zeros(0, int)
+    for name in ("observations", "rewards", "last_observations"):
+        values = getattr(batch, name)
+        if values.dtype.kind not in "fc" or values.size == 0:
+            continue
+        bad = ~np.isfinite(values.reshape(len(values), -1)).all(axis=1)
+        if not bad.any():
+            continue
+        first = int(np.argmax(bad))
+        kind = "NaN" if np.isnan(values[bad]).any() else "infinite values"
+        unit = "steps" if name != "last_observations" else "episodes"
+        if name == "last_observations":
+            where = f"episode {first}'s last observation"
+        else:
+            episode = int(np.searchsorted(starts, first, side="right") - 1)
+            where = f"step {first - int(starts[episode])} of episode {episode}"
+        found.append(f"{name}: {kind} in {int(bad.sum()):,} of {len(values):,} {unit} (first at {where})")
+    return "; ".join(found) or None
+
+
 def concatenate(batches: Iterable[EpisodeBatch]) -> EpisodeBatch:
     """Function form of :meth:`EpisodeBatch.concatenate`."""
     return EpisodeBatch.concatenate(*list(batches))
@@ -380,4 +405,4 @@ def episode_from_arrays(
     )
 
 
-__all__: Sequence[str] = ["StepType", "EpisodeBatch", "concatenate", "episode_from_arrays"]
+__all__: Sequence[str] = ["StepType", "EpisodeBatch", "concatenate", "episode_from_arrays", "nonfinite_values"]

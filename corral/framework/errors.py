@@ -84,6 +84,10 @@ class SnapshotError(CorralError):
     """A snapshot could not be written, found or restored."""
 
 
+class EnvironmentValueError(CorralError, ValueError):
+    """An environment returned what no algorithm can learn from: a NaN or infinite observation or reward."""
+
+
 class OutputError(CorralError):
     """The run could not write what it keeps (a logger's row, a snapshot): a full disk, a permission,
     a path that cannot be written. The run stops at that epoch, which is not part of it."""

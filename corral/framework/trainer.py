@@ -19,10 +19,10 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from corral.framework.algorithm import Algorithm
-from corral.framework.batch import EpisodeBatch, StepType
+from corral.framework.batch import EpisodeBatch, StepType, nonfinite_values
 from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec, make_env
-from corral.framework.errors import ConfigError, OutputError, SnapshotError
+from corral.framework.errors import ConfigError, EnvironmentValueError, OutputError, SnapshotError
 from corral.framework.evaluation import evaluate, record_video, run_worker_factory
 from corral.framework.interrupts import (
     StopRequest,
@@ -332,6 +332,11 @@ class Trainer:
         t0 = time.perf_counter()
         self.phase = "sampling"
         episodes = self.algo.sample(epoch, batch_size)
+        if isinstance(episodes, EpisodeBatch) and (bad := nonfinite_values(episodes)) is not None:
+            raise EnvironmentValueError(
+                f"the environment {self.env!r} returned values no algorithm can learn from ({bad}); the run "
+                "stopped before training on them: check the environment, or wrap it to end an episode whose state "
+                "blew up")
         t_sampled = time.perf_counter()
         with defer_interrupts():
             self.phase = "training"

@@ -6,6 +6,7 @@ registered with gymnasium on import:
 - ``corral/RaisingCartPole-v1``: raises ``EnvironmentFailure`` in ``step`` number ``fail_at``.
 - ``corral/SuicideCartPole-v1``: SIGKILLs its own process in ``step`` number ``fail_at``.
 - ``corral/HangingCartPole-v1``: sleeps ``hang_s`` seconds in ``step`` number ``fail_at``.
+- ``corral/NaNCartPole-v1``: returns NaN observations from ``step`` number ``fail_at`` on.
 
 ``fail_at`` counts steps over the environment's life (all episodes). ``only_worker`` limits the
 fault to the worker with that number and ``first_life_only`` (default true) to a worker that was
@@ -74,6 +75,20 @@ class SuicideCartPole(_FaultyCartPole):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+class NaNCartPole(_FaultyCartPole):
+    """CartPole whose observations are NaN from step ``fail_at`` on (a simulator whose state blew up)."""
+
+    def fail(self) -> None:
+        """Nothing here: :meth:`step` returns NaN observations from this step on."""
+
+    def step(self, action: Any) -> Any:
+        """CartPole's step; its observation is NaN once ``fail_at`` steps were taken (while armed)."""
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.steps >= self.fail_at and self._armed():
+            obs = obs * float("nan")
+        return obs, reward, terminated, truncated, info
+
+
 class HangingCartPole(_FaultyCartPole):
     """CartPole whose ``step`` sleeps ``hang_s`` seconds at step ``fail_at``."""
 
@@ -86,7 +101,8 @@ class HangingCartPole(_FaultyCartPole):
         time.sleep(self.hang_s)
 
 
-for _name, _cls in (("Raising", RaisingCartPole), ("Suicide", SuicideCartPole), ("Hanging", HangingCartPole)):
+for _name, _cls in (("Raising", RaisingCartPole), ("Suicide", SuicideCartPole), ("Hanging", HangingCartPole),
+                    ("NaN", NaNCartPole)):
     _id = f"corral/{_name}CartPole-v1"
     if _id not in gym.registry:
         gym.register(id=_id, entry_point=_cls, max_episode_steps=500)

@@ -241,3 +241,60 @@ def test_corral_plot_reads_the_csv_file_the_run_named(tmp_path: Path) -> None:
                           text=True, timeout=120)
     assert plot.returncode == 0, plot.stderr[-3000:]
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+# ------------------------------------------------------------------ what no algorithm can learn from
+@pytest.mark.parametrize("sampler", ["local", "multiprocessing"])
+def test_nan_observations_stop_the_run_before_training_on_them(sampler: str) -> None:
+    """An environment whose state blew up (NaN observations from its 30th step): the run stops with one
+    error naming the environment and where the values are, on every sampler (the trainer checks the
+    batch it gets). Before, PPO sampled on and failed in its update with torch's traceback."""
+    from corral import PPO, EnvFactory, EnvironmentValueError, EnvSpec, LocalSampler, MLPPolicy, Trainer
+    from corral.plugins.samplers.multiprocessing import MultiprocessingSampler
+
+    env = EnvFactory("corral.testing.faulty_envs:corral/NaNCartPole-v1", {"fail_at": 30})  # imported where it runs
+    spec = EnvSpec.from_env(env())
+    policy = MLPPolicy(spec, hidden_sizes=(8,))
+    cls = LocalSampler if sampler == "local" else MultiprocessingSampler
+    sampler_obj = cls(agents=policy, envs=env, max_episode_length=500, n_workers=2, seed=1)
+    trainer = Trainer(loggers=[])
+    trainer.setup(PPO(spec, policy, sampler_obj, seed=1), env)
+    with trainer, pytest.raises(EnvironmentValueError) as stopped:
+        trainer.train(n_epochs=2, batch_size=200)
+    message = str(stopped.value)
+    assert message.startswith("the environment EnvFactory('corral.testing.faulty_envs:corral/NaNCartPole-v1', "
+                              "kwargs={'fail_at': 30}) returned values no algorithm can learn from (observations: "
+                              "NaN in "), message
+    assert "the run stopped before training on them" in message and trainer.epoch == 0
+
+
+def test_nonfinite_values_names_the_array_the_kind_and_the_first_step() -> None:
+    import numpy as np
+
+    from corral.framework.batch import EpisodeBatch, nonfinite_values
+
+    def batch(obs: np.ndarray, rewards: np.ndarray) -> EpisodeBatch:
+        return EpisodeBatch(observations=obs, actions=np.zeros(5, np.int64), rewards=rewards,
+                            step_types=np.array([0, 1, 2, 0, 2], np.uint8), lengths=np.array([3, 2]),
+                            last_observations=np.zeros((2, 2), np.float32))
+
+    finite = batch(np.zeros((5, 2), np.float32), np.ones(5, np.float32))
+    assert nonfinite_values(finite) is None
+    obs = np.zeros((5, 2), np.float32)
+    obs[3, 1] = np.nan
+    rewards = np.ones(5, np.float32)
+    rewards[[1, 4]] = np.inf
+    assert nonfinite_values(batch(obs, rewards)) == (
+        "observations: NaN in 1 of 5 steps (first at step 0 of episode 1); rewards: infinite values in 2 of 5 steps "
+        "(first at step 1 of episode 0)")
+
+
+def test_train_py_says_in_one_line_that_the_environment_returned_nan(tmp_path: Path) -> None:
+    proc = train(tmp_path, f"hydra.run.dir={tmp_path / 'run'}", *SMALL, "trainer.n_epochs=2", "env=gym",
+                 "env.id=corral.testing.faulty_envs:corral/NaNCartPole-v1", "+env.kwargs.fail_at=30")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    line = proc.stderr.splitlines()[-1]
+    assert line.startswith("corral: error: the environment EnvFactory('corral.testing.faulty_envs:corral/NaNCartPole-v1', "
+                           "kwargs={'fail_at': 30}) returned values no algorithm can learn from (observations: NaN in "), line
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "failed"
