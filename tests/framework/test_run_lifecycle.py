@@ -298,3 +298,17 @@ def test_train_py_says_in_one_line_that_the_environment_returned_nan(tmp_path: P
     assert line.startswith("corral: error: the environment EnvFactory('corral.testing.faulty_envs:corral/NaNCartPole-v1', "
                            "kwargs={'fail_at': 30}) returned values no algorithm can learn from (observations: NaN in "), line
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "failed"
+
+
+def test_a_csv_row_that_cannot_be_written_names_the_logger_option(tmp_path: Path) -> None:
+    """train.py names the logger by its option (``logger=csv``): a directory stands where the csv file goes."""
+    run = tmp_path / "run"
+    (run / "logs" / "p.csv").mkdir(parents=True)
+    proc = train(tmp_path, f"hydra.run.dir={run}", *SMALL, "trainer.n_epochs=2", "trainer.eval_every=0",
+                 "logger.csv.filename=logs/p.csv")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = proc.stderr.splitlines()[-1]
+    assert line.startswith("corral: error: logger=csv could not write the row of epoch 0 (IsADirectoryError: "), line
+    assert line.endswith("the run stopped there; fix that (space, permissions, the path) and start the run again "
+                         "(it has no snapshot yet)"), line
+    assert not list((run / "logs").glob(".*tmp"))  # the temporary file is gone
