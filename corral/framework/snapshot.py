@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from corral.framework.errors import SnapshotError
+from corral.results.writable import write_atomically
 
 #: Key of the data part's manifest of the objects part.
 MANIFEST_KEY = "__corral_objects__"
@@ -190,19 +191,6 @@ def _merge(value: Any, objects: list[Any]) -> Any:
 
 
 # ---------------------------------------------------------------------------------------- writing
-def _write_atomically(path: Path, write: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file behind
-        raise
-
-
 def save_snapshot(state: Mapping[str, Any], path: str | os.PathLike) -> list[str]:
     """Write ``state`` as the snapshot ``path``: its data part there, and the objects part beside
     it when some entry is not data (see the module docstring). Each file is written atomically,
@@ -218,10 +206,10 @@ def save_snapshot(state: Mapping[str, Any], path: str | os.PathLike) -> list[str
         blob = io.BytesIO()
         torch.save(splitter.objects, blob)
         raw = blob.getvalue()
-        _write_atomically(part, lambda f: f.write(raw))
+        write_atomically(part, lambda f: f.write(raw))
         data[MANIFEST_KEY] = {"file": part.name, "sha256": hashlib.sha256(raw).hexdigest(),
                               "entries": list(splitter.where)}
-    _write_atomically(path, lambda f: torch.save(data, f))
+    write_atomically(path, lambda f: torch.save(data, f))
     if not splitter.objects:
         part.unlink(missing_ok=True)
     return list(splitter.where)

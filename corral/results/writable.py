@@ -1,4 +1,5 @@
-"""Whether a directory can be created where a run or a command is about to write, before it starts.
+"""Writing a run's files safely: whether a directory can be created where a run or a command is
+about to write, before it starts, and writing a file so that no reader sees half of it.
 
 A path that cannot be written (under a file, on a file system that takes no new directory, on a
 read-only mount) would otherwise stop a run or an evaluation with an ``OSError`` traceback, after
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import IO, Any, Callable
 
 
 def directory_problem(target: str | os.PathLike[str]) -> str | None:
@@ -30,4 +32,22 @@ def directory_problem(target: str | os.PathLike[str]) -> str | None:
     return None
 
 
-__all__ = ["directory_problem"]
+def write_atomically(path: str | os.PathLike[str], write: Callable[[IO[Any]], object], *, text: bool = False) -> None:
+    """Write ``path`` through ``write(file)``: into a temporary file beside it, flushed and fsynced,
+    then renamed over ``path``, so a reader (or a kill) sees the old file or the new one, never half.
+    A write that fails (a full disk) leaves no temporary file behind. ``text``: open in text mode
+    (newlines untranslated, as the csv module wants), else binary."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "w", newline="") if text else open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+__all__ = ["directory_problem", "write_atomically"]

@@ -11,6 +11,7 @@ from typing import Any, Mapping
 from corral import hookimpl
 from corral.framework.errors import ConfigError
 from corral.framework.logger import Logger
+from corral.results.writable import write_atomically
 
 
 @dataclass
@@ -63,18 +64,13 @@ class CSVLogger(Logger):
     def _rewrite(self) -> None:
         if self._file is not None:
             self._file.close()
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        try:
-            with open(tmp, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=self.columns, restval="")
-                writer.writeheader()
-                writer.writerows(self.rows)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)  # a reader (or a kill) sees the old file or the new one, never half
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+
+        def write(f: Any) -> None:
+            writer = csv.DictWriter(f, fieldnames=self.columns, restval="")
+            writer.writeheader()
+            writer.writerows(self.rows)
+
+        write_atomically(self.path, write, text=True)  # a reader (or a kill) sees the old file or the new one
         self._file = open(self.path, "a", newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=self.columns, restval="")
 
