@@ -152,6 +152,24 @@ def test_bad_eval_values_are_one_line_each(cartpole_run: Path, tmp_path: Path) -
     ) and line.endswith("); give a file in a directory you can write to"), proc.stderr
 
 
+def test_a_default_eval_json_that_cannot_be_written_is_one_line_before_any_episode(cartpole_run: Path,
+                                                                                  tmp_path: Path) -> None:
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(cartpole_run, run)
+    (run / "eval.json").unlink(missing_ok=True)  # from another test's evaluation of the same run
+    (run / "eval.json").mkdir()  # what is in the way of <run dir>/eval.json, where it goes by default
+    proc = corral("eval", str(run), "--episodes", "1", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"corral eval: error: the run directory's {run / 'eval.json'} is a directory; give -o <file> elsewhere (or "
+        "-o '' to write none)"], proc.stderr
+    proc = corral("eval", str(run), "--episodes", "1", "-o", "", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["episodes"] == 1 and not list((run / "eval.json").iterdir())
+
+
 def test_a_video_directory_that_cannot_be_made_is_one_line_before_any_episode(cartpole_run: Path,
                                                                              tmp_path: Path) -> None:
     pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")

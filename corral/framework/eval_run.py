@@ -119,7 +119,7 @@ def evaluate_run(
         require_video,
     )
     from corral.framework.trainer import find_snapshot
-    from corral.results.writable import directory_problem
+    from corral.results.writable import directory_problem, write_atomically
 
     if episodes < 1:
         raise ConfigError(f"--episodes must be at least 1, got {episodes}")
@@ -136,18 +136,15 @@ def evaluate_run(
             raise ConfigError(f"--video with --n-workers {n_workers} needs --episodes a multiple of {n_workers} "
                               "(each worker runs the same number, and every recorded episode is counted)")
     if output:
-        if Path(output).is_dir():
-            raise ConfigError(f"-o {output} is a directory; give the file eval.json is written to (e.g. "
-                              f"{Path(output) / 'eval.json'})")
-        if (problem := directory_problem(Path(output).absolute().parent)) is not None:
-            raise ConfigError(f"-o {output}: cannot write eval.json there: {problem}; give a file in a directory "
-                              "you can write to")
+        _check_output(Path(output), str(output))
     try:
         snapshot = find_snapshot(source)
     except SnapshotError:
         raise ConfigError(f"no snapshot found in {source}: give corral eval a run directory (the one with "
                           "snapshots/) or a snapshot file") from None
     run_dir = snapshot.parent.parent if snapshot.parent.name == "snapshots" else snapshot.parent
+    if output is None:
+        _check_output(run_dir / "eval.json")
     register_configs()
     cfg = _run_config(snapshot, run_dir, overrides, trust)
     run_seed = int(cfg.seed)
@@ -177,8 +174,24 @@ def evaluate_run(
     if output != "":
         path = Path(output) if output is not None else run_dir / "eval.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        text = json.dumps(result.to_json(), indent=2) + "\n"
+        write_atomically(path, lambda f: f.write(text), text=True)
     return result
+
+
+def _check_output(path: Path, given: str | None = None) -> None:
+    """Raise a one-line :class:`ConfigError`, before any episode runs, when ``eval.json`` cannot be
+    written at ``path``: ``given`` is the ``-o`` value, or None for the default (the run directory)."""
+    from corral.results.writable import directory_problem
+
+    where = f"-o {given}" if given is not None else f"the run directory's {path}"
+    instead = ("give the file eval.json is written to (e.g. {})".format(path / "eval.json") if given is not None
+               else "give -o <file> elsewhere (or -o '' to write none)")
+    if path.is_dir():
+        raise ConfigError(f"{where} is a directory; {instead}")
+    if (problem := directory_problem(path.absolute().parent)) is not None:
+        instead = "give a file in a directory you can write to" if given is not None else instead
+        raise ConfigError(f"{where}: cannot write eval.json there: {problem}; {instead}")
 
 
 #: The settings an evaluation override may change, besides ``seed``: the environment's and the
