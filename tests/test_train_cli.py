@@ -161,6 +161,31 @@ def test_an_unknown_option_with_a_hydra_flag_is_one_line(tmp_path: Path, sites: 
          "corral: error: hydra.sweeper.n_jobs must be an integer >= 1, got -2"),
         (["hydra/launcher=ray", "hydra.launcher.max_concurrent_jobs=0", "seed=1,2"],
          "corral: error: hydra.launcher.max_concurrent_jobs must be >= 1 or null, got 0"),
+        # Optuna's search space and settings: each was a traceback from Optuna or Hydra, or a failed trial each
+        (["experiment=ppo_cartpole_optuna", "algo.learning_rate=interval(0.1,0.01)"],
+         "corral: error: algo.learning_rate=interval(0.1,0.01): the interval's low end 0.1 is above its high end 0.01"),
+        (["experiment=ppo_cartpole_optuna", "algo.learning_rate=tag(log,interval(0,0.1))"],
+         "corral: error: algo.learning_rate=tag(log,interval(0,0.1)): `low > 0` must hold for `log=True`, but got "
+         "(low=0.0, high=0.1)."),
+        (["experiment=ppo_cartpole_optuna", "algo.clip_range=interval(-1,0.3)"],
+         "corral: error: algo.clip_range must be > 0, got -1.0 (an end of the search space of algo.clip_range)"),
+        (["experiment=ppo_cartpole_optuna", "algo.nope=choice(1,2)"],
+         "corral: error: algo.nope is not a setting: algo=ppo has no setting 'nope'; its settings are algo.discount, "
+         "algo.gae_lambda, algo.learning_rate, algo.n_epochs, algo.minibatch_size, algo.clip_range, algo.vf_coef, "
+         "algo.ent_coef, algo.max_grad_norm, algo.normalize_advantages, algo.target_kl, algo.vf_hidden_sizes "
+         "(`corral plugins` lists every option's settings) (an end of the search space of algo.nope)"),
+        (["experiment=ppo_cartpole_optuna", "hydra.sweeper.direction=up"],
+         "corral: error: hydra.sweeper.direction must be maximize or minimize (train.py's objective is the final "
+         "evaluation return: maximize), got 'up'"),
+        (["hydra/sweeper=optuna", "seed=1"],
+         "corral: error: hydra.sweeper=optuna has nothing to search: give hydra.sweeper.params or a search space on "
+         "the command line, e.g. algo.learning_rate='tag(log, interval(1e-4, 1e-2))'"),
+        (["experiment=ppo_cartpole_optuna", "hydra.sweeper.params.algo.learning_rate=interval(0.1,1)"],
+         "corral: error: hydra.sweeper.params.algo.learning_rate=interval(0.1,1): Hydra reads this as a sweep over "
+         "its own settings; give the search space as algo.learning_rate='interval(0.1,1)' (or quote it: "
+         "'hydra.sweeper.params.algo.learning_rate=\"interval(0.1,1)\"')"),
+        (["hydra.job.chdir=true,false", "seed=1"],
+         "corral: error: hydra.job.chdir=true,false: Hydra cannot sweep over its own settings (hydra.*); give one value"),
     ],
 )
 def test_a_sweep_its_launcher_or_sweeper_cannot_run_is_one_line_before_any_job(

@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.config import CONFIG_NAME, register_configs
-from corral.framework.errors import CorralError, warnings_as_lines
+from corral.framework.errors import ConfigError, CorralError, SweepSettingError, warnings_as_lines
 from corral.framework.plugins import get_plugin_manager
 from corral.framework.precheck import MULTIRUN_FLAGS, precheck
 
@@ -78,6 +78,9 @@ def _sweep_or_run(multirun: bool) -> Any:
     except SweepJobFailed as exc:
         print(exc, file=sys.stderr, flush=True)
         raise SystemExit(1) from None
+    except CorralError as exc:  # from the sweeper: a search space it cannot search, no trial completed
+        print(f"corral: error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2 if isinstance(exc, ConfigError) else 1) from None
     except Exception as exc:  # noqa: BLE001 - reported as Hydra reports it without the variable set
         from hydra._internal.utils import run_and_report
 
@@ -129,7 +132,12 @@ class SweepJobFailed(CompactHydraException):
     An ordinary exception, not an exit: Hydra's launchers record the job as failed and go on with
     the sweep's other jobs, as they do for any job that raises, and the sweep ends by reporting
     the first failure in one line (:func:`main` prints it; Hydra prints a CompactHydraException as
-    its message too)."""
+    its message too). ``reason`` is the corral error's first line; ``stops_sweep`` is true for a
+    :class:`~corral.framework.errors.SweepSettingError` (a sweeper that reads it stops the sweep).
+    Both survive pickling, so they reach a sweeper from a launcher's other processes too."""
+
+    reason: str = ""
+    stops_sweep: bool = False
 
     @classmethod
     def of(cls, exc: BaseException) -> "SweepJobFailed":
@@ -138,8 +146,10 @@ class SweepJobFailed(CompactHydraException):
         overrides = " ".join(str(o) for o in hc.overrides.task)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         num = hc.job.get("num")  # type: ignore[attr-defined]  # a DictConfig at run time, typed as JobConf
-        return cls(f"corral: job {num} ({overrides}) failed: {first}; the sweep ran its other jobs "
-                   f"(`corral results {hc.sweep.dir}` lists each one's status)")
+        failed = cls(f"corral: job {num} ({overrides}) failed: {first}; the sweep ran its other jobs "
+                     f"(`corral results {hc.sweep.dir}` lists each one's status)")
+        failed.reason, failed.stops_sweep = first, isinstance(exc, SweepSettingError)
+        return failed
 
 
 def snapshot_config(source: str | Path, trust: bool = False) -> DictConfig | None:

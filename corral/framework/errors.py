@@ -47,6 +47,15 @@ class ConfigError(CorralError, ValueError):
     """A configuration value or a combination of choices is invalid."""
 
 
+class SweepSettingError(ConfigError):
+    """A setting of the sweep itself (``hydra.sweeper.*``) that a job found wrong: every job would
+    fail on it alike, so the sweep stops at the first job that reports it instead of running the rest."""
+
+
+class SweepError(CorralError):
+    """A sweep as a whole came to nothing: e.g. every trial of an Optuna search failed."""
+
+
 class BatchError(CorralError, ValueError):
     """An EpisodeBatch was built from inconsistent arrays."""
 

@@ -64,6 +64,7 @@ def precheck(args: Sequence[str]) -> None:
             _parse(overrides)  # Hydra's own settings too (compose below leaves them out)
             check_output_dir(overrides, multirun)
             if multirun:
+                check_no_hydra_sweep(overrides)
                 check_sweep_values(overrides)
                 check_sweep_plugins(overrides)
                 return
@@ -157,11 +158,13 @@ def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
 
 def check_sweep_plugins(overrides: Sequence[str]) -> None:
     """Before a sweep starts, let its Hydra launcher and sweeper check their settings: a launcher or
-    sweeper class with a ``check_config(cfg)`` classmethod (corral's submitit and Optuna shims have
-    one) is given its composed ``hydra.launcher`` / ``hydra.sweeper`` node and raises
-    :class:`ConfigError` for what would fail once jobs are launched (no SLURM on this machine,
-    ``n_trials=0``). The config is composed from the overrides that are not sweeps; when that
-    fails, the sweep goes on and each job reports its own config's errors."""
+    sweeper class with a ``check_config(cfg, overrides)`` classmethod (corral's submitit, Ray and
+    Optuna shims have one) is given its composed ``hydra.launcher`` / ``hydra.sweeper`` node and the
+    command line's job overrides, and raises :class:`ConfigError` for what would fail once jobs are
+    launched (no SLURM on this machine, ``n_trials=0``, ``interval(1, 0.1)``). A sweeper with a
+    ``search_ends(cfg, overrides)`` (corral's Optuna sweeper) has the ends of its search space
+    checked as job values. The config is composed from the overrides that are not sweeps; when
+    that fails, the sweep goes on and each job reports its own config's errors."""
     from hydra import compose
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -174,6 +177,7 @@ def check_sweep_plugins(overrides: Sequence[str]) -> None:
         hydra_cfg = compose(config_name=CONFIG_NAME, overrides=fixed, return_hydra_config=True).hydra
     except (HydraException, OmegaConfBaseException):
         return
+    job = [str(o.input_line) for o in parsed if not _is_hydra(str(o.input_line))]
     for part in ("launcher", "sweeper"):
         node = hydra_cfg.get(part)
         target = node.get("_target_") if node is not None else None
@@ -183,7 +187,55 @@ def check_sweep_plugins(overrides: Sequence[str]) -> None:
             continue
         check = getattr(cls, "check_config", None)
         if callable(check):
-            check(node)
+            check(node, job)
+        ends = getattr(cls, "search_ends", None)
+        if callable(ends):
+            _check_search_ends(ends(node, job), [o for o in fixed if _composes_job(o)])
+
+
+def _check_search_ends(ends: dict[str, list[str]], fixed: Sequence[str]) -> None:
+    """Raise one-line :class:`ConfigError` when a value at an end of a search space (a sweeper's
+    ``search_ends``: ``algo.clip_range=interval(-1, 0.3)`` gives -1 and 0.3) fails the job's checks:
+    a setting that does not exist, a value of the wrong type or out of its range. Each end is composed
+    with the fixed overrides alone, so the error names the setting it comes from
+    (:data:`MAX_VALUE_CHECKS` compositions at most)."""
+    from hydra import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from corral.framework.compose import check_values
+
+    checks = 0
+    for key, values in ends.items():
+        for value in values:
+            checks += 1
+            if checks > MAX_VALUE_CHECKS:
+                return
+            where = f" (an end of the search space of {key})"
+            try:
+                check_values(compose(config_name=CONFIG_NAME, overrides=[*fixed, value]))
+            except (HydraException, OmegaConfBaseException) as exc:
+                raise ConfigError(f"{hydra_message(exc)}{where}") from None
+            except ConfigError as exc:
+                raise ConfigError(f"{exc}{where}") from None
+
+
+def check_no_hydra_sweep(overrides: Sequence[str]) -> None:
+    """Raise one-line :class:`ConfigError` for a sweep over one of Hydra's own settings
+    (``hydra.job.chdir=true,false``), which Hydra cannot do; a search space written under
+    ``hydra.sweeper.params`` on the command line is shown how to write it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for override in OverridesParser.create().parse_overrides(list(overrides)):
+        line = str(override.input_line)
+        if not (_is_hydra(line) and override.is_sweep_override()):
+            continue
+        key, value = line.split("=", 1)
+        if key.lstrip("+~").startswith("hydra.sweeper.params."):
+            setting = key.lstrip("+~").removeprefix("hydra.sweeper.params.")
+            raise ConfigError(f"{line}: Hydra reads this as a sweep over its own settings; give the search space "
+                              f"as {setting}='{value}' (or quote it: '{key}=\"{value}\"')")
+        raise ConfigError(f"{line}: Hydra cannot sweep over its own settings (hydra.*); give one value")
 
 
 def _is_hydra(override: str) -> bool:
@@ -309,4 +361,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_output_dir", "check_sweep_plugins", "check_sweep_values", "given_keys", "hydra_message", "precheck", "unknown_option_message"]
+__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_no_hydra_sweep", "check_output_dir", "check_sweep_plugins", "check_sweep_values", "given_keys", "hydra_message", "precheck", "unknown_option_message"]

@@ -7,7 +7,10 @@ the job's Hydra config holds the sweeper's settings (``hydra.sweeper.storage``, 
 ``pruner``, ``prune_on``). On every epoch that has the ``prune_on`` statistic (``eval/return_mean``,
 the evaluation return; evaluations come every ``trainer.eval_every`` epochs) this plugin reports it as
 the trial's intermediate value at that epoch, and when the study's pruner says so it raises
-``optuna.TrialPruned``: the run ends there, and the sweeper records the trial as pruned.
+``optuna.TrialPruned``: the run ends there, and the sweeper records the trial as pruned. With a
+pruner, a ``prune_on`` that an epoch should have and does not (a misspelt ``eval/`` or ``train/``
+name, evaluation turned off) stops the job with a :class:`~corral.framework.errors.SweepSettingError`,
+and the sweep with it.
 
 The study is reached through its storage (``sqlite:///optuna.db`` and the like), so trials may run
 in other processes (``hydra/launcher=joblib``, ``ray``, ``submitit_*``); an in-memory study (no
@@ -18,10 +21,12 @@ Outside an Optuna sweep this plugin does nothing.
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
 from typing import Any
 
 from corral import hookimpl
+from corral.framework.errors import CorralWarning, SweepSettingError
 
 #: Environment variables naming the Optuna trial (its storage id) that a job runs, and its study.
 TRIAL_ENV = "CORRAL_OPTUNA_TRIAL_ID"
@@ -84,13 +89,44 @@ def corral_epoch_end(trainer: Any, epoch: int, stats: dict[str, float]) -> None:
         return
     from hydra.core.hydra_config import HydraConfig
 
-    key = str(HydraConfig.get().sweeper.get("prune_on") or "eval/return_mean")
+    sweeper = HydraConfig.get().sweeper
+    key = str(sweeper.get("prune_on") or "eval/return_mean")
     if key not in stats:
+        if sweeper.get("pruner") is not None:
+            _check_statistic(trainer, key, stats)
         return
     value = float(stats[key])
     trial.report(value, step=int(epoch))
     if trial.should_prune():
         raise _pruned()(f"trial {trial.number} pruned at epoch {epoch} ({key} = {value:.4g})")
+
+
+def _check_statistic(trainer: Any, key: str, stats: dict[str, float]) -> None:
+    """Raise :class:`SweepSettingError` when ``prune_on`` is missing from an epoch that would have it:
+    an ``eval/`` statistic from an evaluated epoch (or any epoch, with evaluation off), a ``train/``
+    one from an epoch that finished episodes. Another name (an algorithm's loss, which may start
+    later) is one warning, at the first evaluated epoch that has not seen it yet."""
+    seen = _SEEN.setdefault(trainer, set())
+    seen.update(stats)
+    eval_every = getattr(getattr(trainer, "config", None), "eval_every", None)
+    evaluated = any(k.startswith("eval/") for k in stats)
+    names = ", ".join(sorted(k for k in seen if k.startswith(("eval/", "train/"))))
+    if key.startswith("eval/") and eval_every == 0:
+        raise SweepSettingError(f"hydra.sweeper.prune_on={key} is an evaluation statistic, and trainer.eval_every=0 "
+                                "turns evaluation off: set trainer.eval_every (e.g. 1), or hydra.sweeper.pruner=null")
+    if (key.startswith("eval/") and evaluated) or (key.startswith("train/") and stats.get("train/n_episodes")):
+        raise SweepSettingError(f"hydra.sweeper.prune_on={key} is not a statistic of this run, so the pruner would "
+                                f"never hear from a trial; choose one of {names} (progress.csv has every column)")
+    if not key.startswith(("eval/", "train/")) and (evaluated or not eval_every) and key not in seen \
+            and trainer not in _WARNED:
+        _WARNED.add(trainer)
+        warnings.warn(CorralWarning(
+            f"hydra.sweeper.prune_on={key} is not among this run's statistics so far; the pruner hears nothing "
+            f"from this trial until it is (its statistics: {names}, and the columns of progress.csv)"), stacklevel=2)
+
+
+_SEEN: "weakref.WeakKeyDictionary[Any, set[str]]" = weakref.WeakKeyDictionary()
+_WARNED: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 def _pruned() -> type:

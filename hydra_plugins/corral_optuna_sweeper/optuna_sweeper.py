@@ -28,17 +28,27 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from corral.framework.errors import ConfigError
+from corral.framework.errors import ConfigError, SweepError, SweepSettingError
 
 log = logging.getLogger(__name__)
 
+_NOTHING_TO_SEARCH = ("hydra.sweeper=optuna has nothing to search: give hydra.sweeper.params or a search space on "
+                      "the command line, e.g. algo.learning_rate='tag(log, interval(1e-4, 1e-2))'")
 #: Study attribute listing the trials an interrupted sweep left running (run again, not counted).
 INTERRUPTED_ATTR = "corral_interrupted"
 RESULTS_FILE = "optimization_results.yaml"
 
 
 def distribution(override: Override) -> Any:
-    """The Optuna distribution of one sweep override (``key=interval(0.1, 1)`` and such)."""
+    """The Optuna distribution of one sweep override (``key=interval(0.1, 1)`` and such); a
+    :class:`ConfigError` naming the override for one Optuna cannot search (``interval(1, 0.1)``)."""
+    try:
+        return _distribution(override)
+    except ValueError as exc:
+        raise ConfigError(f"{override.input_line}: {exc}".replace("optuna sweeper: ", "", 1)) from None
+
+
+def _distribution(override: Override) -> Any:
     import optuna.distributions as d
 
     value = override.value()
@@ -48,21 +58,23 @@ def distribution(override: Override) -> Any:
         return d.CategoricalDistribution(choices)
     if isinstance(value, RangeSweep):
         if value.shuffle:
-            raise ValueError(f"optuna sweeper: {key}: shuffle(range(...)) has no meaning for Optuna")
+            raise ValueError("shuffle(range(...)) has no meaning for Optuna")
         values = list(value.range())
         if not values:
-            raise ValueError(f"optuna sweeper: {key}: range({value.start}, {value.stop}, {value.step}) is empty")
+            raise ValueError(f"range({value.start}, {value.stop}, {value.step}) is empty")
         if all(isinstance(v, int) for v in values):
             return d.IntDistribution(values[0], values[-1], step=int(value.step))
         return d.FloatDistribution(float(values[0]), float(values[-1]), step=float(value.step))
     if isinstance(value, IntervalSweep):
         assert value.start is not None and value.end is not None
+        if value.start > value.end:
+            raise ValueError(f"the interval's low end {value.start} is above its high end {value.end}")
         log_scale = "log" in value.tags
         if isinstance(value.start, int) and isinstance(value.end, int):
             return d.IntDistribution(value.start, value.end, log=log_scale)
         return d.FloatDistribution(float(value.start), float(value.end), log=log_scale)
-    raise ValueError(f"optuna sweeper: {key}: cannot search over {override.input_line!r} "
-                     "(use interval(a, b), tag(log, interval(a, b)), range(a, b, step) or choice(a, b, ...))")
+    raise ValueError(f"Optuna cannot search over {key} this way (use interval(a, b), tag(log, interval(a, b)), "
+                     "range(a, b, step) or choice(a, b, ...))")
 
 
 def search_space(params: dict[str, str] | None, arguments: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
@@ -82,6 +94,16 @@ def search_space(params: dict[str, str] | None, arguments: Sequence[str]) -> tup
     return space, list(fixed.values())
 
 
+def _space_of(cfg: Any, overrides: Sequence[str]) -> dict[str, Any]:
+    """The search space of a composed ``hydra.sweeper`` node and the command line's job overrides."""
+    params = cfg.get("params")
+    if params is not None and not isinstance(params, (dict, DictConfig)):
+        raise ConfigError(f"hydra.sweeper.params must map settings to search spaces, e.g. "
+                          f"{{algo.learning_rate: 'tag(log, interval(1e-4, 1e-2))'}}, got {params!r}")
+    return search_space(OmegaConf.to_container(params, resolve=True) if isinstance(params, DictConfig) else params,
+                        overrides)[0]
+
+
 class CorralOptunaSweeper(Sweeper):
     """Asks Optuna for ``n_jobs`` trials at a time, launches them as Hydra jobs, tells Optuna their
     results (a job's return value: ``train.py`` returns the run's final evaluation return)."""
@@ -99,7 +121,7 @@ class CorralOptunaSweeper(Sweeper):
         params: Optional[DictConfig] = None,
         **ignored: Any,
     ) -> None:
-        self.check_config({"n_trials": n_trials, "n_jobs": n_jobs})
+        self.check_settings({"n_trials": n_trials, "n_jobs": n_jobs, "direction": direction})
         self.direction = direction
         self.study_name = study_name
         self.storage = storage
@@ -114,13 +136,38 @@ class CorralOptunaSweeper(Sweeper):
         self.launcher: Any = None
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
-        """Raise a one-line :class:`ConfigError` for a setting the study cannot run with; called on
-        the composed ``hydra.sweeper`` before the sweep starts (``check_sweep_plugins``) and here."""
+    def check_config(cls, cfg: Any, overrides: Sequence[str] = ()) -> None:
+        """Raise a one-line :class:`ConfigError` for a setting the study cannot run with, or a search
+        space it cannot search (``hydra.sweeper.params`` and the sweeps among ``overrides``, the
+        command line's job overrides); called on the composed ``hydra.sweeper`` before the sweep
+        starts (``check_sweep_plugins``, which then checks each searched value's ends)."""
+        cls.check_settings(cfg)
+        if not _space_of(cfg, overrides):
+            raise ConfigError(_NOTHING_TO_SEARCH)
+
+    @classmethod
+    def check_settings(cls, cfg: Any) -> None:
+        """Raise a one-line :class:`ConfigError` for ``n_trials``, ``n_jobs`` or ``direction`` out of
+        their range (checked again when Hydra builds the sweeper)."""
         for key in ("n_trials", "n_jobs"):
             value = cfg.get(key, 1)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"hydra.sweeper.{key} must be an integer >= 1, got {value!r}")
+        direction = cfg.get("direction", "maximize")
+        directions = list(direction) if isinstance(direction, (list, tuple)) or OmegaConf.is_list(direction) else [direction]
+        if not directions or any(str(d).lower() not in ("maximize", "minimize") for d in directions):
+            raise ConfigError(f"hydra.sweeper.direction must be maximize or minimize (train.py's objective is the "
+                              f"final evaluation return: maximize), got {direction!r}")
+
+    @staticmethod
+    def search_ends(cfg: Any, overrides: Sequence[str]) -> dict[str, list[str]]:
+        """For each searched setting, the overrides of the values at its ends (low and high, or each
+        choice): the values a check of the job's config should see before any trial runs."""
+        ends: dict[str, list[str]] = {}
+        for key, dist in _space_of(cfg, overrides).items():
+            values = list(getattr(dist, "choices", ())) or [dist.low, dist.high]
+            ends[key] = [f"{key}={v}" for v in dict.fromkeys(values)]
+        return ends
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         """Instantiate the launcher the jobs run with."""
@@ -192,8 +239,7 @@ class CorralOptunaSweeper(Sweeper):
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         space, fixed = search_space(self.params, arguments)
         if not space:
-            raise ValueError("optuna sweeper: nothing to search; give hydra.sweeper.params or key=interval(a, b) "
-                             "overrides")
+            raise ConfigError(_NOTHING_TO_SEARCH)
         launcher = type(self.launcher).__name__
         if self.pruner is not None and not self.storage and launcher != "BasicLauncher":
             log.warning("Optuna: no pruning: jobs of %s run in other processes and reach the study only "
@@ -217,13 +263,16 @@ class CorralOptunaSweeper(Sweeper):
             numbers = [t.number for t in trials]
             first = numbers[0] if numbers == list(range(numbers[0], numbers[0] + batch)) else done
             returns = self.launcher.launch(overrides, initial_job_idx=first)
-            for trial, ret in zip(trials, returns):
-                self._tell(study, trial, ret)
+            stops = [self._tell(study, trial, ret) for trial, ret in zip(trials, returns)]
+            stop = next((s for s in stops if s is not None), None)
+            if stop is not None:  # every trial is told first, so a stored study holds no trial left running
+                raise stop
             done += batch
         self._report(study, sweep_dir)
         return study
 
-    def _tell(self, study: Any, trial: Any, ret: Any) -> None:
+    def _tell(self, study: Any, trial: Any, ret: Any) -> SweepSettingError | None:
+        """Tell the study how ``trial``'s job ended; return the error that stops the sweep, if it has one."""
         import optuna
         from hydra.core.utils import JobStatus
         from optuna.trial import TrialState
@@ -235,17 +284,22 @@ class CorralOptunaSweeper(Sweeper):
                 log.warning("Optuna: trial %d returned no objective (no evaluation and no episode); failed",
                             trial.number)
                 study.tell(trial, state=TrialState.FAIL)
-                return
+                return None
             study.tell(trial, [float(v) for v in values] if len(values) > 1 else float(values[0]))
-            return
+            return None
         error = getattr(ret, "_return_value", None)
         if isinstance(error, optuna.TrialPruned):
             log.info("Optuna: %s", error)
             study.tell(trial, state=TrialState.PRUNED)
-            return
+            return None
+        if getattr(error, "stops_sweep", False):  # a setting of the sweep itself: every trial would fail alike
+            study.tell(trial, state=TrialState.FAIL)
+            return SweepSettingError(f"the Optuna search stopped at trial {trial.number}, as every trial would fail "
+                                     f"alike: {getattr(error, 'reason', error)}")
         log.warning("Optuna: trial %d (%s) failed: %s: %s", trial.number, " ".join(ret.overrides[:len(trial.params)]),
                     type(error).__name__, error)
         study.tell(trial, state=TrialState.FAIL)
+        return None
 
     def _report(self, study: Any, sweep_dir: Path) -> None:
         """Log the best trial(s) and write ``optimization_results.yaml``. No completed trial: an error
@@ -260,8 +314,8 @@ class CorralOptunaSweeper(Sweeper):
             what = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
             OmegaConf.save(OmegaConf.create(results), sweep_dir / RESULTS_FILE)
             if counts["fail"] and not counts["pruned"]:
-                raise RuntimeError(f"optuna sweeper: no trial completed ({what}); see the jobs' summary.json "
-                                   f"under {sweep_dir}")
+                raise SweepError(f"the Optuna search has no completed trial ({what}); each job's error is above, "
+                                 f"and `corral results {sweep_dir}` lists them")
             log.warning("Optuna: no trial completed (%s): no best parameters", what)
             return
         if len(study.directions) > 1:

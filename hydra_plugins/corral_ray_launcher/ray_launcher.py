@@ -44,7 +44,7 @@ class CorralRayLauncher(Launcher):
         self.task_function: TaskFunction | None = None
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: Any, overrides: Sequence[str] = ()) -> None:
         """Raise a one-line ConfigError before the sweep starts for a setting out of range, or a
         cluster address where no Ray cluster answers (``check_sweep_plugins`` calls it)."""
         from corral.parallel.ray_runtime import check_cluster_address

@@ -75,7 +75,7 @@ class _SizedJobs(BaseSubmititLauncher):
     _EXECUTOR = "abstract"
 
     @classmethod
-    def check_config(cls, cfg: Any) -> None:
+    def check_config(cls, cfg: Any, overrides: Sequence[str] = ()) -> None:
         """Raise a one-line :class:`ConfigError` before the sweep starts when this launcher cannot
         launch here (``corral.framework.precheck.check_sweep_plugins`` calls it)."""
         option = f"hydra/launcher=submitit_{cls._EXECUTOR}"

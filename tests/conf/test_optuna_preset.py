@@ -162,3 +162,38 @@ def test_jobs_in_other_processes_report_each_epoch_and_are_pruned(tmp_path: Path
     assert os.getpid() not in pids  # the trials ran in joblib's worker processes
     result = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
     assert result["trials"] == {"complete": 0, "pruned": 2, "fail": 0} and "best_value" not in result
+
+
+def test_a_prune_on_that_no_epoch_reports_stops_the_search_at_its_first_trial(tmp_path: Path) -> None:
+    # A misspelt statistic: without the check, the pruner heard nothing and every trial ran to the end.
+    sweep_dir = tmp_path / "multirun"
+    proc = train(tmp_path, "experiment=ppo_cartpole_optuna", "hydra.sweeper.n_trials=3", "trainer.max_env_steps=1000",
+                 "trainer.eval_every=1", "hydra.sweeper.prune_on=eval/return_avg", *TINY, f"hydra.sweep.dir={sweep_dir}",
+                 timeout=200)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-4000:]
+    reason = ("hydra.sweeper.prune_on=eval/return_avg is not a statistic of this run, so the pruner would never hear "
+              "from a trial; choose one of eval/episode_length, eval/return_max, eval/return_mean, eval/return_min, "
+              "eval/return_std, train/episode_length, train/n_episodes, train/return_max, train/return_mean, "
+              "train/return_min (progress.csv has every column)")
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"corral: error: the Optuna search stopped at trial 0, as every trial would fail alike: {reason}"), out[-4000:]
+    assert f"[job 0] corral: error: {reason}" in proc.stderr
+    assert sorted(summaries(sweep_dir)) == [0]  # trials 1 and 2 never ran
+    assert summaries(sweep_dir)[0]["status"] == "failed"
+    assert "Traceback" not in out
+
+
+def test_a_search_whose_every_trial_fails_ends_in_one_line(tmp_path: Path) -> None:
+    # An environment that returns NaN: each trial fails alone (a trial's own failure does not stop a search).
+    sweep_dir = tmp_path / "multirun"
+    proc = train(tmp_path, "experiment=ppo_cartpole_optuna", "hydra.sweeper.n_trials=2", "trainer.max_env_steps=1000",
+                 "env=gym", "env.id=corral.testing.faulty_envs:corral/NaNCartPole-v1", "+env.kwargs.fail_at=30",
+                 *TINY, f"hydra.sweep.dir={sweep_dir}", timeout=200)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-4000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"corral: error: the Optuna search has no completed trial (2 fail); each job's error is above, and "
+        f"`corral results {sweep_dir}` lists them"), out[-4000:]
+    assert sorted(summaries(sweep_dir)) == [0, 1]
+    assert "Traceback" not in out
