@@ -38,6 +38,7 @@ _EXPORTS = {
     "SnapshotError": "corral.framework.errors",
     "OutputError": "corral.framework.errors",
     "EnvironmentValueError": "corral.framework.errors",
+    "TrainingDivergedError": "corral.framework.errors",
     # built-in components, for library use
     "LocalSampler": "corral.plugins.samplers.local",
     "MultiprocessingSampler": "corral.plugins.samplers.multiprocessing",

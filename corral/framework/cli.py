@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from typing import Any, Sequence
 
 USAGE = """usage: corral <command> [args]
@@ -139,9 +140,16 @@ def results_command(argv: Sequence[str]) -> int:
     table = results_for_dir(opts.dir, ignore=opts.ignore)
     if not table.rows and not table.skipped:
         raise FileNotFoundError(f"no completed run (a directory with summary.json) under {opts.dir}")
-    print(json.dumps(table.to_json(), indent=2) if opts.json else table.format())
-    if not table.rows:  # an interrupted sweep before its first job finished: the skipped jobs were listed
-        print(f"corral results: error: no completed run under {opts.dir} yet", file=sys.stderr)
+    if opts.json:
+        print(json.dumps(table.to_json(), indent=2))
+    else:  # with no completed run, no empty table: the runs that are not, and why
+        print(table.format() if table.rows else "\n".join(f"skipped: {s}" for s in table.skipped))
+    if not table.rows:  # every job failed, or an interrupted sweep before its first job finished
+        # each skipped line is "<path> (<status>[: why])", or "<path> (no summary.json: unfinished)"
+        statuses = Counter("unfinished" if line.endswith("(no summary.json: unfinished)")
+                           else line.split(" (", 1)[-1].split(":", 1)[0].rstrip(")") for line in table.skipped)
+        what = ", ".join(f"{n} {status}" for status, n in statuses.items())
+        print(f"corral results: error: no completed run under {opts.dir} ({what}; listed above)", file=sys.stderr)
         return 2
     return 0
 

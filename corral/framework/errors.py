@@ -97,6 +97,11 @@ class EnvironmentValueError(CorralError, ValueError):
     """An environment returned what no algorithm can learn from: a NaN or infinite observation or reward."""
 
 
+class TrainingDivergedError(CorralError, ArithmeticError):
+    """An algorithm's update produced NaN or infinite values (a loss, the policy's parameters):
+    training diverged. The run stops before it samples with them; the epoch is not part of it."""
+
+
 class OutputError(CorralError):
     """The run could not write what it keeps (a logger's row, a snapshot): a full disk, a permission,
     a path that cannot be written. The run stops at that epoch, which is not part of it."""

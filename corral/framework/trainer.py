@@ -22,7 +22,14 @@ from corral.framework.algorithm import Algorithm
 from corral.framework.batch import EpisodeBatch, StepType, nonfinite_values
 from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec, make_env
-from corral.framework.errors import ConfigError, EnvironmentValueError, OutputError, SnapshotError
+from corral.framework.errors import (
+    ConfigError,
+    CorralError,
+    EnvironmentValueError,
+    OutputError,
+    SnapshotError,
+    TrainingDivergedError,
+)
 from corral.framework.evaluation import evaluate, record_video, run_worker_factory
 from corral.framework.interrupts import (
     StopRequest,
@@ -35,6 +42,7 @@ from corral.framework.logger import Logger, job_prefix, run_log
 from corral.framework.progress import ProgressBar
 from corral.framework.snapshot import load_snapshot, remove_snapshot, save_snapshot
 from corral.framework.video import check_recordable
+from corral.results.writable import write_atomically
 
 SNAPSHOT_FORMAT = 1
 
@@ -340,7 +348,7 @@ class Trainer:
         t_sampled = time.perf_counter()
         with defer_interrupts():
             self.phase = "training"
-            train_stats = self.algo.train_once(epoch, episodes)
+            train_stats = self._train(epoch, episodes)
             # Counted now (evaluation reads them); not committed until _commit, and put back on an interrupt.
             self.epoch = epoch + 1
             self.total_env_steps += len(episodes)
@@ -368,6 +376,32 @@ class Trainer:
         self.phase = "idle"
         if self._progress is not None:
             self._progress.update(self.epoch, self.total_env_steps, stats)
+
+    def _train(self, epoch: int, episodes: EpisodeBatch) -> dict[str, float]:
+        """The algorithm's ``train_once``, checked: an update that leaves a ``loss/*`` statistic or
+        the policy's parameters NaN or infinite raises :class:`TrainingDivergedError` (one line),
+        also when the algorithm then raised on its own NaNs (torch's ``found invalid values``)."""
+        assert self.algo is not None
+        try:
+            stats = self.algo.train_once(epoch, episodes)
+        except CorralError:
+            raise
+        except Exception as exc:
+            if (bad := diverged_values(self.algo, {})) is not None:  # the error is the NaNs', not the cause
+                raise TrainingDivergedError(self._diverged(
+                    epoch, episodes, f"{bad} (the update then raised {type(exc).__name__} on them)")) from exc
+            raise
+        if (bad := diverged_values(self.algo, stats or {})) is not None:
+            raise TrainingDivergedError(self._diverged(epoch, episodes, bad))
+        return stats
+
+    def _diverged(self, epoch: int, episodes: EpisodeBatch, bad: str) -> str:
+        name = getattr(getattr(self.run_config, "algo", None), "name", None) or type(self.algo).__name__
+        rewards = np.abs(np.asarray(episodes.rewards, dtype=np.float64)) if isinstance(episodes, EpisodeBatch) else None
+        scale = f"; this batch's rewards reach {rewards.max():.3g}" if rewards is not None and rewards.size else ""
+        return (f"algo={name}'s update in epoch {epoch} diverged: {bad}; the run stopped before sampling with it "
+                f"(epoch {epoch} is not part of the run): lower the learning rate, scale the rewards "
+                f"(normalize.reward=true{scale}) or clip the gradients, and start the run again")
 
     def _commit(self, epoch: int, seconds: float, stats: dict[str, float]) -> None:
         """Make epoch ``epoch`` part of the run: hooks, every logger's row, the snapshot when one
@@ -482,9 +516,7 @@ class Trainer:
         with self._writing(f"could not write the snapshot {path.name}"):  # OutputError: one line
             directory.mkdir(parents=True, exist_ok=True)
             save_snapshot(self.state_dict(), path)  # data only; objects beside it (corral.framework.snapshot)
-            latest_tmp = directory / ".latest.tmp"
-            latest_tmp.write_text(path.name + "\n")
-            os.replace(latest_tmp, directory / "latest")
+            write_atomically(directory / "latest", lambda f: f.write(path.name + "\n"), text=True)
         self.snapshot_epoch = self.epoch
         keep = self.config.keep_snapshots
         if keep:
@@ -579,6 +611,38 @@ def episode_stats(episodes: EpisodeBatch) -> dict[str, float]:
     }
 
 
+def diverged_values(algo: Algorithm, stats: dict[str, float]) -> str | None:
+    """What an update left NaN or infinite: its ``loss/*`` statistics and the parameters of its
+    policy (``get_param_values``), e.g. ``loss/value = nan; the policy's parameters: NaN in 130 of
+    4,610``; None when every one is finite. Other statistics may be NaN on purpose (an explained
+    variance of constant returns)."""
+    problems = [f"{k} = {v}" for k, v in stats.items()
+                if k.startswith("loss/") and isinstance(v, (int, float)) and not np.isfinite(v)]
+    policy = getattr(algo, "policy", None)
+    try:
+        params = policy.get_param_values() if policy is not None else {}
+    except Exception:  # noqa: BLE001 - a policy that cannot export its parameters is checked by its losses
+        params = {}
+    total = nan = inf = 0
+    first = None
+    for key, value in (params or {}).items():
+        try:
+            array = np.asarray(value)
+        except Exception:  # noqa: BLE001 - not numpy-convertible (the contract says numpy): not checked
+            continue
+        if not np.issubdtype(array.dtype, np.floating):
+            continue
+        total += array.size
+        n_nan, n_inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+        if (n_nan or n_inf) and first is None:
+            first = key
+        nan, inf = nan + n_nan, inf + n_inf
+    if nan or inf:
+        kinds = " and ".join(f"{what} in {n:,}" for what, n in (("NaN", nan), ("inf", inf)) if n)
+        problems.append(f"the policy's parameters: {kinds} of {total:,} (first in {first})")
+    return "; ".join(problems) or None
+
+
 def _try_state(sampler: Any) -> Any:
     try:
         return sampler.state_dict()
@@ -588,5 +652,5 @@ def _try_state(sampler: Any) -> Any:
 
 __all__ = [
     "PHASES", "StopRequest", "Terminated", "finish_epoch_on_interrupt", "Trainer", "TrainerConfig", "TrainingInterrupted", "defer_interrupts", "episode_stats",
-    "find_snapshot", "sigterm_as_interrupt",
+    "diverged_values", "find_snapshot", "sigterm_as_interrupt",
 ]

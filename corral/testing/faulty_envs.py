@@ -7,6 +7,8 @@ registered with gymnasium on import:
 - ``corral/SuicideCartPole-v1``: SIGKILLs its own process in ``step`` number ``fail_at``.
 - ``corral/HangingCartPole-v1``: sleeps ``hang_s`` seconds in ``step`` number ``fail_at``.
 - ``corral/NaNCartPole-v1``: returns NaN observations from ``step`` number ``fail_at`` on.
+- ``corral/HugeRewardCartPole-v1``: rewards times ``scale`` (1e37, finite in float32) from ``step``
+  number ``fail_at`` on: an update on them diverges (its returns overflow to infinity).
 
 ``fail_at`` counts steps over the environment's life (all episodes). ``only_worker`` limits the
 fault to the worker with that number and ``first_life_only`` (default true) to a worker that was
@@ -89,6 +91,24 @@ class NaNCartPole(_FaultyCartPole):
         return obs, reward, terminated, truncated, info
 
 
+class HugeRewardCartPole(_FaultyCartPole):
+    """CartPole whose rewards are times ``scale`` from step ``fail_at`` on: finite, and too large to learn from."""
+
+    def __init__(self, scale: float = 1e37, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.scale = scale
+
+    def fail(self) -> None:
+        """Nothing here: :meth:`step` returns huge rewards from this step on."""
+
+    def step(self, action: Any) -> Any:
+        """CartPole's step; its reward is times ``scale`` once ``fail_at`` steps were taken (while armed)."""
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.steps >= self.fail_at and self._armed():
+            reward = float(reward) * self.scale
+        return obs, reward, terminated, truncated, info
+
+
 class HangingCartPole(_FaultyCartPole):
     """CartPole whose ``step`` sleeps ``hang_s`` seconds at step ``fail_at``."""
 
@@ -102,7 +122,7 @@ class HangingCartPole(_FaultyCartPole):
 
 
 for _name, _cls in (("Raising", RaisingCartPole), ("Suicide", SuicideCartPole), ("Hanging", HangingCartPole),
-                    ("NaN", NaNCartPole)):
+                    ("NaN", NaNCartPole), ("HugeReward", HugeRewardCartPole)):
     _id = f"corral/{_name}CartPole-v1"
     if _id not in gym.registry:
         gym.register(id=_id, entry_point=_cls, max_episode_steps=500)

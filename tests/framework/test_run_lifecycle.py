@@ -300,6 +300,66 @@ def test_train_py_says_in_one_line_that_the_environment_returned_nan(tmp_path: P
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "failed"
 
 
+# ------------------------------------------------------------------ an update that diverges
+@pytest.mark.parametrize("sampler", ["local", "multiprocessing"])
+def test_an_update_that_diverges_stops_the_run_in_one_error_before_sampling_with_it(sampler: str) -> None:
+    """Rewards of 1e37 (finite): PPO's returns overflow, its parameters become NaN in the first update,
+    and its next minibatch fails in torch (``found invalid values``). The trainer names the divergence,
+    on every sampler, and the epoch is not part of the run."""
+    from corral import PPO, EnvFactory, EnvSpec, LocalSampler, MLPPolicy, Trainer, TrainingDivergedError
+    from corral.plugins.samplers.multiprocessing import MultiprocessingSampler
+
+    env = EnvFactory("corral.testing.faulty_envs:corral/HugeRewardCartPole-v1", {"fail_at": 0})
+    spec = EnvSpec.from_env(env())
+    policy = MLPPolicy(spec, hidden_sizes=(8,))
+    cls = LocalSampler if sampler == "local" else MultiprocessingSampler
+    sampler_obj = cls(agents=policy, envs=env, max_episode_length=500, n_workers=2, seed=1)
+    trainer = Trainer(loggers=[])
+    trainer.setup(PPO(spec, policy, sampler_obj, seed=1), env)
+    with trainer, pytest.raises(TrainingDivergedError) as stopped:
+        trainer.train(n_epochs=2, batch_size=200)
+    message = str(stopped.value)
+    assert message.startswith("algo=PPO's update in epoch 0 diverged: the policy's parameters: NaN in "), message
+    assert "(the update then raised ValueError on them)" in message, message
+    assert "(normalize.reward=true; this batch's rewards reach 1e+37)" in message, message
+    assert trainer.epoch == 0 and trainer.total_env_steps == 0
+
+
+def test_diverged_values_names_nonfinite_losses_and_parameters() -> None:
+    import numpy as np
+
+    from corral.framework.trainer import diverged_values
+
+    class Policy:
+        def __init__(self, params: dict[str, np.ndarray]) -> None:
+            self.params = params
+
+        def get_param_values(self) -> dict[str, np.ndarray]:
+            return self.params
+
+    class Algo:
+        policy = Policy({"a": np.zeros(3, np.float32), "steps": np.array([7])})
+
+    assert diverged_values(Algo(), {"loss/policy": 0.5, "ppo/explained_variance": float("nan")}) is None  # type: ignore[arg-type]
+    Algo.policy.params["b"] = np.array([np.nan, np.inf, 1.0, np.nan], np.float32)
+    assert diverged_values(Algo(), {"loss/value": float("inf"), "loss/policy": 1.0}) == (  # type: ignore[arg-type]
+        "loss/value = inf; the policy's parameters: NaN in 2 and inf in 1 of 7 (first in b)")
+
+
+def test_train_py_says_in_one_line_that_training_diverged(tmp_path: Path) -> None:
+    proc = train(tmp_path, f"hydra.run.dir={tmp_path / 'run'}", *SMALL, "trainer.n_epochs=2", "env=gym",
+                 "env.id=corral.testing.faulty_envs:corral/HugeRewardCartPole-v1", "+env.kwargs.fail_at=0")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "tensor(" not in proc.stderr, proc.stderr[-3000:]
+    line = proc.stderr.splitlines()[-1]
+    assert line.startswith("corral: error: algo=ppo's update in epoch 0 diverged: the policy's parameters: NaN in "), line
+    assert line.endswith("or clip the gradients, and start the run again"), line
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("TrainingDivergedError: algo=ppo's update")
+    progress = tmp_path / "run" / "progress.csv"
+    assert not progress.exists() or len(progress.read_text().splitlines()) <= 1  # epoch 0 was not committed
+
+
 def test_a_csv_row_that_cannot_be_written_names_the_logger_option(tmp_path: Path) -> None:
     """train.py names the logger by its option (``logger=csv``): a directory stands where the csv file goes."""
     run = tmp_path / "run"

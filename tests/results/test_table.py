@@ -56,3 +56,20 @@ def test_only_seeds_swept_gives_one_group() -> None:
     table = results_table(runs)
     assert table.keys == [] and len(table.rows) == 1 and table.rows[0]["n"] == 2
     assert table.format().splitlines()[2].startswith("| all runs")
+
+
+def test_results_of_a_sweep_with_no_completed_run_list_why_and_print_no_empty_table(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from corral.framework.cli import results_command
+    from corral.results.summary import write_summary
+
+    write_summary(tmp_path / "0", {"status": "failed", "error": "EnvironmentValueError: NaN\nmore", "overrides": ["seed=1"]})
+    write_summary(tmp_path / "1", {"status": "failed", "error": "ConfigError: no", "overrides": ["seed=2"]})
+    write_summary(tmp_path / "2", {"status": "interrupted", "overrides": ["seed=3"]})
+    assert results_command([str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines() == [f"skipped: {tmp_path / '0'} (failed: EnvironmentValueError: NaN)",
+                                f"skipped: {tmp_path / '1'} (failed: ConfigError: no)",
+                                f"skipped: {tmp_path / '2'} (interrupted)"]
+    assert err.splitlines() == [f"corral results: error: no completed run under {tmp_path} (2 failed, 1 interrupted; "
+                                "listed above)"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from corral.framework.errors import CorralWarning
+from corral.results.writable import write_atomically
 
 
 class TrackerWarning(CorralWarning):
@@ -102,9 +103,8 @@ def write_run_record(log_dir: Path | None, filename: str, record: Mapping[str, A
     if log_dir is None:
         return
     log_dir.mkdir(parents=True, exist_ok=True)
-    tmp = log_dir / f".{filename}.tmp"
-    tmp.write_text(json.dumps(dict(record), indent=2) + "\n")
-    tmp.replace(log_dir / filename)
+    text = json.dumps(dict(record), indent=2) + "\n"
+    write_atomically(log_dir / filename, lambda f: f.write(text), text=True)
 
 
 def resolved_config(cfg: Any) -> dict[str, Any]:
