@@ -228,7 +228,7 @@ def check_no_hydra_sweep(overrides: Sequence[str]) -> None:
 
     for override in OverridesParser.create().parse_overrides(list(overrides)):
         line = str(override.input_line)
-        if not (_is_hydra(line) and override.is_sweep_override()):
+        if not (override.is_hydra_override() and override.is_sweep_override()):  # what Hydra refuses
             continue
         key, value = line.split("=", 1)
         if key.lstrip("+~").startswith("hydra.sweeper.params."):

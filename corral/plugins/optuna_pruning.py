@@ -91,9 +91,11 @@ def corral_epoch_end(trainer: Any, epoch: int, stats: dict[str, float]) -> None:
 
     sweeper = HydraConfig.get().sweeper
     key = str(sweeper.get("prune_on") or "eval/return_mean")
-    if key not in stats:
-        if sweeper.get("pruner") is not None:
+    if sweeper.get("pruner") is not None:
+        _SEEN.setdefault(trainer, set()).update(stats)
+        if key not in stats:
             _check_statistic(trainer, key, stats)
+    if key not in stats:
         return
     value = float(stats[key])
     trial.report(value, step=int(epoch))
@@ -106,8 +108,7 @@ def _check_statistic(trainer: Any, key: str, stats: dict[str, float]) -> None:
     an ``eval/`` statistic from an evaluated epoch (or any epoch, with evaluation off), a ``train/``
     one from an epoch that finished episodes. Another name (an algorithm's loss, which may start
     later) is one warning, at the first evaluated epoch that has not seen it yet."""
-    seen = _SEEN.setdefault(trainer, set())
-    seen.update(stats)
+    seen = _SEEN.get(trainer, set())  # every epoch's statistics so far
     eval_every = getattr(getattr(trainer, "config", None), "eval_every", None)
     evaluated = any(k.startswith("eval/") for k in stats)
     names = ", ".join(sorted(k for k in seen if k.startswith(("eval/", "train/"))))

@@ -244,28 +244,37 @@ def test_corral_plot_reads_the_csv_file_the_run_named(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ what no algorithm can learn from
-@pytest.mark.parametrize("sampler", ["local", "multiprocessing"])
-def test_nan_observations_stop_the_run_before_training_on_them(sampler: str) -> None:
-    """An environment whose state blew up (NaN observations from its 30th step): the run stops with one
-    error naming the environment and where the values are, on every sampler (the trainer checks the
-    batch it gets). Before, PPO sampled on and failed in its update with torch's traceback."""
-    from corral import PPO, EnvFactory, EnvironmentValueError, EnvSpec, LocalSampler, MLPPolicy, Trainer
+def _failed_ppo_run(faulty_env: str, fail_at: int, sampler: str, error: type[Exception]) -> str:
+    """Train PPO on ``corral/<faulty_env>`` (``corral.testing.faulty_envs``) with ``sampler`` (two
+    workers); return the message of ``error``, which stops it in epoch 0 (asserted: nothing counted)."""
+    from corral import PPO, EnvFactory, EnvSpec, LocalSampler, MLPPolicy, Trainer
     from corral.plugins.samplers.multiprocessing import MultiprocessingSampler
 
-    env = EnvFactory("corral.testing.faulty_envs:corral/NaNCartPole-v1", {"fail_at": 30})  # imported where it runs
+    env = EnvFactory(f"corral.testing.faulty_envs:corral/{faulty_env}", {"fail_at": fail_at})  # imported where it runs
     spec = EnvSpec.from_env(env())
     policy = MLPPolicy(spec, hidden_sizes=(8,))
     cls = LocalSampler if sampler == "local" else MultiprocessingSampler
     sampler_obj = cls(agents=policy, envs=env, max_episode_length=500, n_workers=2, seed=1)
     trainer = Trainer(loggers=[])
     trainer.setup(PPO(spec, policy, sampler_obj, seed=1), env)
-    with trainer, pytest.raises(EnvironmentValueError) as stopped:
+    with trainer, pytest.raises(error) as stopped:
         trainer.train(n_epochs=2, batch_size=200)
-    message = str(stopped.value)
+    assert trainer.epoch == 0 and trainer.total_env_steps == 0
+    return str(stopped.value)
+
+
+@pytest.mark.parametrize("sampler", ["local", "multiprocessing"])
+def test_nan_observations_stop_the_run_before_training_on_them(sampler: str) -> None:
+    """An environment whose state blew up (NaN observations from its 30th step): the run stops with one
+    error naming the environment and where the values are, on every sampler (the trainer checks the
+    batch it gets). Before, PPO sampled on and failed in its update with torch's traceback."""
+    from corral import EnvironmentValueError
+
+    message = _failed_ppo_run("NaNCartPole-v1", 30, sampler, EnvironmentValueError)
     assert message.startswith("the environment EnvFactory('corral.testing.faulty_envs:corral/NaNCartPole-v1', "
                               "kwargs={'fail_at': 30}) returned values no algorithm can learn from (observations: "
                               "NaN in "), message
-    assert "the run stopped before training on them" in message and trainer.epoch == 0
+    assert "the run stopped before training on them" in message
 
 
 def test_nonfinite_values_names_the_array_the_kind_and_the_first_step() -> None:
@@ -306,23 +315,12 @@ def test_an_update_that_diverges_stops_the_run_in_one_error_before_sampling_with
     """Rewards of 1e37 (finite): PPO's returns overflow, its parameters become NaN in the first update,
     and its next minibatch fails in torch (``found invalid values``). The trainer names the divergence,
     on every sampler, and the epoch is not part of the run."""
-    from corral import PPO, EnvFactory, EnvSpec, LocalSampler, MLPPolicy, Trainer, TrainingDivergedError
-    from corral.plugins.samplers.multiprocessing import MultiprocessingSampler
+    from corral import TrainingDivergedError
 
-    env = EnvFactory("corral.testing.faulty_envs:corral/HugeRewardCartPole-v1", {"fail_at": 0})
-    spec = EnvSpec.from_env(env())
-    policy = MLPPolicy(spec, hidden_sizes=(8,))
-    cls = LocalSampler if sampler == "local" else MultiprocessingSampler
-    sampler_obj = cls(agents=policy, envs=env, max_episode_length=500, n_workers=2, seed=1)
-    trainer = Trainer(loggers=[])
-    trainer.setup(PPO(spec, policy, sampler_obj, seed=1), env)
-    with trainer, pytest.raises(TrainingDivergedError) as stopped:
-        trainer.train(n_epochs=2, batch_size=200)
-    message = str(stopped.value)
+    message = _failed_ppo_run("HugeRewardCartPole-v1", 0, sampler, TrainingDivergedError)
     assert message.startswith("algo=PPO's update in epoch 0 diverged: the policy's parameters: NaN in "), message
     assert "(the update then raised ValueError on them)" in message, message
     assert "(normalize.reward=true; this batch's rewards reach 1e+37)" in message, message
-    assert trainer.epoch == 0 and trainer.total_env_steps == 0
 
 
 def test_diverged_values_names_nonfinite_losses_and_parameters() -> None:
