@@ -91,17 +91,34 @@ class ConsoleLineFormatter(logging.Formatter):
         return line
 
 
-def log_corral_records_as_lines() -> None:
+def log_corral_records_as_lines(run_log: str | None = None, label: str = "") -> None:
     """Call in a process a run starts (a sampler's worker process, a Ray actor): print corral's log
-    records as the job's console does (``corral: warning: ...`` on stderr, :class:`ConsoleLineFormatter`).
-    Nothing is configured to print them in a spawned process or a Ray worker, and Python's last
-    resort would print a warning's bare message. A forked process keeps the job's handlers and gets
-    nothing more."""
+    records as the job's console does (``corral: warning: ...`` on stderr, :class:`ConsoleLineFormatter`),
+    and append them to ``run_log`` (the run's ``corral.log``, :func:`current_run_log` in the process
+    that started this one) when its directory is here, marked ``[label]`` (``worker 1``). Nothing is configured to print them in a
+    spawned process or a Ray worker, and Python's last resort would print a warning's bare message.
+    A forked process keeps the job's handlers and gets nothing more."""
     if logging.getLogger().handlers or logging.getLogger("corral").handlers:
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(ConsoleLineFormatter())
     logging.getLogger("corral").addHandler(handler)
+    if run_log and Path(run_log).parent.is_dir():  # a Ray node without the run's file system has none
+        to_file = logging.FileHandler(run_log, mode="a", delay=True)  # appends: whole lines from each process
+        mark = f"[{label}] " if label else ""
+        to_file.setFormatter(logging.Formatter(f"[%(asctime)s][%(name)s][%(levelname)s] - {mark}%(message)s"))
+        logging.getLogger("corral").addHandler(to_file)
+
+
+def current_run_log() -> str | None:
+    """The run's ``corral.log`` that this process's log records go to (the file handler Hydra's job
+    logging gives the root logger), or None outside such a run: what a sampler passes to the
+    processes it starts, so their records reach the same file."""
+    for handler in logging.getLogger().handlers:
+        name = getattr(handler, "baseFilename", None)
+        if isinstance(handler, logging.FileHandler) and name and Path(name).name == RUN_LOG:
+            return str(name)
+    return None
 
 
 def job_prefix() -> str:
@@ -117,4 +134,4 @@ def job_prefix() -> str:
     return f"[job {num}] " if multirun and num is not None else ""
 
 
-__all__ = ["ConsoleLineFormatter", "Logger", "RUN_LOG", "job_prefix", "log_corral_records_as_lines", "run_log"]
+__all__ = ["ConsoleLineFormatter", "Logger", "RUN_LOG", "current_run_log", "job_prefix", "log_corral_records_as_lines", "run_log"]

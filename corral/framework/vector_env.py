@@ -99,6 +99,35 @@ class BuiltVectorEnv:
     backend: str  # what was really built (``own`` for a source's own VectorEnv)
 
 
+def check_backend(backend: str, env_id: str | None = None) -> None:
+    """Raise a one-line :class:`ConfigError` when ``worker.backend`` is not one of :data:`BACKENDS`,
+    or cannot make the gymnasium id ``env_id``: ``native`` for an id without a vector entry point,
+    ``envpool`` without EnvPool or for an id EnvPool lacks. An id gymnasium does not know is left to
+    whoever makes the environment. ``worker=vector``'s config check and :func:`build_vector_env`
+    both call it, so they say the same."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
+    if env_id is None:
+        return
+    if backend == "native":
+        try:
+            spec = gym.spec(env_id)
+        except gym.error.Error:
+            return
+        if spec.vector_entry_point is None:
+            raise ConfigError(
+                f"{env_id} has no vector entry point, so worker.backend=native cannot make it; ids that have one: "
+                f"{', '.join(native_ids())}. Use worker.backend=sync (or async, or envpool) for {env_id}")
+    elif backend == "envpool":
+        try:
+            import envpool
+        except ImportError as exc:
+            raise ConfigError("worker.backend=envpool needs EnvPool: pip install 'corral[envpool]'") from exc
+        if env_id not in envpool.list_all_envs():
+            raise ConfigError(f"EnvPool has no environment {env_id!r}; use worker.backend=sync for it "
+                              f"(EnvPool's ids: {', '.join(envpool.list_all_envs())})")
+
+
 def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_length: int | None,
                      seed: int, num_threads: int = 0, autoreset_mode: str = "next_step") -> BuiltVectorEnv:
     """The VectorEnv of ``n_envs`` environments that ``backend`` makes from ``source``.
@@ -107,8 +136,7 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
     the environment's own, so the backend truncates there itself; ``seed`` seeds EnvPool (which
     seeds environment ``i`` with ``seed + i``).
     """
-    if backend not in BACKENDS:
-        raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
+    check_backend(backend)
     own = _own_vector_env(source, n_envs) if _env_id(source) is None else None
     if own is not None:
         if own.num_envs != n_envs:
@@ -131,10 +159,7 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
             spec = gym.spec(env_id)
         except gym.error.Error as exc:
             raise ConfigError(f"gymnasium has no environment {env_id!r} ({exc}); check env.id") from exc
-        if spec.vector_entry_point is None:
-            raise ConfigError(
-                f"{env_id} has no vector entry point, so worker.backend=native cannot make it; ids that have one: "
-                f"{', '.join(native_ids())}. Use worker.backend=sync (or async, or envpool) for {env_id}")
+        check_backend(backend, env_id)
         own_limit = kwargs.get("max_episode_steps") or spec.max_episode_steps
         if own_limit is not None:  # the vector entry point takes max_episode_steps (make_vec passes it)
             own_limit = kwargs["max_episode_steps"] = min_limit(max_episode_length, own_limit)
@@ -143,12 +168,9 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
     if backend == "envpool":
         assert ident is not None
         env_id, kwargs = ident
-        try:
-            import envpool
-        except ImportError as exc:
-            raise ConfigError("worker.backend=envpool needs EnvPool: pip install 'corral[envpool]'") from exc
-        if env_id not in envpool.list_all_envs():
-            raise ConfigError(f"EnvPool has no environment {env_id!r}; its ids: {', '.join(envpool.list_all_envs())}")
+        check_backend(backend, env_id)
+        import envpool
+
         own_limit = kwargs.get("max_episode_steps") or envpool.make_spec(env_id).config.max_episode_steps
         limit = min_limit(max_episode_length, own_limit)
         if limit is not None:

@@ -37,7 +37,7 @@ import traceback
 from multiprocessing.connection import wait
 from typing import Any, Sequence
 
-from corral.framework.logger import log_corral_records_as_lines
+from corral.framework.logger import current_run_log, log_corral_records_as_lines
 from corral.framework.worker import UpdateFailure
 from corral.parallel.shared_memory import load_blob
 
@@ -93,15 +93,17 @@ class _Channel:
                 self.conn.send_bytes(raw)
 
 
-def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_affinity: bool) -> None:
-    """Entry point of a worker process: build worker ``worker_number`` and serve commands."""
+def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_affinity: bool,
+                run_log: str | None = None) -> None:
+    """Entry point of a worker process: build worker ``worker_number`` and serve commands; its log
+    records go to stderr and to ``run_log`` (the run's ``corral.log``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_pid = os.getppid()  # the sampler's process (or, under forkserver, the fork server)
     if hasattr(signal, "pthread_sigmask"):  # the parent blocked SIGINT around our start
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     channel = _Channel(conn)
     _start_watchdog(parent_pid, channel)
-    log_corral_records_as_lines()
+    log_corral_records_as_lines(run_log, f"worker {worker_number}")
     # Which worker this process is (read by corral.testing.faulty_envs, for instance).
     os.environ["CORRAL_WORKER_NUMBER"] = str(worker_number)
     os.environ["CORRAL_WORKER_RESTART"] = str(restart)
@@ -280,7 +282,7 @@ class WorkerProcess:
         self._child_conn: Any = child_conn
         self.process = ctx.Process(
             target=worker_main,
-            args=(factory, worker_number, restart, child_conn, cpu_affinity),
+            args=(factory, worker_number, restart, child_conn, cpu_affinity, current_run_log()),
             name=f"corral-worker-{worker_number}" + (f"-restart-{restart}" if restart else ""),
             daemon=True,
         )

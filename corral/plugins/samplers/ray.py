@@ -31,7 +31,7 @@ from corral.framework.batch import EpisodeBatch
 from corral.framework.checks import check
 from corral.framework.env import is_new_env
 from corral.framework.errors import ConfigError, WorkerError
-from corral.framework.logger import log_corral_records_as_lines
+from corral.framework.logger import current_run_log, log_corral_records_as_lines
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, collect_share, split_steps
 from corral.framework.worker import UpdateFailure, WorkerFactory, apply_updates, import_fix, update_error
@@ -63,11 +63,11 @@ class RaySamplerConfig:
 class _RayWorker:
     """The actor: builds worker ``i`` from the factory where it runs and serves its rollouts."""
 
-    def __init__(self, factory: WorkerFactory, worker_number: int, restart: int) -> None:
+    def __init__(self, factory: WorkerFactory, worker_number: int, restart: int, run_log: str | None = None) -> None:
         import torch
 
         torch.set_num_threads(1)
-        log_corral_records_as_lines()
+        log_corral_records_as_lines(run_log, f"worker {worker_number}")  # the run's corral.log, where this node has it
         os.environ["CORRAL_WORKER_NUMBER"] = str(worker_number)
         os.environ["CORRAL_WORKER_RESTART"] = str(restart)
         self.worker = factory(worker_number, restart)
@@ -161,7 +161,7 @@ class RaySampler(Sampler):
             agent_refs, env_refs = self._put_spread(agents), self._put_spread(envs)
             self._remember(envs, env_refs, self._env_state, replaces=is_new_env)
             self._remember(agents, agent_refs, self._agent_state, replaces=lambda u: isinstance(u, Policy))
-            self._actors = [self._actor_cls.remote(factory, i, 0) for i in range(self.n_workers)]
+            self._actors = [self._actor_cls.remote(factory, i, 0, current_run_log()) for i in range(self.n_workers)]
             self.locations = self._wait_ready(list(range(self.n_workers)))
             self._await({a.update.remote(ag, en): i
                          for i, (a, ag, en) in enumerate(zip(self._actors, agent_refs, env_refs))},
@@ -359,7 +359,7 @@ class RaySampler(Sampler):
             ray.kill(self._actors[i], no_restart=True)
         except Exception:  # noqa: BLE001 - it may already be gone
             pass
-        self._actors[i] = self._actor_cls.remote(self.worker_factory, i, self._restarts[i])
+        self._actors[i] = self._actor_cls.remote(self.worker_factory, i, self._restarts[i], current_run_log())
         self.locations[i] = self._wait_ready([i])[0]
         actor = self._actors[i]
         refs = [actor.update.remote(None, e) for e in self._env_state[i]]

@@ -42,8 +42,8 @@ from corral.framework.vector_env import (
     BuiltVectorEnv,
     autoreset_mode_of,
     build_vector_env,
+    check_backend,
     min_limit,
-    native_ids,
 )
 from corral.framework.worker import Worker
 from corral.rl.episode_buffer import StepLog, action_clipper
@@ -133,8 +133,7 @@ class VectorWorker(Worker):
                  timesteps_per_call: int = 0, carry_episodes: bool = False, **kwargs: Any) -> None:
         super().__init__(seed=seed, max_episode_length=max_episode_length, worker_number=worker_number,
                          n_envs=n_envs, **kwargs)
-        if backend not in BACKENDS:
-            raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
+        check_backend(backend)
         if str(autoreset_mode).lower() not in AUTORESET_MODES:
             raise ConfigError(f"worker.autoreset_mode={autoreset_mode!r} is not one of {', '.join(AUTORESET_MODES)}")
         if timesteps_per_call < 0:
@@ -678,27 +677,6 @@ def _gather(log: StepLog, slots: np.ndarray, first: np.ndarray, lengths: np.ndar
     return (batch, slots) if with_slots else batch
 
 
-def _check_backend_has(backend: str, env_id: str) -> None:
-    """A ConfigError, before anything starts, when ``backend`` cannot make ``env_id``."""
-    if backend == "native":
-        try:
-            spec = gym.spec(env_id)
-        except gym.error.Error:
-            return  # an id gymnasium does not know: building the environment reports it
-        if spec.vector_entry_point is None:
-            raise ConfigError(
-                f"{env_id} has no vector entry point, so worker.backend=native cannot make it; ids that have one: "
-                f"{', '.join(native_ids())}. Use worker.backend=sync (or async, or envpool) for {env_id}")
-    elif backend == "envpool":
-        try:
-            import envpool
-        except ImportError as exc:
-            raise ConfigError("worker.backend=envpool needs EnvPool: pip install 'corral[envpool]'") from exc
-        if env_id not in envpool.list_all_envs():
-            raise ConfigError(f"EnvPool has no environment {env_id!r}; use worker.backend=sync for it "
-                              f"(EnvPool's ids: {', '.join(envpool.list_all_envs())})")
-
-
 @hookimpl
 def corral_validate_config(cfg: Any) -> None:
     """Reject ``worker=vector`` fragments (``worker.timesteps_per_call > 0``) for an algorithm that needs whole
@@ -708,12 +686,8 @@ def corral_validate_config(cfg: Any) -> None:
     worker = cfg.get("worker") if hasattr(cfg, "get") else None
     if worker is None or worker.get("name") != "vector":
         return
-    backend = worker.get("backend", "native")
-    if backend not in BACKENDS:
-        raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
     env_id = cfg.env.get("id") if cfg.get("env") is not None else None
-    if isinstance(env_id, str) and ":" not in env_id:
-        _check_backend_has(backend, env_id)
+    check_backend(worker.get("backend", "native"), env_id if isinstance(env_id, str) and ":" not in env_id else None)
     _check_rollout_mode(bool(worker.get("carry_episodes", False)), int(worker.get("timesteps_per_call", 0) or 0))
     if int(worker.get("timesteps_per_call", 0) or 0) > 0 and cfg.get("algo") is not None:
         from corral.framework.plugins import get_registry

@@ -222,7 +222,8 @@ def _has_ray() -> bool:
 def test_a_warning_from_a_worker_process_is_one_corral_line(tmp_path: Path, sampler: list[str]) -> None:
     """The oversize warning is logged inside the worker's own process: a spawned one and a Ray actor
     have no logging of their own (Python printed the bare message), a forked one inherits the job's.
-    Each prints it once, as ``corral: warning: ...`` (after Ray's ``(_RayWorker pid=N)``)."""
+    Each prints it once, as ``corral: warning: ...`` (after Ray's ``(_RayWorker pid=N)``), and the run's
+    ``corral.log`` has it once too (the worker process appends it there)."""
     proc = _train(tmp_path / "run", "worker=vector", "worker.n_envs=64", "trainer.batch_size=64", "trainer.n_epochs=2",
                   "trainer.eval_every=0", "trainer.progress=false", "logger=[csv]", *sampler, "sampler.n_workers=1")
     said = [line for line in (proc.stdout + proc.stderr).splitlines() if "were asked for" in line]
@@ -230,3 +231,7 @@ def test_a_warning_from_a_worker_process_is_one_corral_line(tmp_path: Path, samp
     line = re.sub(r"^(\x1b\[\d+m)?\(\w+ pid=\d+\)(\x1b\[0m)? ", "", said[0])  # Ray's prefix of an actor's line
     assert line.startswith("corral: warning: worker=vector returned "), proc.stderr[-3000:]
     assert "UserWarning" not in proc.stderr, proc.stderr[-3000:]  # e.g. torch's, on a read-only batch from Ray
+    logged = [line for line in (tmp_path / "run" / "corral.log").read_text().splitlines() if "were asked for" in line]
+    assert len(logged) == 1, logged
+    assert re.match(r"^\[[\d\- :,]+\]\[corral\.plugins\.workers\.vector\]\[WARNING\] - (\[worker 0\] )?corral: worker=vector "
+                    r"returned ", logged[0]), logged
