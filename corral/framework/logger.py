@@ -95,9 +95,10 @@ def log_corral_records_as_lines(run_log: str | None = None, label: str = "") -> 
     """Call in a process a run starts (a sampler's worker process, a Ray actor): print corral's log
     records as the job's console does (``corral: warning: ...`` on stderr, :class:`ConsoleLineFormatter`),
     and append them to ``run_log`` (the run's ``corral.log``, :func:`current_run_log` in the process
-    that started this one) when its directory is here, marked ``[label]`` (``worker 1``). Nothing is configured to print them in a
-    spawned process or a Ray worker, and Python's last resort would print a warning's bare message.
-    A forked process keeps the job's handlers and gets nothing more."""
+    that started this one) when its directory is here, marked ``[label]`` (``worker 1``). Nothing
+    is configured to print them in a spawned process or a Ray worker, and Python's last resort
+    would print a warning's bare message. A forked process keeps the job's handlers (its records
+    reach both already) and gets nothing more."""
     if logging.getLogger().handlers or logging.getLogger("corral").handlers:
         return
     handler = logging.StreamHandler(sys.stderr)

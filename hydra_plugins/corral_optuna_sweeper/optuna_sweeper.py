@@ -45,7 +45,7 @@ def distribution(override: Override) -> Any:
     try:
         return _distribution(override)
     except ValueError as exc:
-        raise ConfigError(f"{override.input_line}: {exc}".replace("optuna sweeper: ", "", 1)) from None
+        raise ConfigError(f"{override.input_line}: {exc}") from None
 
 
 def _distribution(override: Override) -> Any:
