@@ -62,11 +62,12 @@ def precheck(args: Sequence[str]) -> None:
             if flags and not multirun:  # --cfg, --help, ...: Hydra shows what was asked, of options that exist
                 return
             _parse(overrides)  # Hydra's own settings too (compose below leaves them out)
-            check_output_dir(overrides, multirun)
+            hydra_cfg = hydra_config(overrides)  # composed once, for the two checks below
+            check_output_dir(overrides, multirun, hydra_cfg)
             if multirun:
                 check_no_hydra_sweep(overrides)
                 check_sweep_values(overrides)
-                check_sweep_plugins(overrides)
+                check_sweep_plugins(overrides, hydra_cfg)
                 return
             try:
                 cfg = compose(config_name=CONFIG_NAME, overrides=[o for o in overrides if _composes_job(o)])
@@ -121,32 +122,46 @@ def check_sweep_values(overrides: Sequence[str]) -> None:
                     raise ConfigError(f"{hydra_message(exc)} (a value of the sweep {key}={','.join(values)})") from None
 
 
-def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
-    """Raise one-line :class:`ConfigError` when the run's directory (``hydra.run.dir``, or
-    ``hydra.sweep.dir`` for a sweep) cannot be created: its nearest existing ancestor is not a
-    directory, or refuses a new directory (``hydra.run.dir=/proc/x``, a read-only file system).
-    Hydra would stop on it with a traceback (:func:`corral.results.writable.directory_problem`);
-    a directory that does not resolve yet (it names run-time values) is left to Hydra. Composing
-    Hydra's own config for it also finds a ``hydra.*`` value of the wrong type, which is one line too."""
-    from pathlib import Path
-
+def hydra_config(overrides: Sequence[str]) -> Any:
+    """Hydra's own config (the ``hydra`` node) composed from the overrides that are not sweeps, for
+    :func:`check_output_dir` and :func:`check_sweep_plugins`; None when it does not compose (Hydra
+    or each job reports why). A ``hydra.*`` value of the wrong type (``hydra.job.chdir=abc``) is a
+    one-line :class:`ConfigError`."""
     from hydra import compose
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException, ValidationError
 
-    from corral.results.writable import directory_problem
-
-    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
         fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
-        hydra_cfg = compose(config_name=CONFIG_NAME, overrides=fixed, return_hydra_config=True).hydra
-        where = str(OmegaConf.select(hydra_cfg, key.removeprefix("hydra."), throw_on_resolution_failure=True))
+        return compose(config_name=CONFIG_NAME, overrides=fixed, return_hydra_config=True).hydra
     except (HydraException, OmegaConfBaseException) as exc:
         if isinstance(exc.__cause__, ValidationError) or isinstance(exc, ValidationError):
             raise ConfigError(hydra_message(exc)) from None  # e.g. hydra.sweeper.max_batch_size=abc
+        return None
+
+
+def check_output_dir(overrides: Sequence[str], multirun: bool, hydra_cfg: Any) -> None:
+    """Raise one-line :class:`ConfigError` when the run's directory (``hydra.run.dir``, or
+    ``hydra.sweep.dir`` for a sweep, in ``hydra_cfg`` from :func:`hydra_config`) cannot be created:
+    its nearest existing ancestor is not a directory, or refuses a new directory
+    (``hydra.run.dir=/proc/x``, a read-only file system). Hydra would stop on it with a traceback
+    (:func:`corral.results.writable.directory_problem`); a directory that does not resolve yet (it
+    names run-time values) is left to Hydra."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from corral.results.writable import directory_problem
+
+    if hydra_cfg is None:
+        return
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    try:
+        where = str(OmegaConf.select(hydra_cfg, key.removeprefix("hydra."), throw_on_resolution_failure=True))
+    except OmegaConfBaseException:
         return
     target = Path(where).expanduser().absolute()
     problem = directory_problem(target)
@@ -156,27 +171,22 @@ def check_output_dir(overrides: Sequence[str], multirun: bool) -> None:
                           f"{problem}; give a directory you can write to, e.g. {key}=outputs/<name>")
 
 
-def check_sweep_plugins(overrides: Sequence[str]) -> None:
+def check_sweep_plugins(overrides: Sequence[str], hydra_cfg: Any) -> None:
     """Before a sweep starts, let its Hydra launcher and sweeper check their settings: a launcher or
     sweeper class with a ``check_config(cfg, overrides)`` classmethod (corral's submitit, Ray and
-    Optuna shims have one) is given its composed ``hydra.launcher`` / ``hydra.sweeper`` node and the
-    command line's job overrides, and raises :class:`ConfigError` for what would fail once jobs are
-    launched (no SLURM on this machine, ``n_trials=0``, ``interval(1, 0.1)``). A sweeper with a
-    ``search_ends(cfg, overrides)`` (corral's Optuna sweeper) has the ends of its search space
-    checked as job values. The config is composed from the overrides that are not sweeps; when
-    that fails, the sweep goes on and each job reports its own config's errors."""
-    from hydra import compose
+    Optuna shims have one) is given its composed ``hydra.launcher`` / ``hydra.sweeper`` node (from
+    ``hydra_cfg``, :func:`hydra_config`) and the command line's job overrides, and raises
+    :class:`ConfigError` for what would fail once jobs are launched (no SLURM on this machine,
+    ``n_trials=0``, ``interval(1, 0.1)``). A sweeper with a ``search_ends(cfg, overrides)``
+    (corral's Optuna sweeper) has the ends of its search space checked as job values. When Hydra's
+    config does not compose, the sweep goes on and each job reports its own config's errors."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
     from hydra.utils import get_class
-    from omegaconf.errors import OmegaConfBaseException
 
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-        fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
-        hydra_cfg = compose(config_name=CONFIG_NAME, overrides=fixed, return_hydra_config=True).hydra
-    except (HydraException, OmegaConfBaseException):
+    if hydra_cfg is None:
         return
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override() and _composes_job(str(o.input_line))]
     job = [str(o.input_line) for o in parsed if not _is_hydra(str(o.input_line))]
     for part in ("launcher", "sweeper"):
         node = hydra_cfg.get(part)
@@ -190,7 +200,7 @@ def check_sweep_plugins(overrides: Sequence[str]) -> None:
             check(node, job)
         ends = getattr(cls, "search_ends", None)
         if callable(ends):
-            _check_search_ends(ends(node, job), [o for o in fixed if _composes_job(o)])
+            _check_search_ends(ends(node, job), fixed)
 
 
 def _check_search_ends(ends: dict[str, list[str]], fixed: Sequence[str]) -> None:
@@ -361,4 +371,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_no_hydra_sweep", "check_output_dir", "check_sweep_plugins", "check_sweep_values", "given_keys", "hydra_message", "precheck", "unknown_option_message"]
+__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_no_hydra_sweep", "check_output_dir", "check_sweep_plugins", "check_sweep_values", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]

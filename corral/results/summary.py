@@ -13,11 +13,11 @@ the loggers put it.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from corral.results.writable import write_atomically
 
 #: File name of a run's summary inside its output directory.
 SUMMARY_FILE = "summary.json"
@@ -34,24 +34,9 @@ def write_summary(run_dir: str | Path, summary: dict[str, Any]) -> Path:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / SUMMARY_FILE
-    fd, tmp = tempfile.mkstemp(prefix=".summary.", suffix=".tmp", dir=run_dir)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the other files of a run follow the umask
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(summary, indent=2, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = json.dumps(summary, indent=2, default=str) + "\n"
+    write_atomically(path, lambda f: f.write(text), text=True)  # its mode follows the umask, as the run's other files
     return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 @dataclass

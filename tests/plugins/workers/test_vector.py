@@ -488,15 +488,16 @@ def test_a_backend_without_the_environment_is_refused_at_composition() -> None:
             validate(compose_config(["env=gym", "env.id=Taxi-v4", "worker=vector", "worker.backend=envpool"]))
 
 
-@pytest.mark.parametrize(("backend", "env_id"), [("native", "Acrobot-v1"), ("envpool", "Taxi-v4")])
+@pytest.mark.parametrize(("backend", "env_id"), [
+    ("native", "Acrobot-v1"),
+    pytest.param("envpool", "Taxi-v4", marks=needs_envpool),
+])
 def test_composition_and_the_worker_refuse_a_backend_in_the_same_words(backend: str, env_id: str) -> None:
     """One check (``corral.framework.vector_env.check_backend``) for the config and for building the
     VectorEnv: the two said different things for EnvPool before."""
     from corral.framework.compose import validate
     from corral.testing import compose_config
 
-    if backend == "envpool" and not has_envpool():
-        pytest.skip("needs the envpool extra")
     with pytest.raises(ConfigError) as composed:
         validate(compose_config(["env=gym", f"env.id={env_id}", "worker=vector", f"worker.backend={backend}"]))
     with pytest.raises(ConfigError) as built:
