@@ -10,7 +10,9 @@ CPU time of this process and of each worker process from /proc, so the table sho
 time each worker and the sampler's process were busy, the time of one ``obtain_samples`` call, and how
 long a worker waits per call (for the other worker, for the sampler to read both batches, and for the
 next update). The ideal ratio is what two workers as fast as one local 128-environment worker give:
-``2 x local(128) / local(256)``. With ``--out`` the table goes to a markdown file with the command.
+``2 x local(128) / local(256)``. The row ``multiprocessing 1 x 128`` (one worker process, the sampler's
+process waiting) separates what a worker process costs by itself (its ratio to ``local 128``) from what
+two workers cost each other. With ``--out`` the table goes to a markdown file with the command.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def main() -> None:
         specs = {"local 128": vector_row("native", 128, fragments=frag, carry=carry),
                  "local 256": vector_row("native", 256, fragments=frag, carry=carry),
                  "multiprocessing 2 x 128": vector_row("native", 128, sampler="multiprocessing", n_workers=2,
+                                                       fragments=frag, carry=carry),
+                 "multiprocessing 1 x 128": vector_row("native", 128, sampler="multiprocessing", n_workers=1,
                                                        fragments=frag, carry=carry)}
         runners = {name: spec.build(ctx) for name, spec in specs.items()}
         try:
@@ -82,6 +86,8 @@ def main() -> None:
         med = {name: {k: statistics.median(r[k] for r in rs) for k in ("steps_per_s", "call_ms", "sampler_busy")}
                for name, rs in results.items()}
         mp_busy = [statistics.median(r["worker_busy"][i] for r in results["multiprocessing 2 x 128"]) for i in range(2)]
+        one = med["multiprocessing 1 x 128"]["steps_per_s"]
+        one_busy = statistics.median(r["worker_busy"][0] for r in results["multiprocessing 1 x 128"])
         ratio = med["multiprocessing 2 x 128"]["steps_per_s"] / med["local 256"]["steps_per_s"]
         ideal = 2 * med["local 128"]["steps_per_s"] / med["local 256"]["steps_per_s"]
         call = med["multiprocessing 2 x 128"]["call_ms"]
@@ -89,10 +95,12 @@ def main() -> None:
         lines.append(
             f"| {mode} | {med['local 128']['steps_per_s']:,.0f} | {med['local 256']['steps_per_s']:,.0f} | "
             f"{med['multiprocessing 2 x 128']['steps_per_s']:,.0f} | {ratio:.2f}x | {ideal:.2f}x | {call:.1f} | "
-            f"{', '.join(f'{b:.2f}' for b in mp_busy)} | {waits} | {med['multiprocessing 2 x 128']['sampler_busy']:.2f} |")
+            f"{', '.join(f'{b:.2f}' for b in mp_busy)} | {waits} | {med['multiprocessing 2 x 128']['sampler_busy']:.2f} | "
+            f"{one:,.0f} | {one / med['local 128']['steps_per_s']:.2f}x | {one_busy:.2f} |")
     header = ("| mode | local 128: steps/s | local 256: steps/s | mp 2 x 128: steps/s | mp / local 256 | ideal "
               "(2 x local 128 / local 256) | mp: ms per call | mp: workers busy | mp: each worker's wait per call (ms) | "
-              "mp: sampler's process busy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+              "mp: sampler's process busy | mp 1 x 128: steps/s | mp 1 x 128 / local 128 | mp 1 x 128: worker busy |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     emit(profile_document(
         "multiprocessing 2 x vector(native, 128): where the time goes (CartPole-v1)",
         f"{args.rounds} measurements of {args.budget} s per row, round-robin within each mode; medians. Busy: "

@@ -55,6 +55,8 @@ def test_profile_vector_multiprocessing_reports_each_mode(tmp_path: Path) -> Non
         assert all(float(x.replace(",", "")) > 0 for x in r[1:4])
         busy = [float(x) for x in r[7].split(",")]
         assert len(busy) == 2 and all(0 < b <= 1.5 for b in busy)
+        one, one_ratio, one_busy = float(r[10].replace(",", "")), r[11], float(r[12])  # one worker process alone
+        assert one > 0 and re.fullmatch(r"\d+\.\d\dx", one_ratio) and 0 < one_busy <= 1.5
 
 
 def test_profile_gpu_forward_times_each_variant_or_reports_no_gpu(tmp_path: Path) -> None:
