@@ -133,6 +133,23 @@ def test_an_override_that_would_not_change_the_evaluation_is_refused(cartpole_ru
     assert str(caught.value).startswith(says) and "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize(("override", "says"), [
+    # accepted before, and 1.5 became an episode limit of 1: the run's stored config is untyped YAML
+    ("env.max_episode_length=1.5", "env.max_episode_length=1.5: Value '1.5' of type 'float' could not be converted "
+                                   "to Integer"),
+    ("env.max_episode_length=[1]", "env.max_episode_length=[1]: Value '[1]' of type 'ListConfig' could not be "
+                                   "converted to Integer"),  # a traceback before
+    ("seed=abc", "seed=abc: Value 'abc' of type 'str' could not be converted to Integer"),  # a traceback before
+])
+def test_an_override_of_the_wrong_type_is_refused_as_train_py_would(cartpole_run: Path, override: str,
+                                                                    says: str) -> None:
+    from corral.framework.eval_run import evaluate_run
+
+    with pytest.raises(ConfigError) as caught:
+        evaluate_run(cartpole_run, [override], episodes=1, output="")
+    assert str(caught.value) == says
+
+
 def test_bad_eval_values_are_one_line_each(cartpole_run: Path, tmp_path: Path) -> None:
     for args, line in [
         (["--seed", "-3"], "corral eval: error: --seed must be >= 0 (a seed of numpy's SeedSequence, as the run's seed "

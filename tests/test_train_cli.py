@@ -87,6 +87,13 @@ UNKNOWN_SAMPLER = ("sampler has no option 'nonexistent'; choose one of action_se
         (["hydra/launcher=nonexistent"],
          "corral: error: hydra/launcher=nonexistent: hydra/launcher has no option 'nonexistent'; choose one of "
          "basic, joblib, ray, submitit_local, submitit_slurm (Hydra plugin packages add more)"),
+        # a number, a boolean or null for a group: Hydra's own ValueError traceback before
+        (["sampler=1"], f"corral: error: sampler=1: {UNKNOWN_SAMPLER.replace('nonexistent', '1')}"),
+        (["sampler=null"], f"corral: error: sampler=null: {UNKNOWN_SAMPLER.replace('nonexistent', 'null')}"),
+        # a plugin's name is not a setting: sampler.name= built the multiprocessing sampler from local's settings
+        (["sampler.name=multiprocessing"],
+         "corral: error: sampler.name=multiprocessing: a plugin's name comes with its option (sampler.name is "
+         "'local') and is not a setting; choose the option with sampler=multiprocessing"),
     ],
 )
 def test_unknown_option_is_one_line_listing_the_available_ones(

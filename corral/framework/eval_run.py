@@ -218,6 +218,34 @@ def check_eval_override(override: str, cfg: Any) -> None:
                       "--sampler and --n-workers set the rest")
 
 
+def check_eval_type(override: str, cfg: Any) -> None:
+    """Raise a one-line :class:`ConfigError` when the value ``override`` gave (already merged into the
+    run's ``cfg``) does not have its setting's type, as ``train.py``'s composition would
+    (``env.max_episode_length=1.5``: an int, not silently truncated). The run's stored config is plain
+    YAML, so the type comes from the option's registered config class (``seed``: the primary schema)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from corral.framework.config import CorralConfig
+    from corral.framework.plugins import get_plugin_manager
+
+    key = override.partition("=")[0]
+    kind, _, rest = key.partition(".")
+    name = rest.split(".")[0]
+    if not rest:
+        schema: Any = CorralConfig
+        kind, name, path = "", kind, kind
+    else:
+        schema = get_plugin_manager().registry.get(kind, cfg[kind].name).config
+        path = f"{kind}.{name}"
+    if schema is None or name not in {f.name for f in dataclasses.fields(schema)}:
+        return  # an unknown key: the build's check names it with the option's settings
+    try:
+        OmegaConf.merge(OmegaConf.structured(schema), {name: OmegaConf.select(cfg, path)})
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{override}: {str(exc).splitlines()[0]}") from None
+
+
 def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: bool) -> Any:
     """The run's own config (from its snapshot, else ``.hydra/config.yaml``) with ``overrides``,
     no loggers, no resume, and a local sampler for the build (evaluation brings its own)."""
@@ -238,6 +266,8 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
         check_eval_override(override, cfg)
     if overrides:
         cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+        for override in overrides:
+            check_eval_type(override, cfg)
     with open_dict(cfg):
         cfg.logger = {}
         cfg.trainer.resume = None

@@ -20,7 +20,7 @@ line resumes a run (``trainer.resume``: the run's own config is used, see
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from corral.framework.config import CONFIG_MODULE, CONFIG_NAME
 from corral.framework.errors import ConfigError
@@ -71,6 +71,7 @@ def precheck(args: Sequence[str]) -> None:
                 return
             try:
                 cfg = compose(config_name=CONFIG_NAME, overrides=[o for o in overrides if _composes_job(o)])
+                check_plugin_names(overrides, cfg, lambda job: compose(config_name=CONFIG_NAME, overrides=job))
             except MissingConfigException as exc:
                 raise ConfigError(_missing_message(exc, options_of)) from None
     except (HydraException, OmegaConfBaseException) as exc:
@@ -79,6 +80,39 @@ def precheck(args: Sequence[str]) -> None:
         GlobalHydra.instance().clear()
     check_values(cfg)
     warn_ignored(cfg, given_keys(overrides))
+
+
+def _names_plugin(key: str) -> bool:
+    """Whether ``key`` is a chosen plugin's ``name`` (``sampler.name``, ``logger.csv.name``)."""
+    from corral.framework.registry import KINDS
+
+    parts = key.split(".")
+    return parts[-1] == "name" and ((len(parts) == 2 and parts[0] in KINDS and parts[0] != "logger")
+                                    or (len(parts) == 3 and parts[0] == "logger"))
+
+
+def check_plugin_names(overrides: Sequence[str], cfg: Any, compose_job: Callable[[list[str]], Any]) -> None:
+    """Raise one-line :class:`ConfigError` for an override that renames a chosen plugin
+    (``sampler.name=ray``, ``logger.console.name=x``). A plugin is chosen with its group
+    (``sampler=ray``) and its ``name`` comes with the option: renaming it would build one plugin
+    from another's settings, and a logger's would be ignored (a logger is the key it is under).
+    ``compose_job(overrides)`` composes the job's config; it runs only when such an override is given,
+    to compare with the name the options give."""
+    from omegaconf import OmegaConf
+
+    renames = [o for o in overrides if "=" in o and _names_plugin(_key(o))]
+    if not renames:
+        return
+    chosen = compose_job([o for o in overrides if o not in renames and _composes_job(o)])
+    for override in renames:
+        key = _key(override)
+        given, option = OmegaConf.select(cfg, key), OmegaConf.select(chosen, key)
+        if given != option:
+            group = key.split(".")[0]
+            how = ("loggers are chosen with logger=[...], e.g. logger=[console,csv]" if group == "logger"
+                   else f"choose the option with {group}={given}")
+            raise ConfigError(f"{override}: a plugin's name comes with its option ({key} is {option!r}) and is "
+                              f"not a setting; {how}")
 
 
 #: At most this many compositions check a sweep's values (each takes tens of milliseconds).
@@ -307,8 +341,18 @@ def _choices(override: str) -> Iterator[tuple[str, str]]:
         return
     value = parsed.value()
     for item in value if isinstance(value, list) else [value]:
-        if isinstance(item, str):
-            yield parsed.key_or_group, item
+        # A number, a boolean or null is never an option's name (Hydra itself would fail with a traceback):
+        # it is named as the command line wrote it, so that a group's check reports it as a missing option.
+        yield parsed.key_or_group, item if isinstance(item, str) else _as_written(item)
+
+
+def _as_written(value: Any) -> str:
+    """A parsed override value as Hydra's grammar writes it (``true``, ``null``, ``1.5``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def check_choices(overrides: Sequence[str], options_of: Any) -> None:

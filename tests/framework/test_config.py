@@ -305,6 +305,24 @@ def test_precheck_lists_the_available_options_and_skips_flags_and_resume() -> No
     precheck(["hydra.run.dir=/tmp/x", "algo=vpg"])
 
 
+def test_a_plugins_name_is_not_a_setting() -> None:
+    """``sampler.name=ray`` would build the Ray sampler from the local sampler's settings, and
+    ``logger.csv.name=x`` would be ignored: both are one line that says how to choose. A name equal
+    to the chosen option's changes nothing and passes."""
+    from corral.framework.precheck import precheck
+
+    prepare([])
+    with pytest.raises(ConfigError) as info:
+        precheck(["algo.name=vpg", "seed=2"])
+    assert str(info.value) == ("algo.name=vpg: a plugin's name comes with its option (algo.name is 'ppo') and is not "
+                               "a setting; choose the option with algo=vpg")
+    with pytest.raises(ConfigError) as info:
+        precheck(["logger=[console,csv]", "logger.csv.name=x"])
+    assert str(info.value) == ("logger.csv.name=x: a plugin's name comes with its option (logger.csv.name is 'csv') "
+                               "and is not a setting; loggers are chosen with logger=[...], e.g. logger=[console,csv]")
+    precheck(["sampler=ray", "sampler.name=ray"])
+
+
 def test_check_choices_reads_every_form_of_group_override() -> None:
     from corral.framework.precheck import _missing_message, check_choices
 
@@ -319,9 +337,12 @@ def test_check_choices_reads_every_form_of_group_override() -> None:
             "logger=[console],[csv]", "seed=1,2,3", "~sampler", "sampler=glob(*)", "algo.lr=interval(0,1)",
             "+sampler=local", "sampler=local,"]
     check_choices(fine, options_of)
-    assert set(seen) == {"sampler", "logger"}  # not looked up: value overrides, numbers, globs, intervals
+    # Not looked up: value overrides, globs, intervals. A number is (``sampler=1`` names no option).
+    assert set(seen) == {"sampler", "logger", "seed"}
     for bad, option in [("sampler=nope", "nope"), ("logger=[console,nope]", "nope"), ("sampler=ray,nope", "nope"),
-                        ("logger=[csv],[nope]", "nope"), ("+sampler=nope", "nope")]:
+                        ("logger=[csv],[nope]", "nope"), ("+sampler=nope", "nope"), ("sampler=1", "1"),
+                        ("sampler=2.5", "2.5"), ("sampler=true", "true"), ("sampler=null", "null"),
+                        ("logger=[console,3]", "3")]:
         with pytest.raises(ConfigError) as info:
             check_choices(["seed=1", bad], options_of)
         group = bad.lstrip("+").split("=")[0]

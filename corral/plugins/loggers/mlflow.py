@@ -48,9 +48,12 @@ _PARAM_BATCH, _PARAM_MAX_LEN = 100, 6000
 class MLflowLoggerConfig:
     """Settings of the MLflow logger."""
 
-    tracking_uri: str = field(default="file:./mlruns", metadata={
-        "help": "MLflow tracking URI: file:./mlruns (default), sqlite:///mlflow.db, http://host:5000, databricks"})
-    experiment: str = field(default="corral", metadata={"help": "MLflow experiment name (created if missing)"})
+    tracking_uri: Optional[str] = field(default=None, metadata=check(
+        pattern=r"\S.*", describe="an MLflow tracking URI (or null)",
+        help="MLflow tracking URI: file:./mlruns, sqlite:///mlflow.db, http://host:5000, databricks "
+             "(null: MLFLOW_TRACKING_URI, else file:./mlruns)"))
+    experiment: str = field(default="corral", metadata=check(
+        pattern=r"\S.*", describe="an experiment name", help="MLflow experiment name (created if missing)"))
     run_name: Optional[str] = field(default=None, metadata={
         "help": "run name (null: from the Hydra job, e.g. 'corral#3 algo=ppo,seed=2')"})
     tags: dict[str, str] = field(default_factory=dict, metadata={"help": "extra run tags"})
@@ -63,6 +66,16 @@ class MLflowLoggerConfig:
 
 #: Open loggers by run directory, for the summary that is written after the loggers are closed.
 _BY_RUN_DIR: "weakref.WeakValueDictionary[str, MLflowLogger]" = weakref.WeakValueDictionary()
+
+
+#: Where runs go when neither logger.mlflow.tracking_uri nor MLFLOW_TRACKING_URI says.
+DEFAULT_TRACKING_URI = "file:./mlruns"
+
+
+def tracking_uri(config: MLflowLoggerConfig) -> str:
+    """The store runs go to: ``logger.mlflow.tracking_uri``, else the environment's
+    ``MLFLOW_TRACKING_URI`` (as MLflow's own clients read it), else ``file:./mlruns``."""
+    return config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
 class MLflowLogger(Logger):
@@ -88,11 +101,11 @@ class MLflowLogger(Logger):
         """Open (or, after ``trainer.resume``, reopen) the MLflow run and log the config as params."""
         if self.run_id is not None or self.guard.failed:
             return
-        with self.guard(f"starting a run at {self.config.tracking_uri}"):
+        uri = tracking_uri(self.config)
+        with self.guard(f"starting a run at {uri}"):
             from mlflow.entities import Param
             from mlflow.tracking import MlflowClient
 
-            uri = self.config.tracking_uri
             if uri.startswith("file:") or "://" not in uri:
                 # MLflow 3 keeps its file store in maintenance mode behind this switch; the file
                 # store is what `mlflow ui` reads and what concurrent sweep jobs share safely.

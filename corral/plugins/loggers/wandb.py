@@ -41,13 +41,13 @@ MODES = ("online", "offline", "disabled", "shared")
 class WandbLoggerConfig:
     """Settings of the Weights & Biases logger."""
 
-    project: str = field(default="corral", metadata={"help": "W&B project"})
+    project: str = field(default="corral", metadata=check(pattern=r"\S.*", describe="a project name", help="W&B project"))
     entity: Optional[str] = field(default=None, metadata={"help": "W&B entity (user or team; null: your default)"})
     group: Optional[str] = field(default=None, metadata={
         "help": "run group (null: the sweep directory for multirun jobs, none for a single run)"})
     tags: list[str] = field(default_factory=list, metadata={"help": "run tags, e.g. [ppo,baseline]"})
-    mode: Optional[str] = field(default=None, metadata={
-        "help": "online, offline or disabled (null: WANDB_MODE, else online)"})
+    mode: Optional[str] = field(default=None, metadata=check(
+        choices=MODES, help="online, offline, disabled or shared (null: WANDB_MODE, else online)"))
     run_name: Optional[str] = field(default=None, metadata={
         "help": "run name (null: from the Hydra job, e.g. 'corral#3 algo=ppo,seed=2')"})
     job_type: Optional[str] = field(default=None, metadata={"help": "W&B job type (e.g. train, sweep)"})

@@ -32,7 +32,8 @@ TINY = ["trainer.max_env_steps=1000", "trainer.batch_size=500", "trainer.eval_ev
 
 def train(cwd: Path, *overrides: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess[str]:
     """``python train.py <overrides>`` in ``cwd``; never hangs."""
-    full_env = {**os.environ, "MLFLOW_ALLOW_FILE_STORE": "true", **env}
+    full_env = {**{k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}, "MLFLOW_ALLOW_FILE_STORE": "true",
+                **env}  # the default store unless a test sets MLFLOW_TRACKING_URI
     proc = subprocess.run([sys.executable, str(TRAIN), *overrides], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=full_env)
     return proc
@@ -105,6 +106,36 @@ def test_file_store_run_with_params_metrics_and_artifacts(tmp_path: Path) -> Non
         (f"videos/{video.name}", video.stat().st_size)]
     local = Path(c.download_artifacts(run.info.run_id, "summary.json", str(tmp_path / "dl")))
     assert json.loads(local.read_text()) == json.loads((run_dir / "summary.json").read_text())
+
+
+def test_mlflow_tracking_uri_from_the_environment_when_the_config_gives_none(tmp_path: Path) -> None:
+    """``MLFLOW_TRACKING_URI``, as MLflow's own clients read it, is used when ``logger.mlflow.tracking_uri``
+    is null (it was ignored: the config's file:./mlruns won); the config's URI wins over it; an empty
+    one is one line before the run starts."""
+    store, other = f"file:{tmp_path / 'from_env'}", f"file:{tmp_path / 'from_config'}"
+    proc = train(tmp_path, *TINY, "logger=[csv,mlflow]", f"hydra.run.dir={tmp_path / 'a'}", MLFLOW_TRACKING_URI=store)
+    assert proc.returncode == 0 and "logger failed" not in proc.stderr, output(proc)
+    assert len(runs_of(store)) == 1 and not (tmp_path / "mlruns").exists()
+    proc = train(tmp_path, *TINY, "logger=[csv,mlflow]", f"logger.mlflow.tracking_uri={other}",
+                 f"hydra.run.dir={tmp_path / 'b'}", MLFLOW_TRACKING_URI=store)
+    assert proc.returncode == 0, output(proc)
+    assert len(runs_of(other)) == 1 and len(runs_of(store)) == 1
+    proc = train(tmp_path, *TINY, "logger=[csv,mlflow]", "logger.mlflow.tracking_uri=''", f"hydra.run.dir={tmp_path / 'c'}")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "corral: error: logger.mlflow.tracking_uri must be an MLflow tracking URI (or null), got ''"], output(proc)
+    assert not (tmp_path / "c").exists()
+
+
+def test_an_empty_experiment_name_is_one_line_before_the_run_starts() -> None:
+    from corral.framework.entry import prepare
+    from corral.framework.errors import ConfigError
+    from corral.framework.precheck import precheck
+
+    prepare([])
+    with pytest.raises(ConfigError) as info:  # before: a warning inside the run, which went on without MLflow
+        precheck(["logger=[console,mlflow]", "logger.mlflow.experiment=''"])
+    assert str(info.value) == "logger.mlflow.experiment must be an experiment name, got ''"
+    precheck(["logger=[console,mlflow]", "logger.mlflow.experiment='two words'"])
 
 
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("hydra_plugins.hydra_joblib_launcher"),

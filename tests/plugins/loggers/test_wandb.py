@@ -175,3 +175,21 @@ def test_multirun_with_the_ray_launcher_gives_two_offline_runs(tmp_path: Path) -
     runs = [check_run(offline_runs(sweep / job)[0], sweep / job) for job in ("0", "1")]
     assert sorted(r["config"]["update"]["seed"] for r in runs) == [1, 2]
     assert runs[0]["run_group"] == runs[1]["run_group"] == f"{tmp_path.name}/multirun"
+
+
+def test_an_unknown_mode_is_one_line_before_the_run_starts() -> None:
+    """``logger.wandb.mode`` is checked with the other values, before a run directory exists (it was
+    checked only when the logger was built, inside the run)."""
+    from corral.framework.entry import prepare
+    from corral.framework.errors import ConfigError
+    from corral.framework.precheck import precheck
+
+    prepare([])
+    with pytest.raises(ConfigError) as info:
+        precheck(["logger=[console,wandb]", "logger.wandb.mode=abc"])
+    assert str(info.value) == "logger.wandb.mode must be one of 'online', 'offline', 'disabled', 'shared', got 'abc'"
+    with pytest.raises(ConfigError) as info:  # before: accepted, and handed to wandb.init as project ''
+        precheck(["logger=[console,wandb]", "logger.wandb.project=''"])
+    assert str(info.value) == "logger.wandb.project must be a project name, got ''"
+    precheck(["logger=[console,wandb]", "logger.wandb.mode=null"])
+    precheck(["logger=[console,wandb]", "logger.wandb.mode=shared"])
