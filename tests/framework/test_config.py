@@ -16,7 +16,7 @@ from corral import hookimpl
 from corral.framework.compose import validate
 from corral.framework.config import config_of
 from corral.framework.entry import prepare
-from corral.framework.errors import ConfigError
+from corral.framework.errors import ConfigError, CorralError
 from corral.framework.plugins import Source, get_plugin_manager, get_registry
 
 Visible = Callable[..., ContextManager[None]]
@@ -357,3 +357,37 @@ def test_check_choices_reads_every_form_of_group_override() -> None:
     assert _missing_message(exc, options_of).startswith("sampler has no option 'nope'; choose one of local, ray (")
     other = MissingConfigException("Cannot find primary config 'config'", missing_cfg_file="config")
     assert _missing_message(other, options_of) == "Cannot find primary config 'config'"
+
+
+def _leaf_keys(node: DictConfig, prefix: str = "") -> list[str]:
+    keys = []
+    for key in node:
+        child = node._get_node(key)
+        if OmegaConf.is_dict(child):
+            keys += _leaf_keys(child, f"{prefix}{key}.")  # type: ignore[arg-type]
+        else:
+            keys.append(f"{prefix}{key}")
+    return keys
+
+
+@pytest.mark.parametrize("preset", [[], ["experiment=sac_pendulum"], ["logger=[console,csv,tensorboard,mlflow,wandb]"]])
+def test_no_bad_value_of_any_setting_escapes_as_a_traceback(preset: list[str]) -> None:
+    """Every setting of a composition given a value of the wrong type, and every group given a number,
+    a boolean or null: train.py's precheck either refuses it with a CorralError (train.py prints it as
+    one ``corral: error`` paragraph) or accepts it (a setting that takes any string); it never raises
+    anything else, which train.py would print as a traceback. (``sampler=1`` raised Hydra's ValueError.)"""
+    from corral.framework.precheck import precheck
+
+    prepare([])
+    keys = [k for k in _leaf_keys(compose(*preset)) if not k.startswith("hydra")]
+    groups = ["trainer", "env", "algo", "policy", "sampler", "worker", "logger", "normalize", "experiment"]
+    escaped = []
+    for override in [f"{k}={bad}" for k in keys for bad in ("abc", "[abc]")] + \
+                    [f"{g}={bad}" for g in groups for bad in ("1", "true", "null")]:
+        try:
+            precheck([*preset, override])
+        except CorralError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - what the test looks for
+            escaped.append(f"{override}: {type(exc).__name__}: {exc}")
+    assert len(keys) > 20 and escaped == []
