@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
@@ -211,6 +212,16 @@ def exception_summary(exc: BaseException) -> str:
     if len(text) > 500:
         text = text[:497] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def raised_in_worker(worker_number: int, exc: BaseException, activity: str) -> WorkerError:
+    """The :class:`~corral.framework.errors.WorkerError` of a worker in the sampler's own process whose
+    ``activity`` (``"sampling (obtain_samples)"``) raised ``exc``, in the words a worker process's
+    failure has (``worker 0 raised EnvironmentFailure: ... while sampling (obtain_samples)``), with the
+    traceback from the sampler's call down to where it raised. Raise it ``from exc``."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return WorkerError(f"worker {worker_number} raised {exception_summary(exc)} while {activity}",
+                       worker_number=worker_number, remote_traceback=tb)
 
 
 def missing_module_of(exc: BaseException) -> str | None:

@@ -14,7 +14,8 @@ parent -> child: ``(seq, version, env_refs, agent_refs, action, arg)`` or ``"sto
 child -> parent: ``(kind, seq, version, payload)`` with kind ``"ready"`` (payload: pid),
     ``"progress"`` (the worker is still working; at most one a second), ``"done"`` (a small result),
     ``"error"`` (payload: ``(summary, formatted traceback)``, plus the arguments of an
-    :class:`~corral.framework.worker.UpdateFailure` when applying an update failed) or ``"batches"`` (payload: the sizes
+    :class:`~corral.framework.worker.UpdateFailure` when applying an update failed, or ``None`` and the
+    message of a :class:`~corral.framework.errors.ConfigError` the worker raised) or ``"batches"`` (payload: the sizes
     of the parts that follow: a pickle-protocol-5 stream of the list of EpisodeBatches, then each
     array's raw bytes as an out-of-band buffer, so arrays are never copied into a pickle).
 
@@ -37,6 +38,7 @@ import traceback
 from multiprocessing.connection import wait
 from typing import Any, Sequence
 
+from corral.framework.errors import ConfigError
 from corral.framework.logger import current_run_log, log_corral_records_as_lines
 from corral.framework.worker import UpdateFailure
 from corral.parallel.shared_memory import load_blob
@@ -136,7 +138,8 @@ def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_a
                 tb = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
                 channel.send(("error", seq, version, (str(exc), tb, exc.args)))
             except Exception as exc:  # noqa: BLE001 - the parent decides (raise or restart)
-                channel.send(("error", seq, version, (_summary(exc), traceback.format_exc())))
+                channel.send(("error", seq, version, (_summary(exc), traceback.format_exc(), None,
+                                                      str(exc) if isinstance(exc, ConfigError) else None)))
             finally:
                 channel.busy = None
     except (BrokenPipeError, ConnectionResetError, EOFError):

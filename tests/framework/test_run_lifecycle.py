@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import stat
 import subprocess
 import sys
@@ -296,6 +297,43 @@ def test_nonfinite_values_names_the_array_the_kind_and_the_first_step() -> None:
     assert nonfinite_values(batch(obs, rewards)) == (
         "observations: NaN in 1 of 5 steps (first at step 0 of episode 1); rewards: infinite values in 2 of 5 steps "
         "(first at step 1 of episode 0)")
+
+
+@pytest.mark.parametrize("sampler", ["local", "multiprocessing"])
+def test_an_environment_that_raises_is_the_same_error_on_every_sampler(tmp_path: Path, sampler: str) -> None:
+    """An environment whose ``step`` raises: the error line names the worker, the exception and what it
+    was doing, then the worker's traceback; exit status 2 and a failed summary.json, under the local
+    sampler as under a worker process. (The local sampler let the exception through: Hydra's
+    ``Error executing job`` report, the whole traceback from train.py down, and exit status 1.)"""
+    proc = train(tmp_path, f"hydra.run.dir={tmp_path / 'run'}", *SMALL, "trainer.n_epochs=2", "env=gym",
+                 "env.id=corral.testing.faulty_envs:corral/RaisingCartPole-v1", "+env.kwargs.fail_at=30",
+                 f"sampler={sampler}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("corral: error:")]
+    assert len(errors) == 1 and re.fullmatch(
+        r"corral: error: worker \d+( \(pid \d+\))? raised EnvironmentFailure: RaisingCartPole failed on purpose at "
+        r"step 30 while sampling \(obtain_samples\)", errors[0]), proc.stderr[-3000:]
+    after = proc.stderr.split(errors[0], 1)[1]
+    assert after.startswith("\n\nWorker traceback:\nTraceback (most recent call last):"), proc.stderr[-3000:]
+    assert "Error executing job" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.parametrize("sampler", ["local", "multiprocessing", "ray"])
+def test_a_setting_a_worker_cannot_run_with_is_the_same_line_on_every_sampler(tmp_path: Path, sampler: str) -> None:
+    """A ConfigError raised inside a worker's rollout (PEARL's worker finds no ``worker.context_reward``
+    key in the environment's step info) is the worker's own one line on every sampler. (Under a worker
+    process or a Ray actor it was ``worker 0 (pid ...) raised ConfigError: ...`` and a traceback.)"""
+    if sampler == "ray":
+        pytest.importorskip("ray")
+    proc = train(tmp_path, f"hydra.run.dir={tmp_path / 'run'}", "experiment=pearl_pointnav", "trainer.n_epochs=1",
+                 "worker.context_reward=nope", f"sampler={sampler}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert [line for line in proc.stderr.splitlines() if line.startswith("corral: error:")] == [
+        "corral: error: worker.context_reward='nope', but the environment's step info has no such key (it has "
+        "['distance', 'sparse_reward', 'success']); set worker.context_reward=null to give the encoder the reward"
+    ], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
 
 def test_train_py_says_in_one_line_that_the_environment_returned_nan(tmp_path: Path) -> None:

@@ -15,19 +15,18 @@ from corral.framework.env import EnvSpec
 from corral.framework.errors import WorkerError
 from corral.framework.policy import Policy
 from corral.testing import AlgorithmContract, SamplerContract, WorkerContract
-from corral.testing.faulty_envs import EnvironmentFailure
 
 pytest_plugins = ["pytester"]
 
 
 # ============================================================================================= samplers
 class TestLocalSamplerContract(SamplerContract):
-    """``sampler=local``: the reference itself (its workers run in this process, so an environment's
-    exception reaches the caller as it is)."""
+    """``sampler=local``: the reference itself. Its workers run in this process, and an environment's
+    exception becomes the WorkerError a worker process's does (the original is its ``__cause__``)."""
 
     from corral.plugins.samplers.local import LocalSampler as sampler_class
 
-    env_failure_errors = (WorkerError, EnvironmentFailure)
+    env_failure_errors = (WorkerError,)
 
 
 class TestMultiprocessingSamplerContract(SamplerContract):

@@ -5,13 +5,17 @@ from __future__ import annotations
 import copy
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from functools import partial
+from typing import Any, Callable, Mapping, TypeVar
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
 from corral.framework.checks import check
+from corral.framework.errors import CorralError
 from corral.framework.sampler import Sampler, collect_share, split_steps
-from corral.framework.worker import UpdateFailure, Worker, apply_updates, update_error
+from corral.framework.worker import UpdateFailure, Worker, apply_updates, raised_in_worker, update_error
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -22,7 +26,12 @@ class LocalSamplerConfig:
 
 
 class LocalSampler(Sampler):
-    """Runs its workers in the main process, in worker order. Simple, exact, debuggable."""
+    """Runs its workers in the main process, in worker order. Simple, exact, debuggable.
+
+    A worker that raises (an environment's own exception) fails as a worker process does under the
+    other samplers: a :class:`~corral.framework.errors.WorkerError` naming the worker, the exception
+    and what it was doing, with its traceback (the original is its ``__cause__``). A corral error
+    raised in a worker is passed on as it is: its message already says what to change."""
 
     def __init__(self, agents: Any, envs: Any, **kwargs: Any) -> None:
         super().__init__(agents, envs, **kwargs)
@@ -30,7 +39,7 @@ class LocalSampler(Sampler):
         self._workers: list[Worker] = []
         try:
             for i in range(factory.n_workers):
-                self._workers.append(factory(i))
+                self._workers.append(_in_worker(i, "starting", partial(factory, i)))
             self._update(agents, envs)
         except BaseException:
             self.shutdown_worker()  # the workers built so far (an AsyncVectorEnv holds processes)
@@ -57,7 +66,8 @@ class LocalSampler(Sampler):
         self._check_open()
         self._update(agent_update, env_update)
         shares = split_steps(num_samples, self.n_workers)
-        out = EpisodeBatch.concatenate(*[collect_share(w, n) for w, n in zip(self._workers, shares)])
+        out = EpisodeBatch.concatenate(*[_in_worker(i, "sampling (obtain_samples)", partial(collect_share, w, n))
+                                         for i, (w, n) in enumerate(zip(self._workers, shares))])
         self.total_env_steps += len(out)
         return out
 
@@ -65,7 +75,8 @@ class LocalSampler(Sampler):
         """Exactly ``n_eps_per_worker`` episodes per worker, in worker order."""
         self._check_open()
         self._update(agent_update, env_update)
-        batches = [worker.rollout(n_episodes=n_eps_per_worker) for worker in self._workers]
+        batches = [_in_worker(i, "sampling (obtain_exact_episodes)", partial(w.rollout, n_episodes=n_eps_per_worker))
+                   for i, w in enumerate(self._workers)]
         out = EpisodeBatch.concatenate(*batches)
         self.total_env_steps += len(out)
         return out
@@ -87,6 +98,17 @@ class LocalSampler(Sampler):
         for worker, ws in zip(self._workers, state["workers"]):
             worker.load_state_dict(ws)
         self.total_env_steps = int(state.get("total_env_steps", 0))
+
+
+def _in_worker(i: int, activity: str, call: Callable[[], T]) -> T:
+    """``call()``, worker ``i``'s part of ``activity``; an exception that is not a corral error becomes
+    the WorkerError a worker process's would (:func:`~corral.framework.worker.raised_in_worker`)."""
+    try:
+        return call()
+    except CorralError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the environment's (or a worker's) own failure, reported as a worker's
+        raise raised_in_worker(i, exc, activity) from exc
 
 
 @hookimpl

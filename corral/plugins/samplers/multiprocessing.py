@@ -43,7 +43,7 @@ from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
 from corral.framework.checks import check
 from corral.framework.env import is_new_env
-from corral.framework.errors import ConfigError, WorkerError
+from corral.framework.errors import ConfigError, CorralError, WorkerError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, split_steps
 from corral.framework.worker import UpdateFailure, update_error
@@ -92,7 +92,7 @@ class MultiprocessingSamplerConfig:
 class _Failure(Exception):
     """Internal: worker ``worker_number`` failed; ``error`` is what the user will see."""
 
-    def __init__(self, error: WorkerError) -> None:
+    def __init__(self, error: CorralError) -> None:
         super().__init__(str(error))
         self.error = error
 
@@ -335,10 +335,14 @@ class MultiprocessingSampler(Sampler):
                         self.n_stale += 1
                         logger.debug("worker %d: dropped the error of abandoned request %d: %s", i, seq, payload[0])
                         continue
-                    summary, tb, *update = payload
-                    if update and update[0]:
+                    summary, tb, *rest = payload
+                    if rest and rest[0]:
                         # Applying the update failed: a restart would replay it, so it is raised at once.
-                        raise _Failure(update_error(self.option_name, i, UpdateFailure(*update[0]), tb))
+                        raise _Failure(update_error(self.option_name, i, UpdateFailure(*rest[0]), tb))
+                    if len(rest) > 1 and rest[1]:
+                        # A setting the worker cannot run with: its message says what to change, and a
+                        # restart would fail alike. The same one line as the local sampler's.
+                        raise _Failure(ConfigError(rest[1]))
                     return WorkerError(
                         f"worker {i} (pid {h.pid}) raised {summary} while {activity}",
                         worker_number=i, remote_traceback=tb,

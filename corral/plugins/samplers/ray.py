@@ -305,6 +305,10 @@ class RaySampler(Sampler):
                 try:
                     got_version, batch = ray.get(ref)
                 except Exception as exc:  # noqa: BLE001 - mapped to WorkerError below
+                    cause = getattr(exc, "cause", None)
+                    if isinstance(cause, ConfigError):  # a setting the worker cannot run with: as under local
+                        self._cancel(pending, settle_s=min(self.timeout, 5.0))
+                        raise ConfigError(str(cause)) from None
                     error, failed = self._worker_error(i, exc, "failed"), [i]
                     if self._is_update_failure(exc):  # deterministic: a restart would replay it
                         self._cancel(pending, settle_s=min(self.timeout, 5.0))
