@@ -231,13 +231,12 @@ def check_eval_type(override: str, cfg: Any) -> None:
 
     key = override.partition("=")[0]
     kind, _, rest = key.partition(".")
-    name = rest.split(".")[0]
-    if not rest:
-        schema: Any = CorralConfig
-        kind, name, path = "", kind, kind
+    schema: Any
+    if not rest:  # seed
+        schema, name, path = CorralConfig, kind, kind
     else:
-        schema = get_plugin_manager().registry.get(kind, cfg[kind].name).config
-        path = f"{kind}.{name}"
+        name = rest.split(".")[0]
+        schema, path = get_plugin_manager().registry.get(kind, cfg[kind].name).config, f"{kind}.{name}"
     if schema is None or name not in {f.name for f in dataclasses.fields(schema)}:
         return  # an unknown key: the build's check names it with the option's settings
     try:
