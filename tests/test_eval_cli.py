@@ -140,6 +140,7 @@ def test_an_override_that_would_not_change_the_evaluation_is_refused(cartpole_ru
     ("env.max_episode_length=[1]", "env.max_episode_length=[1]: Value '[1]' of type 'ListConfig' could not be "
                                    "converted to Integer"),  # a traceback before
     ("seed=abc", "seed=abc: Value 'abc' of type 'str' could not be converted to Integer"),  # a traceback before
+    ("env.kwargs=[1]", "env.kwargs=[1]: Cannot merge DictConfig with ListConfig"),  # a traceback before
 ])
 def test_an_override_of_the_wrong_type_is_refused_as_train_py_would(cartpole_run: Path, override: str,
                                                                     says: str) -> None:

@@ -249,6 +249,7 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
     """The run's own config (from its snapshot, else ``.hydra/config.yaml``) with ``overrides``,
     no loggers, no resume, and a local sampler for the build (evaluation brings its own)."""
     from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
 
     from corral.framework.entry import snapshot_config
 
@@ -263,10 +264,12 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
         raise ConfigError(f"overrides must be key=value changes of the run's config, got {bad}")
     for override in overrides:
         check_eval_override(override, cfg)
-    if overrides:
-        cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
-        for override in overrides:
-            check_eval_type(override, cfg)
+    for override in overrides:
+        try:
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([override]))
+        except OmegaConfBaseException as exc:  # env.kwargs=[1]: a list where the run has a mapping
+            raise ConfigError(f"{override}: {str(exc).splitlines()[0]}") from None
+        check_eval_type(override, cfg)
     with open_dict(cfg):
         cfg.logger = {}
         cfg.trainer.resume = None
