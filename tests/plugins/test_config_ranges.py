@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 import typing
@@ -38,8 +39,11 @@ def out_of_range(spec: Check, hint: Any) -> str | None:
         return None
     if spec.choices is not None:
         return "not_a_choice"
-    if spec.pattern is not None:
-        return "not-a-valid-value"
+    if spec.pattern is not None:  # a value the pattern does not match in full, as written on the command line
+        for written, value in (("not-a-valid-value", "not-a-valid-value"), ("''", "")):
+            if re.fullmatch(spec.pattern, value) is None:
+                return written
+        return None
     if spec.gt is not None:
         value: float = spec.gt
     elif spec.ge is not None:

@@ -386,7 +386,10 @@ def check_ctrl_c(sampler: str, tmp_path: Path) -> None:
         workers = [p for p, command in children.items() if "spawn_main" in command]
         assert len(workers) == 2, children
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired as exc:  # what it printed, to tell where it stopped
+            pytest.fail(f"train.py did not exit within 60 s of Ctrl-C; its stderr so far:\n{exc.stderr!r}")
     assert proc.returncode == 130, err
     assert "corral: interrupted" in err
     assert "Traceback" not in err and "leaked" not in err
