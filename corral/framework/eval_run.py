@@ -355,4 +355,4 @@ def eval_command(argv: Sequence[str]) -> int:
     return 0
 
 
-__all__ = ["EVAL_OVERRIDABLE", "EvalResult", "check_eval_override", "eval_command", "evaluate_run"]
+__all__ = ["EVAL_OVERRIDABLE", "EvalResult", "check_eval_override", "check_eval_type", "eval_command", "evaluate_run"]

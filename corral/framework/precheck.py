@@ -415,4 +415,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_no_hydra_sweep", "check_output_dir", "check_sweep_plugins", "check_sweep_values", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]
+__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_plugins", "check_sweep_values", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]

@@ -214,14 +214,22 @@ def exception_summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def worker_raised(worker_number: int, summary: str, activity: str, remote_traceback: str | None,
+                  pid: int | None = None) -> WorkerError:
+    """The :class:`~corral.framework.errors.WorkerError` of a worker whose ``activity``
+    (``"sampling (obtain_samples)"``) raised: ``worker 0 (pid 4242) raised EnvironmentFailure: ...
+    while sampling (obtain_samples)`` (no pid for a worker in the sampler's own process), with the
+    worker's traceback. Every sampler's words for it."""
+    who = f"worker {worker_number}" + (f" (pid {pid})" if pid is not None else "")
+    return WorkerError(f"{who} raised {summary} while {activity}", worker_number=worker_number,
+                       remote_traceback=remote_traceback)
+
+
 def raised_in_worker(worker_number: int, exc: BaseException, activity: str) -> WorkerError:
-    """The :class:`~corral.framework.errors.WorkerError` of a worker in the sampler's own process whose
-    ``activity`` (``"sampling (obtain_samples)"``) raised ``exc``, in the words a worker process's
-    failure has (``worker 0 raised EnvironmentFailure: ... while sampling (obtain_samples)``), with the
-    traceback from the sampler's call down to where it raised. Raise it ``from exc``."""
+    """:func:`worker_raised` for a worker in the sampler's own process whose ``activity`` raised
+    ``exc``, with the traceback from the sampler's call down to where it raised. Raise it ``from exc``."""
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return WorkerError(f"worker {worker_number} raised {exception_summary(exc)} while {activity}",
-                       worker_number=worker_number, remote_traceback=tb)
+    return worker_raised(worker_number, exception_summary(exc), activity, tb)
 
 
 def missing_module_of(exc: BaseException) -> str | None:
@@ -351,4 +359,4 @@ class WorkerFactory:
         return [preprocess(objs) for _ in range(self.n_workers)]
 
 
-__all__ = ["UpdateFailure", "Worker", "WorkerFactory", "apply_updates", "exception_summary", "missing_module_of", "update_error"]
+__all__ = ["UpdateFailure", "Worker", "WorkerFactory", "apply_updates", "exception_summary", "missing_module_of", "raised_in_worker", "update_error", "worker_raised"]

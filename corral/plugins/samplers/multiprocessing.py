@@ -46,7 +46,7 @@ from corral.framework.env import is_new_env
 from corral.framework.errors import ConfigError, CorralError, WorkerError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, split_steps
-from corral.framework.worker import UpdateFailure, update_error
+from corral.framework.worker import UpdateFailure, update_error, worker_raised
 from corral.parallel.shared_memory import SharedBlobs, dump_blob
 from corral.parallel.worker_process import WorkerProcess, describe_exit, stop_processes
 
@@ -343,10 +343,7 @@ class MultiprocessingSampler(Sampler):
                         # A setting the worker cannot run with: its message says what to change, and a
                         # restart would fail alike. The same one line as the local sampler's.
                         raise _Failure(ConfigError(rest[1]))
-                    return WorkerError(
-                        f"worker {i} (pid {h.pid}) raised {summary} while {activity}",
-                        worker_number=i, remote_traceback=tb,
-                    )
+                    return worker_raised(i, summary, activity, tb, pid=h.pid)
                 else:  # "done" / "batches"
                     h.served = True
                     self._release(i, {seq})
