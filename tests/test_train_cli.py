@@ -288,6 +288,22 @@ def test_bad_value_is_rejected_before_training(
     assert not (tmp_path / "run" / "progress.csv").exists()
 
 
+def test_either_limit_may_be_null_but_not_both(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """``trainer.n_epochs=null`` trains until ``trainer.max_env_steps`` (SB3's total_timesteps); both
+    null is one line before the run directory exists, not a run that never stops."""
+    rest = ["trainer.batch_size=200", "trainer.eval_every=0", "logger=[csv]"]
+    proc = train(tmp_path, sites, "trainer.n_epochs=null", "trainer.max_env_steps=null", *rest)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip() == ("corral: error: trainer.n_epochs and trainer.max_env_steps are both null, so the "
+                                   "run would never stop; set one of them (e.g. trainer.max_env_steps=100000)"), output(proc)
+    assert not (tmp_path / "run").exists()
+    proc = train(tmp_path, sites, "trainer.n_epochs=null", "trainer.max_env_steps=500", *rest)
+    assert proc.returncode == 0, output(proc)
+    assert "(max_env_steps=500 reached)" in proc.stderr, output(proc)
+    rows = (tmp_path / "run" / "progress.csv").read_text().splitlines()[1:]
+    assert len(rows) == 3  # 200-step epochs until the one that reaches 500
+
+
 @pytest.mark.parametrize("worker", [["worker=fragment", "worker.n_envs=4", "worker.timesteps_per_call=50"],
                                     ["worker=vector", "worker.n_envs=4", "worker.timesteps_per_call=50"]],
                          ids=["fragment", "vector"])

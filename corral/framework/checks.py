@@ -440,11 +440,28 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
             elsewhere = [f"{kind}={other.name}" for other in owners]
             problems.append(unknown_key_message(prefix, option, str(extra), fields, elsewhere))
         if reg.config is not None:
-            problems.extend(field_problems(reg.config, values, prefix))
+            own = field_problems(reg.config, values, prefix)
+            problems.extend(own)
+            if not own and len(values) == len(container):  # every value is in range and set: the relations
+                problems.extend(relation_problems(reg.config, values))
 
     for prefix, option, kind, name, node in _option_nodes(cfg, kinds):
         check_node(prefix, option, kind, name, node)
     return problems
+
+
+def relation_problems(config: type, values: Mapping[str, Any]) -> list[str]:
+    """The problem a config class's own ``__post_init__`` finds in ``values`` (a relation between
+    fields, such as the trainer's "n_epochs and max_env_steps are not both null"), as ``[message]``;
+    ``[]`` when it accepts them. Values it cannot be made from are left to whoever builds it."""
+    names = {f.name for f in dataclasses.fields(config)}
+    try:
+        config(**{k: v for k, v in values.items() if k in names})
+    except ConfigError as exc:
+        return [str(exc)]
+    except (TypeError, ValueError):
+        return []
+    return []
 
 
 def _option_nodes(cfg: Any, kinds: Iterable[str]) -> list[tuple[str, str, str, str, Any]]:

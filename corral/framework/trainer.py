@@ -52,7 +52,9 @@ SNAPSHOT_FORMAT = 1
 class TrainerConfig:
     """Settings of the default trainer (``trainer.*`` on the command line)."""
 
-    n_epochs: int = field(default=100, metadata=check(ge=1, help="number of epochs to train (at most)"))
+    n_epochs: Optional[int] = field(
+        default=100, metadata=check(ge=1, help="number of epochs to train (at most; null: no limit, trainer.max_env_steps decides)")
+    )
     max_env_steps: Optional[int] = field(
         default=100_000, metadata=check(ge=1, help="stop after the epoch that reaches this many environment steps (null: no limit)")
     )
@@ -74,6 +76,11 @@ class TrainerConfig:
     torch_threads: int = field(
         default=1, metadata=check(ge=0, help="torch intra-op threads in the training process (0: torch's default)")
     )
+
+    def __post_init__(self) -> None:
+        if self.n_epochs is None and self.max_env_steps is None:
+            raise ConfigError("trainer.n_epochs and trainer.max_env_steps are both null, so the run would never "
+                              "stop; set one of them (e.g. trainer.max_env_steps=100000)")
 
 
 class TrainingInterrupted(KeyboardInterrupt):

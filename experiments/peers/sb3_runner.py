@@ -78,10 +78,12 @@ def _activation(name: str) -> Any:
 
 
 def _budget(trainer: Mapping[str, Any]) -> int:
-    """Environment steps corral trains for: ``max_env_steps``, or ``n_epochs * batch_size`` if smaller."""
-    by_epochs = int(trainer["n_epochs"]) * int(trainer["batch_size"])
-    limit = trainer.get("max_env_steps")
-    return by_epochs if not limit else min(int(limit), by_epochs)
+    """Environment steps corral trains for: ``max_env_steps``, or ``n_epochs * batch_size`` if smaller
+    (either may be null, not both)."""
+    limits = [int(trainer["n_epochs"]) * int(trainer["batch_size"])] if trainer.get("n_epochs") is not None else []
+    if trainer.get("max_env_steps") is not None:
+        limits.append(int(trainer["max_env_steps"]))
+    return min(limits)
 
 
 def _normalize_kwargs(cfg: Mapping[str, Any], unmapped: list[str]) -> dict[str, Any] | None:

@@ -147,6 +147,16 @@ def test_library_trainer_applies_only_the_limits_it_is_given() -> None:
         trainer.train()
 
 
+def test_a_trainer_config_may_leave_one_limit_null_but_not_both() -> None:
+    from corral import Trainer, TrainerConfig
+    from corral.framework.errors import ConfigError
+
+    assert Trainer(TrainerConfig(n_epochs=None), loggers=[]).limits() == (None, 100_000)
+    assert Trainer(TrainerConfig(max_env_steps=None), loggers=[]).limits() == (100, None)
+    with pytest.raises(ConfigError, match="trainer.n_epochs and trainer.max_env_steps are both null"):
+        TrainerConfig(n_epochs=None, max_env_steps=None)
+
+
 def test_library_train_runs_the_epochs_asked_for_past_100k_steps() -> None:
     """``train(n_epochs=3, batch_size=40_000)``: 120,000 steps, more than the old silent cap."""
     from corral import VPG, EnvFactory, EnvSpec, LocalSampler, MLPPolicy, Trainer
