@@ -172,6 +172,8 @@ def plot_command(argv: Sequence[str]) -> int:
     for c in result.curves:
         spread = f" ± {c.std[-1]:.1f}" if c.n_runs > 1 else ""  # one run has no spread
         print(f"{c.label}: {c.n_runs} run(s), final {result.metric} {c.mean[-1]:.1f}{spread}")
+    for line in result.skipped:  # as `corral results` lists them: a missing line is never silent
+        print(f"skipped: {line}")
     print(f"wrote {result.path} ({len(result.curves)} line(s), {result.metric} vs environment steps)")
     return 0
 

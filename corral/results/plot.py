@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from corral.results.summary import RunRecord, find_runs
+from corral.results.summary import RunRecord, find_runs, unfinished_job_dirs, why_not_completed
 from corral.results.table import group_runs
 from corral.results.writable import directory_problem
 
@@ -59,6 +59,8 @@ class PlotResult:
     metric: str
     curves: list[Curve]
     n_lines: int = 0
+    #: The runs it left out, as ``<path> (<why>)``: not completed (failed, interrupted, unreadable) or unfinished.
+    skipped: list[str] = field(default_factory=list)
 
 
 def mean_curve(label: str, series: Sequence[tuple[np.ndarray, np.ndarray]], runs: Sequence[str] = ()) -> Curve | None:
@@ -162,7 +164,10 @@ def plot_dir(root: str | Path, out: str | Path | None = None, metric: str | None
     ``out``: see :func:`output_path`; ``metric`` defaults to :func:`choose_metric`.
     """
     root = Path(root)
-    runs = [r for r in find_runs(root) if r.status == "completed"]
+    found = find_runs(root)
+    runs = [r for r in found if r.status == "completed"]
+    skipped = [f"{r.path} ({why_not_completed(r)})" for r in found if r.status != "completed"]
+    skipped += [f"{p} (no summary.json: unfinished)" for p in unfinished_job_dirs(root)]
     if not runs:
         raise FileNotFoundError(f"no completed run (a directory with summary.json) under {root}")
     metric = metric or choose_metric(runs)
@@ -171,7 +176,7 @@ def plot_dir(root: str | Path, out: str | Path | None = None, metric: str | None
         raise ValueError(f"no run under {root} has {metric!r} in its progress.csv (is the csv logger on?)")
     path = output_path(out, root)
     n_lines = draw(curves, path, metric, title if title is not None else str(root))
-    return PlotResult(path=path, metric=metric, curves=curves, n_lines=n_lines)
+    return PlotResult(path=path, metric=metric, curves=curves, n_lines=n_lines, skipped=skipped)
 
 
 __all__ = ["Curve", "DEFAULT_PNG", "PlotResult", "choose_metric", "draw", "group_curve", "learning_curves",

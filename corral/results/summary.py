@@ -49,7 +49,8 @@ class RunRecord:
 
     @property
     def status(self) -> str:
-        """``completed``, ``interrupted``, ``failed`` (or ``unknown`` for a summary without one)."""
+        """``completed``, ``interrupted``, ``failed``, ``unreadable`` (a ``summary.json`` that is not a
+        JSON object; ``summary["error"]`` says why) or ``unknown`` (a summary without a status)."""
         return str(self.summary.get("status", "completed" if "env_steps" in self.summary else "unknown"))
 
     @property
@@ -91,11 +92,29 @@ def _overrides_from_hydra_dir(run_dir: Path) -> list[str]:
 def read_run(run_dir: str | Path) -> RunRecord:
     """The :class:`RunRecord` of one run directory (which must hold a ``summary.json``)."""
     run_dir = Path(run_dir)
-    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+        if not isinstance(summary, dict):
+            raise ValueError(f"it holds a JSON {type(summary).__name__}, not an object")
+    except (ValueError, OSError) as exc:  # edited by hand, cut short by a copy, unreadable: left out, and said why
+        why = f"{SUMMARY_FILE} cannot be read: {exc}"
+        return RunRecord(path=run_dir, summary={"status": "unreadable", "error": why},
+                         overrides=_overrides_from_hydra_dir(run_dir))
     overrides = summary.get("overrides")
     if overrides is None:  # a summary written before overrides were recorded
         overrides = _overrides_from_hydra_dir(run_dir)
     return RunRecord(path=run_dir, summary=summary, overrides=[str(o) for o in overrides])
+
+
+def why_not_completed(run: RunRecord) -> str:
+    """Why ``run`` is not among the completed ones, as its status: ``failed: ConfigError: ...`` (the
+    error's first line, shortened) for a failed run, ``unreadable: summary.json cannot be read: ...``
+    for a broken summary, else the status alone (``interrupted``)."""
+    error = str(run.summary.get("error") or "").strip()
+    if run.status not in ("failed", "unreadable") or not error:
+        return run.status
+    first = error.splitlines()[0]
+    return f"{run.status}: {first if len(first) <= 200 else first[:200].rsplit(' ', 1)[0] + ' ...'}"
 
 
 def _sort_key(run: RunRecord) -> tuple[Any, ...]:
@@ -141,5 +160,6 @@ __all__ = [
     "read_run",
     "unfinished_job_dirs",
     "unfinished_record",
+    "why_not_completed",
     "write_summary",
 ]

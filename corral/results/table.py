@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from corral.results.summary import RunRecord, find_runs, unfinished_job_dirs, unfinished_record
+from corral.results.summary import RunRecord, find_runs, unfinished_job_dirs, unfinished_record, why_not_completed
 
 #: Summary fields shown by default: (field, column title).
 DEFAULT_METRICS: tuple[tuple[str, str], ...] = (
@@ -134,15 +134,6 @@ class ResultsTable:
         }
 
 
-def _why_not_completed(run: RunRecord) -> str:
-    """``failed: ConfigError: ...`` (the error's first line, shortened) for a failed run, else its status."""
-    error = str(run.summary.get("error") or "").strip()
-    if run.status != "failed" or not error:
-        return run.status
-    first = error.splitlines()[0]
-    return f"failed: {first if len(first) <= 200 else first[:200].rsplit(' ', 1)[0] + ' ...'}"
-
-
 def results_table(
     runs: Sequence[RunRecord],
     metrics: Sequence[tuple[str, str]] = DEFAULT_METRICS,
@@ -156,7 +147,7 @@ def results_table(
     """
     ignore = list(ignore)
     done = [r for r in runs if r.status == "completed"]
-    skipped = [f"{r.path} ({_why_not_completed(r)})" for r in runs if r.status != "completed"]
+    skipped = [f"{r.path} ({why_not_completed(r)})" for r in runs if r.status != "completed"]
     keys, groups = group_runs(done, ignore, keys=swept_keys([*runs, *unfinished], ignore))
     rows = []
     for g in groups:

@@ -53,6 +53,27 @@ def test_single_run_with_eval_metric_and_custom_output(tmp_path: Path) -> None:
     assert c.n_runs == 1 and list(c.x) == [100.0, 300.0] and list(c.mean) == [5.0, 9.0] and list(c.std) == [0.0, 0.0]
 
 
+def test_the_runs_left_out_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A failed, interrupted, unfinished or unreadable run is not drawn, and ``corral plot`` says so
+    (a missing line is never silent)."""
+    from corral.framework.cli import plot_command
+
+    make_run(tmp_path, 0, ["seed=1"], [(100.0, 1.0, ""), (200.0, 2.0, "")])
+    write_summary(tmp_path / "1", {"status": "failed", "error": "EnvironmentFailure: boom", "overrides": ["seed=2"]})
+    (tmp_path / "2").mkdir()
+    (tmp_path / "2" / "summary.json").write_text("{")
+    (tmp_path / "3" / ".hydra").mkdir(parents=True)
+    result = plot_dir(tmp_path)
+    assert result.n_lines == 1
+    assert result.skipped == [f"{tmp_path / '1'} (failed: EnvironmentFailure: boom)",
+                              f"{tmp_path / '2'} (unreadable: summary.json cannot be read: Expecting property name "
+                              "enclosed in double quotes: line 1 column 2 (char 1))",
+                              f"{tmp_path / '3'} (no summary.json: unfinished)"]
+    assert plot_command([str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("skipped: ")] == [f"skipped: {s}" for s in result.skipped]
+
+
 def test_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         plot_dir(tmp_path)

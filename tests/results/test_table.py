@@ -73,3 +73,25 @@ def test_results_of_a_sweep_with_no_completed_run_list_why_and_print_no_empty_ta
                                 f"skipped: {tmp_path / '2'} (interrupted)"]
     assert err.splitlines() == [f"corral results: error: no completed run under {tmp_path} (2 failed, 1 interrupted; "
                                 "listed above)"]
+
+
+def test_a_broken_summary_is_one_skipped_line_and_the_other_runs_are_tabled(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A summary.json cut short or edited into something else leaves out its run, saying why; it does
+    not stop the table of the whole sweep."""
+    from corral.framework.cli import results_command
+    from corral.results.summary import find_runs, write_summary
+
+    write_summary(tmp_path / "0", {"status": "completed", "overrides": ["seed=1"], "env_steps": 100.0})
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "summary.json").write_text('{"status": ')
+    (tmp_path / "2").mkdir()
+    (tmp_path / "2" / "summary.json").write_text("[1]")
+    assert [r.status for r in find_runs(tmp_path)] == ["completed", "unreadable", "unreadable"]
+    assert results_command([str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].startswith("| all runs | 1 ")
+    assert out[3:] == [f"skipped: {tmp_path / '1'} (unreadable: summary.json cannot be read: Expecting value: line 1 "
+                       "column 12 (char 11))",
+                       f"skipped: {tmp_path / '2'} (unreadable: summary.json cannot be read: it holds a JSON list, "
+                       "not an object)"]
