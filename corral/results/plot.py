@@ -59,7 +59,8 @@ class PlotResult:
     metric: str
     curves: list[Curve]
     n_lines: int = 0
-    #: The runs it left out, as ``<path> (<why>)``: not completed (failed, interrupted, unreadable) or unfinished.
+    #: The runs it left out, as ``<path> (<why>)``: not completed (failed, interrupted, unreadable),
+    #: unfinished, or without the metric in a ``progress.csv``.
     skipped: list[str] = field(default_factory=list)
 
 
@@ -172,6 +173,9 @@ def plot_dir(root: str | Path, out: str | Path | None = None, metric: str | None
         raise FileNotFoundError(f"no completed run (a directory with summary.json) under {root}")
     metric = metric or choose_metric(runs)
     curves = learning_curves(runs, metric, ignore)
+    drawn = {run for c in curves for run in c.runs}
+    skipped += [f"{r.path} ({'no ' + metric + ' in its' if r.progress_path.is_file() else 'no'} progress.csv)"
+                for r in runs if str(r.path) not in drawn]
     if not curves:
         raise ValueError(f"no run under {root} has {metric!r} in its progress.csv (is the csv logger on?)")
     path = output_path(out, root)

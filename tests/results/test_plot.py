@@ -63,12 +63,17 @@ def test_the_runs_left_out_are_named(tmp_path: Path, capsys: pytest.CaptureFixtu
     (tmp_path / "2").mkdir()
     (tmp_path / "2" / "summary.json").write_text("{")
     (tmp_path / "3" / ".hydra").mkdir(parents=True)
+    write_summary(tmp_path / "4", {"status": "completed", "overrides": ["seed=5"], "job": {"num": 4}})  # logger=[console]: no csv
+    make_run(tmp_path, 5, ["seed=6"], [(100.0, 1.0, "")])
+    (tmp_path / "5" / "progress.csv").write_text("epoch,env_steps\n0,100\n")  # a csv without the metric
     result = plot_dir(tmp_path)
-    assert result.n_lines == 1
+    assert result.n_lines == 1 and result.curves[0].n_runs == 1
     assert result.skipped == [f"{tmp_path / '1'} (failed: EnvironmentFailure: boom)",
                               f"{tmp_path / '2'} (unreadable: summary.json cannot be read: Expecting property name "
                               "enclosed in double quotes: line 1 column 2 (char 1))",
-                              f"{tmp_path / '3'} (no summary.json: unfinished)"]
+                              f"{tmp_path / '3'} (no summary.json: unfinished)",
+                              f"{tmp_path / '4'} (no progress.csv)",
+                              f"{tmp_path / '5'} (no train/return_mean in its progress.csv)"]
     assert plot_command([str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [line for line in out if line.startswith("skipped: ")] == [f"skipped: {s}" for s in result.skipped]
