@@ -59,6 +59,18 @@ def cartpole_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+def test_corral_eval_gives_a_warning_while_it_builds_as_one_corral_line(cartpole_run: Path, tmp_path: Path) -> None:
+    """A log record corral gives while ``corral eval`` builds the run is a ``corral: warning:`` line, as
+    in ``train.py`` (nothing printed it in that format before: Python's last resort gave the bare message)."""
+    proc = corral("eval", str(cartpole_run), "env.max_episode_length=1000", "--episodes", "1", "-o",
+                  str(tmp_path / "eval.json"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "corral: warning: env.max_episode_length=1000 is above CartPole-v1's own time limit of 500 steps, which ends "
+        "its episodes first; for longer episodes raise that limit too with env.kwargs.max_episode_steps=1000 "
+        "(gymnasium.make's argument)"]
+
+
 def test_corral_eval_prints_the_return_and_writes_five_videos(cartpole_run: Path, tmp_path: Path) -> None:
     pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
     from corral.framework.evaluation import read_video_frames

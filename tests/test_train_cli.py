@@ -389,6 +389,22 @@ def test_a_keyword_the_environment_does_not_take_is_one_line(tmp_path: Path, sit
                            "env.kwargs\n"), output(proc)
 
 
+def test_an_episode_limit_above_the_environments_own_is_one_warning_line(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """CartPole-v1's TimeLimit (500) ends its episodes before ``env.max_episode_length=1000`` would: the
+    run says so, and how to lift it, instead of accepting a value that does nothing; with the limit
+    lifted through ``env.kwargs.max_episode_steps`` there is nothing to say."""
+    proc = train(tmp_path, sites, "env.max_episode_length=1000", *SMALL)
+    assert proc.returncode == 0, output(proc)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
+    assert warnings == ["corral: warning: env.max_episode_length=1000 is above CartPole-v1's own time limit of 500 "
+                        "steps, which ends its episodes first; for longer episodes raise that limit too with "
+                        "env.kwargs.max_episode_steps=1000 (gymnasium.make's argument)"], output(proc)
+    shutil.rmtree(tmp_path / "run")
+    proc = train(tmp_path, sites, "env.max_episode_length=1000", "env.kwargs.max_episode_steps=1000", *SMALL)
+    assert proc.returncode == 0, output(proc)
+    assert "corral: warning:" not in proc.stderr, output(proc)
+
+
 def test_a_value_its_option_would_ignore_is_one_warning_line(tmp_path: Path, sites: dict[str, Path]) -> None:
     """``trainer.video_every`` only matters when the run evaluates: with ``trainer.eval_every=0`` the run
     names it in one line before it starts, rather than accept it in silence."""
@@ -497,7 +513,8 @@ def test_corral_plugins_table(tmp_path: Path, sites: dict[str, Path]) -> None:
     assert ("sampler", "local", "corral", "0.1.0") in rows
     assert "worker.noise_std: float = 0.0  # std of Gaussian noise added to every observation" in proc.stdout
     # every field under the path a user types, with its declared range
-    assert "logger.csv.filename: str = 'progress.csv'  # file name inside the run directory" in proc.stdout
+    assert ("logger.csv.filename: str = 'progress.csv'  [a relative path inside the run directory (not absolute, no "
+            "'..')]  # file name inside the run directory") in proc.stdout
     assert "algo.learning_rate: float = 0.0003  [> 0]  # Adam learning rate (policy and value)" in proc.stdout
     assert "FAILED PLUGINS" in proc.stdout
     assert "brokenregister (corral-brokenregister 0.2.0): RuntimeError: corral_brokenregister exploded" in proc.stdout
@@ -577,6 +594,8 @@ def test_a_failed_sweep_job_is_recorded_and_the_other_jobs_still_run(tmp_path: P
     assert (f"corral: job 0 (algo=sac env=pendulum {' '.join(SMALL)}) failed: {why}; the sweep ran its other jobs "
             f"(`corral results {sweep}` lists each one's status)") in proc.stderr.splitlines(), output(proc)
     assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr, output(proc)
+    # Hydra's own "Error executing job with overrides: [...]" would say again what corral's line says
+    assert "Error executing job" not in proc.stderr, output(proc)
     assert proc.stderr.splitlines()[-1].startswith("corral: job 0 ("), output(proc)
     failed = json.loads((sweep / "0" / "summary.json").read_text())
     assert failed["status"] == "failed" and failed["error"].startswith("ConfigError: algo=sac cannot train")

@@ -135,6 +135,18 @@ def check(*, gt: float | None = None, ge: float | None = None, lt: float | None 
     return metadata
 
 
+#: A path a run writes inside its run directory: relative, with no ``..`` part (what
+#: :func:`inside_run_dir` declares).
+INSIDE_RUN_DIR = r"(?!/)(?!(?:.*/)?\.\.(?:/|$)).+"
+
+
+def inside_run_dir(help: str) -> dict[str, Any]:
+    """Field metadata for a path the run writes inside its own run directory (``logger.csv.filename``):
+    a relative path without ``..``, so nothing lands outside the run (``check(pattern=...)``)."""
+    return check(pattern=INSIDE_RUN_DIR, describe="a relative path inside the run directory (not absolute, no '..')",
+                 help=help)
+
+
 def field_check(f: dataclasses.Field) -> Check | None:
     """The :class:`Check` declared on a dataclass field, if any."""
     spec = f.metadata.get(CHECK_KEY)
@@ -149,7 +161,9 @@ def describe_field(f: dataclasses.Field) -> str:
         return ""
     hint = f.type
     optional = ("Optional[" in hint or "None" in hint) if isinstance(hint, str) else _allows_none(hint)
-    accepts = "" if f.type in (bool, "bool") else spec.describe() + (" or null" if optional else "")
+    accepts = "" if f.type in (bool, "bool") else spec.describe()
+    if optional and accepts and "null" not in accepts:  # a description may say it already: "a URI (or null)"
+        accepts += " or null"
     if spec.applies_if:
         accepts += ("; " if accepts else "") + "only with " + applies_text(spec)
     return accepts
@@ -376,6 +390,7 @@ def _is_numeric(hint: Any) -> bool:
 
 __all__ = [
     "CHECK_KEY",
+    "INSIDE_RUN_DIR",
     "Check",
     "check",
     "check_defaults",
@@ -387,6 +402,7 @@ __all__ = [
     "field_check",
     "field_problems",
     "ignored_values",
+    "inside_run_dir",
     "unchecked_fields",
     "unknown_key_message",
 ]

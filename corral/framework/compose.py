@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from corral.framework.algorithm import Algorithm
 from corral.framework.checks import composed_ignored, composed_problems
 from corral.framework.config import CorralConfig, config_of
-from corral.framework.env import EnvSpec, make_env
+from corral.framework.env import EnvSpec, limit_above_time_limit, make_env
 from corral.framework.errors import ConfigError
 from corral.framework.logger import Logger
 from corral.framework.plugins import PluginManager, get_plugin_manager
@@ -96,6 +97,8 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
     probe = make_env(env)
     try:
         env_spec = EnvSpec.from_env(probe, cfg.env.get("max_episode_length"))
+        if (above := limit_above_time_limit(probe, cfg.env.get("max_episode_length"))) is not None:
+            logging.getLogger(__name__).warning(above)
     finally:
         probe.close()
 

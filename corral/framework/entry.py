@@ -73,17 +73,20 @@ def _sweep_or_run(multirun: bool) -> Any:
     if not multirun or os.environ.get("HYDRA_FULL_ERROR"):
         return _hydra_main()
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    stderr = sys.stderr
+    held = sys.stderr = HeldJobLines(stderr)
     try:
         return _hydra_main()
-    except SweepJobFailed as exc:
-        print(exc, file=sys.stderr, flush=True)
+    except SweepJobFailed as exc:  # its line names the job and its overrides: Hydra's line would repeat them
+        print(exc, file=stderr, flush=True)
         raise SystemExit(1) from None
     except CorralError as exc:  # from the sweeper: a search space it cannot search, no trial completed
-        print(f"corral: error: {exc}", file=sys.stderr, flush=True)
+        print(f"corral: error: {exc}", file=stderr, flush=True)
         raise SystemExit(2 if isinstance(exc, ConfigError) else 1) from None
     except Exception as exc:  # noqa: BLE001 - reported as Hydra reports it without the variable set
         from hydra._internal.utils import run_and_report
 
+        held.release()  # a job that failed otherwise: Hydra's line says which, before Hydra's report
         os.environ.pop("HYDRA_FULL_ERROR", None)
         stopped = exc
 
@@ -93,7 +96,40 @@ def _sweep_or_run(multirun: bool) -> Any:
         run_and_report(reraise)  # prints Hydra's compact report and exits with status 1
         raise
     finally:
+        if sys.stderr is held:
+            sys.stderr = stderr
         os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+class HeldJobLines:
+    """``sys.stderr`` while a sweep runs: everything passes through, except the line Hydra writes
+    when it reads a failed job's result (``Error executing job with overrides: [...]``), which is held
+    back. A job that failed with a corral error has printed its own line, and the sweep's last line
+    (:class:`SweepJobFailed`) names the job and its overrides, so the held line is dropped;
+    :meth:`release` writes it for any other failure."""
+
+    PREFIX = "Error executing job with overrides: "
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.held: list[str] = []
+
+    def write(self, text: str) -> int:
+        """Write ``text`` through, or hold it when it is Hydra's failed-job line."""
+        if text.startswith(self.PREFIX):
+            self.held.append(text)
+            return len(text)
+        return int(self.stream.write(text))
+
+    def release(self) -> None:
+        """Write the held lines."""
+        for text in self.held:
+            self.stream.write(text)
+        self.held.clear()
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, isatty, encoding, ... of the real stream
+        return getattr(self.stream, name)
 
 
 @hydra.main(version_base="1.3", config_path="pkg://corral.conf", config_name=CONFIG_NAME)

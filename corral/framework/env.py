@@ -37,6 +37,18 @@ class EnvSpec:
         return isinstance(self.action_space, gym.spaces.Discrete)
 
 
+def limit_above_time_limit(env: gym.Env, max_episode_length: int | None) -> str | None:
+    """The warning for a ``max_episode_length`` above ``env``'s own ``TimeLimit``, which ends its
+    episodes first (so the value asked for would do nothing); None when it is not above."""
+    own = getattr(getattr(env, "spec", None), "max_episode_steps", None)
+    if not max_episode_length or not own or int(max_episode_length) <= int(own):
+        return None
+    env_id = getattr(getattr(env, "spec", None), "id", None) or type(env).__name__
+    return (f"corral: env.max_episode_length={max_episode_length} is above {env_id}'s own time limit of {own} steps, "
+            f"which ends its episodes first; for longer episodes raise that limit too with "
+            f"env.kwargs.max_episode_steps={max_episode_length} (gymnasium.make's argument)")
+
+
 @dataclass
 class EnvFactory:
     """A small, picklable recipe for an environment: ``EnvFactory("CartPole-v1")()`` makes one.
@@ -197,6 +209,7 @@ __all__ = [
     "EnvSpec",
     "EnvFactory",
     "make_env",
+    "limit_above_time_limit",
     "is_new_env",
     "env_rng_state",
     "set_env_rng_state",

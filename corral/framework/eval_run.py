@@ -338,6 +338,9 @@ def eval_command(argv: Sequence[str]) -> int:
     parser.add_argument("-o", "--output", help="where eval.json goes (default: <run dir>/eval.json)")
     parser.add_argument("--json", action="store_true", help="print eval.json instead of the summary")
     opts = parser.parse_intermixed_args(list(argv))  # overrides may come after options
+    from corral.framework.logger import log_corral_records_as_lines
+
+    log_corral_records_as_lines()  # a warning while it builds the run (corral.*'s log records): `corral: warning: ...`
     try:
         result = evaluate_run(
             opts.run, opts.overrides, episodes=opts.episodes, deterministic=not opts.stochastic, seed=opts.seed,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Optional
 
@@ -13,7 +14,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 
 from corral import hookimpl
-from corral.framework.compose import validate
+from corral.framework.compose import check_values, validate
 from corral.framework.config import config_of
 from corral.framework.entry import prepare
 from corral.framework.errors import ConfigError, CorralError
@@ -111,6 +112,19 @@ def test_extra_key_close_to_a_field_is_suggested() -> None:
         validate(compose("logger.csv.fname=x.csv"))
     with pytest.raises(ConfigError, match=r"^n_epochs is not a setting: .*did you mean algo.n_epochs or trainer.n_epochs"):
         validate(compose("+n_epochs=3"))
+
+
+@pytest.mark.parametrize("override", ["logger.csv.filename=../progress.csv", "logger.csv.filename=/tmp/p.csv",
+                                      "logger.csv.filename=''", "logger.tensorboard.subdir=/tmp/tb",
+                                      "logger.tensorboard.subdir=a/../../tb"])
+def test_a_logger_path_outside_the_run_directory_is_refused(override: str) -> None:
+    """The csv and TensorBoard loggers write inside the run directory; a path that leaves it (the
+    TensorBoard logger wrote to an absolute one in silence) is refused before the run starts."""
+    key, value = override.split("=", 1)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)} must be a relative path inside the run directory "
+                                          r"\(not absolute, no '\.\.'\), got "):
+        check_values(compose("logger=[csv,tensorboard]", override))
+    check_values(compose("logger=[csv,tensorboard]", "logger.csv.filename=sub/p.csv", "logger.tensorboard.subdir=."))
 
 
 def test_an_experiment_preset_key_for_another_option_is_named() -> None:

@@ -213,3 +213,13 @@ def test_env_without_any_time_limit_needs_max_episode_length() -> None:
     worker = DefaultWorker(seed=0, max_episode_length=None)
     with pytest.raises(ConfigError, match="max_episode_length"):
         worker.update_env(EnvFactory(CartPoleEnv))
+
+
+def test_a_limit_above_the_environments_own_time_limit_is_named() -> None:
+    from corral.framework.env import limit_above_time_limit
+
+    env = gym.make("CartPole-v1")  # TimeLimit 500
+    assert limit_above_time_limit(env, None) is None
+    assert limit_above_time_limit(env, 500) is None and limit_above_time_limit(env, 200) is None
+    assert "above CartPole-v1's own time limit of 500 steps" in str(limit_above_time_limit(env, 501))
+    assert limit_above_time_limit(gym.make("CartPole-v1", max_episode_steps=1000), 1000) is None

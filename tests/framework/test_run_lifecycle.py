@@ -237,9 +237,10 @@ def test_a_csv_file_outside_the_run_directory_is_refused(tmp_path: Path, filenam
     proc = train(tmp_path, f"hydra.run.dir={tmp_path / 'run'}", *SMALL, "trainer.n_epochs=1",
                  f"logger.csv.filename={filename}")
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert proc.stderr.splitlines()[-1] == (
-        f"corral: error: logger.csv.filename={filename}: give a file name inside the run directory, such as "
-        "progress.csv"), proc.stderr[-3000:]
+    assert proc.stderr.splitlines() == [
+        "corral: error: logger.csv.filename must be a relative path inside the run directory (not absolute, no '..'), "
+        f"got {filename!r}"], proc.stderr[-3000:]
+    assert not (tmp_path / "run").exists()  # refused before the run directory was made
 
 
 def test_corral_plot_reads_the_csv_file_the_run_named(tmp_path: Path) -> None:
@@ -418,3 +419,17 @@ def test_a_csv_row_that_cannot_be_written_names_the_logger_option(tmp_path: Path
     assert line.endswith("the run stopped there; fix that (space, permissions, the path) and start the run again "
                          "(it has no snapshot yet)"), line
     assert not list((run / "logs").glob(".*tmp"))  # the temporary file is gone
+
+
+def test_hydras_failed_job_line_is_held_back_and_released_on_request() -> None:
+    """A sweep's stderr (entry.HeldJobLines): Hydra's failed-job line waits; everything else passes."""
+    from corral.framework.entry import HeldJobLines
+
+    out = io.StringIO()
+    held = HeldJobLines(out)
+    held.write("[job 0] corral: error: no\n")
+    held.write("Error executing job with overrides: ['seed=1']\n")
+    assert out.getvalue() == "[job 0] corral: error: no\n"
+    held.release()  # a job that failed with something other than a corral error: Hydra's line is needed
+    assert out.getvalue().splitlines() == ["[job 0] corral: error: no", "Error executing job with overrides: ['seed=1']"]
+    assert held.getvalue() == out.getvalue()  # the rest is the real stream's

@@ -18,7 +18,8 @@ class GymEnvConfig:
 
     id: str = field(default=MISSING, metadata={"help": "gymnasium environment id, e.g. CartPole-v1"})
     max_episode_length: Optional[int] = field(
-        default=None, metadata=check(ge=1, help="cut episodes here (default: the environment's own time limit)")
+        default=None, metadata=check(ge=1, help="cut episodes here (default: the environment's own time limit, "
+                                                "which this cannot exceed; env.kwargs.max_episode_steps raises that)")
     )
     kwargs: dict[str, Any] = field(default_factory=dict, metadata={"help": "keyword arguments for gymnasium.make"})
 

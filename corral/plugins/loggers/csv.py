@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from corral import hookimpl
+from corral.framework.checks import inside_run_dir
 from corral.framework.errors import ConfigError
 from corral.framework.logger import Logger
 from corral.results.writable import write_atomically
@@ -18,7 +19,7 @@ from corral.results.writable import write_atomically
 class CSVLoggerConfig:
     """Settings of the CSV logger."""
 
-    filename: str = field(default="progress.csv", metadata={"help": "file name inside the run directory"})
+    filename: str = field(default="progress.csv", metadata=inside_run_dir("file name inside the run directory"))
 
 
 class CSVLogger(Logger):

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from corral import hookimpl
+from corral.framework.checks import inside_run_dir
 from corral.framework.logger import Logger
 
 
@@ -14,7 +15,7 @@ from corral.framework.logger import Logger
 class TensorBoardLoggerConfig:
     """Settings of the TensorBoard logger."""
 
-    subdir: str = field(default="tb", metadata={"help": "directory inside the run directory"})
+    subdir: str = field(default="tb", metadata=inside_run_dir("directory inside the run directory"))
 
 
 class TensorBoardLogger(Logger):
