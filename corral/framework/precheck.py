@@ -1,8 +1,9 @@
 """Check a ``train.py`` command line before Hydra starts the run: one message style for every config mistake.
 
 ``python train.py <overrides>`` composes the config once here, with Hydra's compose API, and checks
-every value (:func:`corral.framework.compose.check_values`) before Hydra creates a run directory
-or anything is built. Hydra's own composition errors (a value of the wrong type, an unknown option,
+every value and whether the choices fit together (:func:`corral.framework.compose.validate`, which
+runs the plugins' ``corral_validate_config`` hooks) before Hydra creates a run directory or anything
+is built. Hydra's own composition errors (a value of the wrong type, an unknown option,
 an override that does not parse) become the same one-paragraph ``corral: error: ...`` (exit status
 2) as corral's range errors, instead of Hydra's format.
 
@@ -52,7 +53,7 @@ def precheck(args: Sequence[str]) -> None:
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
 
-    from corral.framework.compose import check_values, warn_ignored
+    from corral.framework.compose import validate, warn_ignored
 
     GlobalHydra.instance().clear()
     try:
@@ -78,7 +79,7 @@ def precheck(args: Sequence[str]) -> None:
         raise ConfigError(hydra_message(exc)) from None
     finally:
         GlobalHydra.instance().clear()
-    check_values(cfg)
+    validate(cfg)  # every value, and whether the choices fit together (the plugins' corral_validate_config)
     warn_ignored(cfg, given_keys(overrides))
 
 

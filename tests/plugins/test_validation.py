@@ -83,9 +83,13 @@ def test_every_preset_an_algorithm_names_trains_it() -> None:
             validate(cfg)
 
 
-def test_train_py_reports_a_bad_composition_in_one_line_before_sampling(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path}", "algo=dqn",
+def test_train_py_reports_a_bad_composition_in_one_line_before_the_run_directory(tmp_path: Path) -> None:
+    """Checked with the values, before Hydra makes the run directory: no failed run is left behind."""
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path / 'run'}", "algo=dqn",
                            "env=pendulum", "policy=qnet"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert "corral: error: algo=dqn supports discrete actions only, but env=pendulum" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == [
+        "corral: error: algo=dqn supports discrete actions only, but env=pendulum has continuous actions; choose an "
+        "environment with discrete actions (a preset sets every part: experiment=dqn_cartpole), or algo=sac "
+        "policy=tanh_gaussian for this one"], proc.stderr
+    assert not (tmp_path / "run").exists()
