@@ -475,7 +475,7 @@ def relation_problems(config: type, values: Mapping[str, Any]) -> list[str]:
         config(**{k: v for k, v in values.items() if k in names})
     except ConfigError as exc:
         return [str(exc)]
-    except (TypeError, ValueError):
+    except Exception:  # noqa: BLE001 - e.g. a nested setting given as a dict: building it says what is wrong
         return []
     return []
 

@@ -15,6 +15,7 @@ from corral.framework.checks import (
     describe_field,
     field_problems,
     ignored_values,
+    relation_problems,
     unchecked_fields,
     unknown_key_message,
 )
@@ -224,3 +225,24 @@ def test_configs_built_in_python_check_their_own_values() -> None:
         TRPOConfig(backtrack_ratio=1.5)
     # Not applies_if: a config made from a composed node cannot tell a user's value from a preset's.
     assert SACConfig(gradient_steps=3, utd_ratio=2.0).utd_ratio == 2.0
+
+
+@dataclass
+class Window:
+    """Two fields with a relation its own ``__post_init__`` checks."""
+
+    low: int = 0
+    high: Optional[int] = 10
+
+    def __post_init__(self) -> None:
+        if self.high is not None and self.high < self.low:
+            raise ConfigError(f"window.high ({self.high}) must be at least window.low ({self.low})")
+        if self.high is not None and self.high > 10**6:
+            raise RuntimeError("not a ConfigError")
+
+
+def test_relation_problems_are_what_the_config_classs_own_post_init_says() -> None:
+    assert relation_problems(Window, {"low": 1, "high": 5}) == []
+    assert relation_problems(Window, {"low": 6, "high": 5, "name": "w"}) == [
+        "window.high (5) must be at least window.low (6)"]  # keys that are not fields (the option's name) are dropped
+    assert relation_problems(Window, {"high": 10**7}) == []  # anything else: left to whoever builds it
