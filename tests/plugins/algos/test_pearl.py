@@ -26,7 +26,7 @@ SMALL = ["experiment=pearl_pointnav", "worker.n_envs=2", "policy.hidden_sizes=[3
          "policy.encoder_hidden_sizes=[32]", "algo.qf_hidden_sizes=[32]", "algo.meta_batch=4",
          "algo.batch_size=16", "algo.context_size=8", "algo.min_buffer_size=100", "algo.n_train_tasks=10",
          "algo.n_test_tasks=4", "algo.gradient_steps=5", "trainer.batch_size=240", "trainer.eval_every=0",
-         "trainer.max_env_steps=null", "logger=[]", "seed=3"]
+         "logger=[]", "seed=3"]
 
 
 def make_run(*overrides: str) -> Run:

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SMALL = ["experiment=rl2_bandits", "env.n_arms=3", "worker.n_episodes_per_trial=4", "worker.n_envs=2",
          "sampler.n_workers=2", "trainer.batch_size=200", "algo.minibatch_size=100", "algo.n_epochs=2",
          "algo.n_train_tasks=30", "algo.n_test_tasks=6", "algo.meta_eval_trials=2", "trainer.eval_every=0",
-         "trainer.max_env_steps=null", "logger=[]", "seed=3"]
+         "logger=[]", "seed=3"]
 
 
 def make_run(*overrides: str) -> Run:
