@@ -555,6 +555,20 @@ def test_corral_plugins_check(tmp_path: Path, sites: dict[str, Path]) -> None:
     assert disabled.returncode == 0, output(disabled)
 
 
+def test_corral_plugins_and_train_py_name_a_plugin_name_nothing_has(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """``CORRAL_PLUGINS=corral-tesplugin`` (a typo): the test plugin is not loaded, and both commands
+    say which name matched nothing, with what is installed, in one warning line."""
+    warning = ("corral: warning: CORRAL_PLUGINS names corral-tesplugin, but no installed corral plugin has that name "
+               "(an entry point's or its distribution's; installed: corral-testplugin); check the spelling")
+    listed = run([*corral_command(), "plugins"], tmp_path, sites, "corral-testplugin", CORRAL_PLUGINS="corral-tesplugin")
+    assert listed.returncode == 0, output(listed)
+    assert listed.stderr.splitlines() == [warning], output(listed)
+    assert "testlocal" not in listed.stdout
+    proc = train(tmp_path, sites, *SMALL, visible=["corral-testplugin"], CORRAL_PLUGINS="corral-tesplugin")
+    assert proc.returncode == 0, output(proc)
+    assert [line for line in proc.stderr.splitlines() if "warning" in line] == [warning], output(proc)
+
+
 # ------------------------------------------------------------------------------------ corral train
 def test_corral_train_works_like_train_py(tmp_path: Path, sites: dict[str, Path]) -> None:
     proc = run([*corral_command(), "train", *SMALL, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, sites)

@@ -114,6 +114,8 @@ def plugins_command(argv: Sequence[str]) -> int:
     # A default outside its own declared range would make every run with that option fail: the author's mistake.
     config_problems = [f"{r.kind}={r.name} ({r.source}): {p}" for r in registry if r.config is not None
                        for p in check_defaults(r.config, r.path)]
+    for message in manager.unknown_names:  # CORRAL_PLUGINS=<a name nothing has>: why a plugin is missing below
+        print(f"corral: warning: {message}", file=sys.stderr)
     if opts.json:
         print(json.dumps({"components": components, "failed": failed, "clashes": clashes,
                           "config_problems": config_problems}, indent=2))

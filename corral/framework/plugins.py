@@ -86,6 +86,9 @@ class PluginManager:
         self.pm.add_hookspecs(hookspecs)
         self.registry = Registry()
         self.sources: dict[str, Source] = {}
+        #: What :meth:`load` found wrong in ``CORRAL_PLUGINS`` / ``CORRAL_DISABLE_PLUGINS``: a name no
+        #: installed plugin has (one message per variable; each also given as a :class:`PluginWarning`).
+        self.unknown_names: list[str] = []
 
     @property
     def hook(self) -> Any:
@@ -100,16 +103,19 @@ class PluginManager:
             self._load_one(Source(module_name, "corral", version), functools.partial(importlib.import_module, module_name))
         only = _env_list("CORRAL_PLUGINS")
         disabled = _env_list("CORRAL_DISABLE_PLUGINS")
+        installed: dict[str, set[str]] = {}  # distribution -> its names (its own and its entry points')
         for ep in _entry_points():
             owner = getattr(ep, "dist", None)
             dist = owner.name if owner is not None else "unknown"
             names = {_normalize(ep.name), _normalize(dist)}
+            installed.setdefault(dist, set()).update(names)
             if only is not None and not names & only:
                 continue
             if disabled and names & disabled:
                 continue
             ver = owner.version if owner is not None else "?"
             self._load_one(Source(ep.name, dist, ver), ep.load)
+        self.unknown_names = _warn_unknown_names(installed, CORRAL_PLUGINS=only, CORRAL_DISABLE_PLUGINS=disabled)
 
     def register_object(self, plugin: Any, source: Source | str | None = None) -> None:
         """Register an already-imported plugin object (tests, notebooks) with full isolation.
@@ -173,6 +179,22 @@ class PluginManager:
             if reg.source.plugin == plugin_name:
                 del self.registry.entries[key]
         self.sources.pop(plugin_name, None)
+
+
+def _warn_unknown_names(installed: dict[str, set[str]], **variables: set[str] | None) -> list[str]:
+    """One :class:`PluginWarning` for each variable (``CORRAL_PLUGINS=...``) that names a plugin no
+    installed distribution has: a typo there would otherwise load (or keep) other plugins than meant.
+    Returns the messages."""
+    known = set().union(*installed.values()) if installed else set()
+    messages = []
+    for var, names in variables.items():
+        unknown = sorted((names or set()) - known)
+        if unknown:
+            have = ", ".join(sorted(installed)) or "none"
+            messages.append(f"{var} names {', '.join(unknown)}, but no installed corral plugin has that name (an "
+                            f"entry point's or its distribution's; installed: {have}); check the spelling")
+            warnings.warn(messages[-1], PluginWarning, stacklevel=3)
+    return messages
 
 
 def _strict() -> bool:

@@ -251,7 +251,7 @@ def test_strict_mode_raises(plugins_visible: Visible, monkeypatch: pytest.Monkey
 def test_disable_by_entry_point_or_distribution_name(
     plugins_visible: Visible, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
-    monkeypatch.setenv("CORRAL_DISABLE_PLUGINS", f"{value}, something-else")
+    monkeypatch.setenv("CORRAL_DISABLE_PLUGINS", value)
     with plugins_visible("corral-testplugin", "corral-brokenimport"):
         manager, messages = load()
     assert messages == []
@@ -275,6 +275,21 @@ def test_only_these_plugins(plugins_visible: Visible, monkeypatch: pytest.Monkey
     assert messages == []
     assert third_party(manager) == {("sampler", "testlocal"), ("worker", "testworker")}
     assert BUILTIN_COMPONENTS <= {(r.kind, r.name) for r in manager.registry}  # built-ins always load
+
+
+@pytest.mark.parametrize("var", ["CORRAL_PLUGINS", "CORRAL_DISABLE_PLUGINS"])
+def test_a_name_no_installed_plugin_has_is_one_warning(plugins_visible: Visible, monkeypatch: pytest.MonkeyPatch,
+                                                       var: str) -> None:
+    """A typo in CORRAL_PLUGINS (the plugin meant is then not loaded) or CORRAL_DISABLE_PLUGINS (it is
+    then loaded) is named, with what is installed; the names that match still apply."""
+    monkeypatch.setenv(var, "corral-testplugin, corral-tesplugin, other")
+    with plugins_visible("corral-testplugin"):
+        manager, messages = load()
+    expected = (f"{var} names corral-tesplugin, other, but no installed corral plugin has that name (an entry point's "
+                "or its distribution's; installed: corral-testplugin); check the spelling")
+    assert messages == [expected] and manager.unknown_names == [expected]
+    loaded = third_party(manager) == {("sampler", "testlocal"), ("worker", "testworker")}
+    assert loaded if var == "CORRAL_PLUGINS" else not loaded
 
 
 def test_only_a_broken_plugin(plugins_visible: Visible, monkeypatch: pytest.MonkeyPatch) -> None:
