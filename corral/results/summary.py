@@ -90,7 +90,8 @@ def _overrides_from_hydra_dir(run_dir: Path) -> list[str]:
 
 
 def read_run(run_dir: str | Path) -> RunRecord:
-    """The :class:`RunRecord` of one run directory (which must hold a ``summary.json``)."""
+    """The :class:`RunRecord` of one run directory, from its ``summary.json``; a summary that cannot be
+    read (not JSON, not an object, missing) gives a record of status ``unreadable`` that says why."""
     run_dir = Path(run_dir)
     try:
         summary = json.loads((run_dir / SUMMARY_FILE).read_text())
