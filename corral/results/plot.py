@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -167,10 +168,14 @@ def plot_dir(root: str | Path, out: str | Path | None = None, metric: str | None
     root = Path(root)
     found = find_runs(root)
     runs = [r for r in found if r.status == "completed"]
+    unfinished = unfinished_job_dirs(root)
     skipped = [f"{r.path} ({why_not_completed(r)})" for r in found if r.status != "completed"]
-    skipped += [f"{p} (no summary.json: unfinished)" for p in unfinished_job_dirs(root)]
+    skipped += [f"{p} (no summary.json: unfinished)" for p in unfinished]
     if not runs:
-        raise FileNotFoundError(f"no completed run (a directory with summary.json) under {root}")
+        counts = Counter([r.status for r in found] + ["unfinished"] * len(unfinished))
+        left = (f" ({', '.join(f'{n} {status}' for status, n in counts.items())}; `corral results {root}` lists "
+                "them)") if counts else ""
+        raise FileNotFoundError(f"no completed run (a directory with summary.json) under {root}{left}")
     metric = metric or choose_metric(runs)
     curves = learning_curves(runs, metric, ignore)
     drawn = {run for c in curves for run in c.runs}

@@ -82,6 +82,15 @@ def test_the_runs_left_out_are_named(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         plot_dir(tmp_path)
+    sweep = tmp_path / "sweep"  # nothing completed: the error counts what there is, as corral results does
+    write_summary(sweep / "0", {"status": "failed", "error": "ConfigError: no"})
+    (sweep / "1").mkdir()
+    (sweep / "1" / "summary.json").write_text("{")
+    (sweep / "2" / ".hydra").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError) as info:
+        plot_dir(sweep)
+    assert str(info.value) == (f"no completed run (a directory with summary.json) under {sweep} (1 failed, 1 unreadable, "
+                               f"1 unfinished; `corral results {sweep}` lists them)")
     make_run(tmp_path, 0, ["seed=1"], [(100.0, 1.0, "")])
     with pytest.raises(ValueError, match="no_such_column"):
         plot_dir(tmp_path, metric="no_such_column")
