@@ -288,6 +288,31 @@ def test_bad_value_is_rejected_before_training(
     assert not (tmp_path / "run" / "progress.csv").exists()
 
 
+def test_a_run_or_sweep_directory_that_holds_runs_is_not_overwritten(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """Running again into a directory that holds a run (a fixed hydra.run.dir in a script) or an
+    earlier sweep's jobs is refused in one line, not overwritten; trainer.resume still continues it."""
+    proc = train(tmp_path, sites, *SMALL)
+    assert proc.returncode == 0, output(proc)
+    rows = (tmp_path / "run" / "progress.csv").read_text()
+    again = train(tmp_path, sites, *SMALL)
+    assert again.returncode == 2, output(again)
+    run_dir = tmp_path / "run"
+    assert again.stderr.splitlines() == [
+        f"corral: error: hydra.run.dir={run_dir}: {run_dir} already holds a run, and a new run there would overwrite "
+        f"its progress.csv and snapshots; continue it with trainer.resume={run_dir}, or give another directory"]
+    assert (tmp_path / "run" / "progress.csv").read_text() == rows  # untouched
+    sweep = tmp_path / "sweep"
+    first = run([sys.executable, str(TRAIN), "-m", "seed=1", *SMALL, f"hydra.sweep.dir={sweep}"], tmp_path, sites)
+    assert first.returncode == 0, output(first)
+    second = run([sys.executable, str(TRAIN), "-m", "seed=2,3", *SMALL, f"hydra.sweep.dir={sweep}"], tmp_path, sites)
+    assert second.returncode == 2, output(second)
+    assert second.stderr.splitlines() == [
+        f"corral: error: hydra.sweep.dir={sweep}: {sweep} already holds the jobs of an earlier sweep (0), and this "
+        "sweep's jobs would overwrite them; give another directory (the default, multirun/<date>/<time>, is new each "
+        "time)"], output(second)
+    assert json.loads((sweep / "0" / "summary.json").read_text())["overrides"][0] == "seed=1"
+
+
 def test_either_limit_may_be_null_but_not_both(tmp_path: Path, sites: dict[str, Path]) -> None:
     """``trainer.n_epochs=null`` trains until ``trainer.max_env_steps`` (SB3's total_timesteps); both
     null is one line before the run directory exists, not a run that never stops."""

@@ -200,10 +200,21 @@ def check_output_dir(overrides: Sequence[str], multirun: bool, hydra_cfg: Any) -
         return
     target = Path(where).expanduser().absolute()
     problem = directory_problem(target)
+    given = f"{key}={where}" if any(_key(o) == key for o in overrides) else f"{key} ({where})"
     if problem is not None:
-        given = f"{key}={where}" if any(_key(o) == key for o in overrides) else f"{key} ({where})"
         raise ConfigError(f"{given}: cannot create the {'sweep' if multirun else 'run'}'s directory {target}: "
                           f"{problem}; give a directory you can write to, e.g. {key}=outputs/<name>")
+    if not multirun and ((target / "summary.json").is_file() or (target / "snapshots").is_dir()):
+        raise ConfigError(f"{given}: {target} already holds a run, and a new run there would overwrite its "
+                          f"progress.csv and snapshots; continue it with trainer.resume={where}, or give another "
+                          f"directory")
+    sweeper = str(OmegaConf.select(hydra_cfg, "sweeper._target_", default="") or "")
+    if multirun and sweeper.endswith("BasicSweeper") and target.is_dir():  # its jobs are numbered from 0 again
+        earlier = sorted(p.parent.name for p in target.glob("*/.hydra"))
+        if earlier:
+            raise ConfigError(f"{given}: {target} already holds the jobs of an earlier sweep ({', '.join(earlier[:5])}"
+                              f"{', ...' if len(earlier) > 5 else ''}), and this sweep's jobs would overwrite them; "
+                              f"give another directory (the default, multirun/<date>/<time>, is new each time)")
 
 
 def check_sweep_plugins(overrides: Sequence[str], hydra_cfg: Any) -> None:
