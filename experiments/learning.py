@@ -26,6 +26,7 @@ import datetime as dt
 import math
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -51,6 +52,9 @@ def first_reach(rows: list[dict[str, float]], metric: str, threshold: float) -> 
 def run_seed(name: str, seed: int, overrides: list[str]) -> dict[str, object]:
     """Train one seed; return its row of the results table."""
     run_dir = ROOT / "experiments" / "runs" / name / f"seed{seed}"
+    if run_dir.exists():  # an experiment run again under its name replaces its runs (train.py would refuse the directory)
+        print(f"learning.py: replacing the earlier run {run_dir}", file=sys.stderr, flush=True)
+        shutil.rmtree(run_dir)
     cmd = [sys.executable, str(ROOT / "train.py"), *overrides, f"seed={seed}", f"hydra.run.dir={run_dir}",
            "trainer.progress=false"]
     t0 = time.perf_counter()

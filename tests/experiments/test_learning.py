@@ -215,6 +215,16 @@ def test_learning_py_writes_table_and_plot(run_name: str, tmp_path: Path) -> Non
         assert (tmp_path / f"{run_name}.png").is_file()
 
 
+def test_learning_py_run_again_under_its_name_replaces_its_runs(run_name: str, tmp_path: Path) -> None:
+    """train.py refuses a run directory that holds a run; learning.py, run again under the same name,
+    replaces its own earlier run of each seed and says so."""
+    args = ("--name", run_name, "--seeds", "1", "--threshold", "475", "--results-dir", str(tmp_path), "--", *TINY)
+    assert learning_py(*args).returncode == 0
+    again = learning_py(*args)
+    assert again.returncode == 0, again.stderr
+    assert f"learning.py: replacing the earlier run {ROOT / 'experiments' / 'runs' / run_name / 'seed1'}" in again.stderr
+
+
 def test_learning_py_with_peer_sb3_runs_both_and_compares(run_name: str, tmp_path: Path) -> None:
     pytest.importorskip("stable_baselines3")
     proc = learning_py("--name", run_name, "--seeds", "1", "--threshold", "475", "--results-dir", str(tmp_path),
