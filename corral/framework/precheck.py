@@ -209,7 +209,12 @@ def check_output_dir(overrides: Sequence[str], multirun: bool, hydra_cfg: Any) -
                           f"progress.csv and snapshots; continue it with trainer.resume={where}, or give another "
                           f"directory")
     sweeper = str(OmegaConf.select(hydra_cfg, "sweeper._target_", default="") or "")
-    if multirun and sweeper.endswith("BasicSweeper") and target.is_dir():  # its jobs are numbered from 0 again
+    # The basic sweeper numbers its jobs from 0 again; so does an Optuna search, unless it continues a
+    # stored study (storage and study_name), whose job directories follow its trial numbers.
+    stored = bool(OmegaConf.select(hydra_cfg, "sweeper.storage", default=None)
+                  and OmegaConf.select(hydra_cfg, "sweeper.study_name", default=None))
+    numbered_from_0 = sweeper.endswith("BasicSweeper") or (sweeper.endswith("OptunaSweeper") and not stored)
+    if multirun and numbered_from_0 and target.is_dir():
         earlier = sorted(p.parent.name for p in target.glob("*/.hydra"))
         if earlier:
             raise ConfigError(f"{given}: {target} already holds the jobs of an earlier sweep ({', '.join(earlier[:5])}"

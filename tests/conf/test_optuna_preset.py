@@ -79,6 +79,24 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen, timeout: float) -> bool
     return all(p.exists() for p in paths)
 
 
+def test_a_search_without_a_stored_study_does_not_overwrite_an_earlier_one(tmp_path: Path) -> None:
+    """Without storage and study_name an Optuna search numbers its jobs from 0, so a second one into
+    the same sweep directory would overwrite the first's: refused in one line before any trial."""
+    sweep_dir = tmp_path / "multirun"
+    common = ["experiment=ppo_cartpole_optuna", "hydra.sweeper.n_trials=1", "hydra.sweeper.pruner=null", *TINY,
+              "trainer.max_env_steps=1000", f"hydra.sweep.dir={sweep_dir}"]
+    first = train(tmp_path, *common)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    before = (sweep_dir / "0" / "summary.json").read_text()
+    second = train(tmp_path, *common)
+    assert second.returncode == 2, (second.stdout + second.stderr)[-4000:]
+    assert second.stderr.splitlines()[-1] == (
+        f"corral: error: hydra.sweep.dir={sweep_dir}: {sweep_dir} already holds the jobs of an earlier sweep (0), and "
+        "this sweep's jobs would overwrite them; give another directory (the default, multirun/<date>/<time>, is new "
+        "each time)"), second.stderr[-3000:]
+    assert (sweep_dir / "0" / "summary.json").read_text() == before
+
+
 def test_an_interrupted_search_resumes_from_its_sqlite_storage(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "multirun"
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
