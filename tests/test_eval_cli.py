@@ -172,6 +172,9 @@ def test_bad_eval_values_are_one_line_each(cartpole_run: Path, tmp_path: Path) -
                                   "from the snapshot); --episodes, --stochastic, --sampler and --n-workers set the rest"),
         (["-o", str(tmp_path)], f"corral eval: error: -o {tmp_path} is a directory; give the file eval.json is "
                                 f"written to (e.g. {tmp_path / 'eval.json'})"),
+        # accepted before: --seed won and seed=5 was ignored
+        (["seed=5", "--seed", "7"], "corral eval: error: seed=5 and --seed 7 both set the evaluation seed; give one "
+                                    "of them"),
     ]:
         proc = corral("eval", str(cartpole_run), *args, cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line], proc.stderr

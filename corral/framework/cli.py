@@ -128,14 +128,29 @@ def plugins_command(argv: Sequence[str]) -> int:
     return 1 if (opts.check and (failed or clashes or config_problems)) else 0
 
 
+def _checked_ignore(command: str, root: str, given: list[str] | None) -> list[str]:
+    """``--ignore``'s keys (``seed`` when not given); a given key that no run under ``root``
+    overrides is one warning line, since it would merge nothing (a typo of a swept key)."""
+    if given is None:
+        return ["seed"]
+    from corral.results.table import unused_ignore_keys
+
+    unused, overridden = unused_ignore_keys(root, given)
+    for key in unused:
+        print(f"corral {command}: warning: --ignore {key}: no run under {root} overrides {key}, so it merges "
+              f"nothing (the runs override: {', '.join(overridden) or 'nothing'}); check the spelling",
+              file=sys.stderr)
+    return given
+
+
 def results_command(argv: Sequence[str]) -> int:
     """``corral results <dir>``: the grouped table of every run under a run or multirun directory."""
     parser = argparse.ArgumentParser(prog="corral results", description="Summarise the runs under a directory.")
     parser.add_argument("dir", help="a run directory or a multirun (sweep) directory")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--ignore", nargs="*", default=["seed"],
-                        help="override keys merged within a group (default: seed)")
+    parser.add_argument("--ignore", nargs="*", help="override keys merged within a group (default: seed)")
     opts = parser.parse_args(list(argv))
+    opts.ignore = _checked_ignore("results", opts.dir, opts.ignore)
 
     from corral.results.table import results_for_dir
 
@@ -164,9 +179,9 @@ def plot_command(argv: Sequence[str]) -> int:
     parser.add_argument("-o", "--out", help="PNG to write (default: <dir>/learning_curves.png)")
     parser.add_argument("--metric", help="progress.csv column (default: eval/return_mean if every run evaluated "
                                          "at least twice, else train/return_mean)")
-    parser.add_argument("--ignore", nargs="*", default=["seed"],
-                        help="override keys merged within a line (default: seed)")
+    parser.add_argument("--ignore", nargs="*", help="override keys merged within a line (default: seed)")
     opts = parser.parse_args(list(argv))
+    opts.ignore = _checked_ignore("plot", opts.dir, opts.ignore)
 
     from corral.results.plot import plot_dir
 

@@ -127,6 +127,8 @@ def evaluate_run(
         raise ConfigError(f"--n-workers must be at least 1, got {n_workers}")
     if seed is not None and seed < 0:
         raise ConfigError(f"--seed must be >= 0 (a seed of numpy's SeedSequence, as the run's seed is), got {seed}")
+    if seed is not None and (given := [o for o in overrides if o.partition("=")[0] == "seed"]):
+        raise ConfigError(f"{given[-1]} and --seed {seed} both set the evaluation seed; give one of them")
     if video_dir is not None:
         require_video()
         if (problem := directory_problem(video_dir)) is not None:

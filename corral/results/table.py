@@ -72,6 +72,16 @@ def swept_keys(runs: Iterable[RunRecord], ignore: Iterable[str] = ("seed",)) -> 
     return [k for k in keys if len({d.get(k) for d in dicts}) > 1]
 
 
+def unused_ignore_keys(root: str | Path, ignore: Iterable[str]) -> tuple[list[str], list[str]]:
+    """``(unused, overridden)``: the keys of ``ignore`` that no run under ``root`` overrides (a typo
+    would merge nothing, in silence), and every key the runs do override, for the message."""
+    records = [*find_runs(root), *(unfinished_record(p) for p in unfinished_job_dirs(root))]
+    overridden: list[str] = []
+    for record in records:
+        overridden += [k for k in record.override_dict() if k not in overridden]
+    return [k for k in ignore if k not in overridden], overridden
+
+
 def group_runs(runs: Iterable[RunRecord], ignore: Iterable[str] = ("seed",),
                keys: Sequence[str] | None = None) -> tuple[list[str], list[Group]]:
     """``(swept keys, groups)``: runs grouped by the values of the swept keys (``keys``, default
@@ -171,4 +181,4 @@ def results_for_dir(root: str | Path, ignore: Iterable[str] = ("seed",)) -> Resu
 
 
 __all__ = ["DEFAULT_METRICS", "Group", "ResultsTable", "group_runs", "mean_std", "results_for_dir",
-           "results_table", "swept_keys"]
+           "results_table", "swept_keys", "unused_ignore_keys"]

@@ -95,3 +95,27 @@ def test_a_broken_summary_is_one_skipped_line_and_the_other_runs_are_tabled(
                        "column 12 (char 11))",
                        f"skipped: {tmp_path / '2'} (unreadable: summary.json cannot be read: it holds a JSON list, "
                        "not an object)"]
+
+
+def test_an_ignore_key_no_run_overrides_is_one_warning_line(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``--ignore sed`` (a typo of seed) merged nothing, in silence: the table simply kept one row per
+    seed. Both commands now say so; ``--ignore`` keys that runs do override, and the default, say nothing."""
+    pytest.importorskip("matplotlib")
+    from corral.framework.cli import plot_command, results_command
+    from corral.results.summary import write_summary
+
+    for i, (seed, algo) in enumerate([(1, "vpg"), (2, "vpg"), (1, "ppo")]):
+        run = tmp_path / str(i)
+        write_summary(run, {"status": "completed", "overrides": [f"seed={seed}", f"algo={algo}"], "env_steps": 10.0})
+        (run / "progress.csv").write_text("env_steps,train/return_mean\n5,1.0\n10,2.0\n")
+    for command, name in ((results_command, "results"), (plot_command, "plot")):
+        assert command([str(tmp_path), "--ignore", "sed", "seed"]) == 0
+        assert capsys.readouterr().err.splitlines() == [
+            f"corral {name}: warning: --ignore sed: no run under {tmp_path} overrides sed, so it merges nothing (the "
+            "runs override: seed, algo); check the spelling"]
+        for args in ([], ["--ignore", "seed"], ["--ignore", "algo"], ["--ignore"]):
+            assert command([str(tmp_path), *args]) == 0
+            assert capsys.readouterr().err == "", args
+    assert results_command([str(tmp_path), "--ignore", "algo"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("| seed |")  # the other key is the group now
