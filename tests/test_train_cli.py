@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -311,6 +312,25 @@ def test_a_run_or_sweep_directory_that_holds_runs_is_not_overwritten(tmp_path: P
         "sweep's jobs would overwrite them; give another directory (the default, multirun/<date>/<time>, is new each "
         "time)"], output(second)
     assert json.loads((sweep / "0" / "summary.json").read_text())["overrides"][0] == "seed=1"
+    # A branch (trainer.resume=<run> with a hydra.run.dir of its own) into a directory that holds another
+    # run: accepted before, and the branch mixed its copied history with that run's rows and snapshots.
+    other = tmp_path / "other"
+    proc = run([sys.executable, str(TRAIN), *SMALL, f"hydra.run.dir={other}"], tmp_path, sites)
+    assert proc.returncode == 0, output(proc)
+    other_rows = (other / "progress.csv").read_text()
+    branch = run([sys.executable, str(TRAIN), f"trainer.resume={run_dir}", "trainer.n_epochs=2",
+                  f"hydra.run.dir={other}"], tmp_path, sites)
+    assert branch.returncode == 2, output(branch)
+    assert branch.stderr.splitlines() == [
+        f"corral: error: hydra.run.dir={other}: {other} already holds a run, and a branch of {run_dir} there would mix "
+        "the two runs' progress.csv and snapshots; give the branch a new directory, or continue that run itself with "
+        f"trainer.resume={other}"], output(branch)
+    assert (other / "progress.csv").read_text() == other_rows and sorted(os.listdir(other / "snapshots")) == [
+        "epoch_000001.pt", "latest"]
+    for where in (tmp_path / "new", run_dir):  # a new directory, and the run's own (in place), still resume
+        proc = run([sys.executable, str(TRAIN), f"trainer.resume={run_dir}", "trainer.n_epochs=2",
+                    f"hydra.run.dir={where}"], tmp_path, sites)
+        assert proc.returncode == 0 and "(n_epochs=2 reached) after 2 epochs" in proc.stderr, output(proc)
 
 
 def test_either_limit_may_be_null_but_not_both(tmp_path: Path, sites: dict[str, Path]) -> None:

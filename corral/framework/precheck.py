@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from corral.framework.config import CONFIG_MODULE, CONFIG_NAME
 from corral.framework.errors import ConfigError
+from corral.framework.resume import check_branch_dir, holds_run
 
 
 def _key(override: str) -> str:
@@ -45,7 +46,10 @@ def precheck(args: Sequence[str]) -> None:
     (:func:`check_sweep_values`), and its launcher's and sweeper's (:func:`check_sweep_plugins`)."""
     flags = [a for a in args if a.startswith("-")]
     multirun = bool(flags) and all(a in MULTIRUN_FLAGS for a in flags)
-    if any(_key(a) == "trainer.resume" for a in args) or any(a in OTHER_CONFIG_FLAGS for a in flags):
+    if any(a in OTHER_CONFIG_FLAGS for a in flags):
+        return
+    if any(_key(a) == "trainer.resume" for a in args):  # composed from the run's own config when it starts
+        check_branch_dir(args)
         return
     overrides = [a for a in args if not a.startswith("-")]
     from hydra import compose, initialize_config_module
@@ -204,7 +208,7 @@ def check_output_dir(overrides: Sequence[str], multirun: bool, hydra_cfg: Any) -
     if problem is not None:
         raise ConfigError(f"{given}: cannot create the {'sweep' if multirun else 'run'}'s directory {target}: "
                           f"{problem}; give a directory you can write to, e.g. {key}=outputs/<name>")
-    if not multirun and ((target / "summary.json").is_file() or (target / "snapshots").is_dir()):
+    if not multirun and holds_run(target):
         raise ConfigError(f"{given}: {target} already holds a run, and a new run there would overwrite its "
                           f"progress.csv and snapshots; continue it with trainer.resume={where}, or give another "
                           f"directory")

@@ -126,6 +126,36 @@ def in_place_overrides(argv: Sequence[str]) -> list[str]:
     return [f"hydra.run.dir={_quote(str(origin))}", subdir]
 
 
+def holds_run(path: Path) -> bool:
+    """True when the directory ``path`` holds a run (its ``summary.json`` or ``snapshots/``), which a
+    new run or a branch written there would overwrite."""
+    return (path / "summary.json").is_file() or (path / "snapshots").is_dir()
+
+
+def check_branch_dir(argv: Sequence[str]) -> None:
+    """Raise a one-line :class:`ConfigError` when ``trainer.resume=<run> hydra.run.dir=<dir>`` would
+    branch into a ``<dir>`` that holds another run: the branch's copied history would not replace
+    that run's files, and the two runs' rows and snapshots would mix. Only for a ``hydra.run.dir``
+    given as a plain path (one that names run-time values is new each time)."""
+    from corral.framework.trainer import find_snapshot
+
+    source = resume_arg(argv)
+    given = {k.lstrip("+~"): v.strip("'\"") for k, _, v in (a.partition("=") for a in argv)}
+    where = given.get("hydra.run.dir")
+    if source is None or not where or "${" in where or any(a in ("-m", "--multirun") for a in argv):
+        return
+    target = Path(where).expanduser().absolute()
+    try:
+        origin = run_dir_of(find_snapshot(source))
+    except Exception:  # noqa: BLE001 - no snapshot there: the run reports it with the usual message
+        return
+    if (origin is not None and _same(origin, target)) or not holds_run(target):
+        return
+    raise ConfigError(f"hydra.run.dir={where}: {target} already holds a run, and a branch of {origin or source} "
+                      "there would mix the two runs' progress.csv and snapshots; give the branch a new directory, "
+                      f"or continue that run itself with trainer.resume={where}")
+
+
 def plan(source: str | os.PathLike, run_dir: str | os.PathLike | None) -> ResumePlan:
     """The :class:`ResumePlan` for ``trainer.resume=<source>`` writing to ``run_dir``."""
     from corral.framework.trainer import find_snapshot
@@ -253,5 +283,5 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-__all__ = ["ResumePlan", "absolute_resume", "check_overrides", "copy_history", "finished_message", "in_place_overrides", "plan",
+__all__ = ["ResumePlan", "absolute_resume", "check_branch_dir", "check_overrides", "copy_history", "finished_message", "holds_run", "in_place_overrides", "plan",
            "resume_arg", "run_dir_of"]
