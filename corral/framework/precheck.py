@@ -212,18 +212,34 @@ def check_output_dir(overrides: Sequence[str], multirun: bool, hydra_cfg: Any) -
         raise ConfigError(f"{given}: {target} already holds a run, and a new run there would overwrite its "
                           f"progress.csv and snapshots; continue it with trainer.resume={where}, or give another "
                           f"directory")
-    sweeper = str(OmegaConf.select(hydra_cfg, "sweeper._target_", default="") or "")
-    # The basic sweeper numbers its jobs from 0 again; so does an Optuna search, unless it continues a
-    # stored study (storage and study_name), whose job directories follow its trial numbers.
-    stored = bool(OmegaConf.select(hydra_cfg, "sweeper.storage", default=None)
-                  and OmegaConf.select(hydra_cfg, "sweeper.study_name", default=None))
-    numbered_from_0 = sweeper.endswith("BasicSweeper") or (sweeper.endswith("OptunaSweeper") and not stored)
-    if multirun and numbered_from_0 and target.is_dir():
-        earlier = sorted(p.parent.name for p in target.glob("*/.hydra"))
+    first = first_job_number(hydra_cfg) if multirun and target.is_dir() else None
+    if first is not None:
+        earlier = sorted((p.parent.name for p in target.glob("*/.hydra")
+                          if p.parent.name.isdigit() and int(p.parent.name) >= first), key=int)
         if earlier:
+            numbered = f", numbered from {first} (the trials its stored study has)," if first else ""
             raise ConfigError(f"{given}: {target} already holds the jobs of an earlier sweep ({', '.join(earlier[:5])}"
-                              f"{', ...' if len(earlier) > 5 else ''}), and this sweep's jobs would overwrite them; "
-                              f"give another directory (the default, multirun/<date>/<time>, is new each time)")
+                              f"{', ...' if len(earlier) > 5 else ''}), and this sweep's jobs{numbered} would overwrite "
+                              "them; give another directory (the default, multirun/<date>/<time>, is new each time)")
+
+
+def first_job_number(hydra_cfg: Any) -> int | None:
+    """The number of the first job directory the sweep's sweeper writes: 0 for Hydra's basic sweeper;
+    what a sweeper class's ``first_job_number(cfg)`` classmethod says (corral's Optuna sweeper: the
+    trials its stored study already has, else 0); None for a sweeper that does not say."""
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    target = str(OmegaConf.select(hydra_cfg, "sweeper._target_", default="") or "")
+    if target.endswith("BasicSweeper"):
+        return 0
+    try:
+        first = getattr(get_class(target), "first_job_number", None) if target else None
+        return int(first(hydra_cfg.sweeper)) if callable(first) else None
+    except ConfigError:
+        raise
+    except Exception:  # noqa: BLE001 - a sweeper that does not import, a storage that does not answer: the
+        return None  # sweep reports it when it starts
 
 
 def check_sweep_plugins(overrides: Sequence[str], hydra_cfg: Any) -> None:
@@ -436,4 +452,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_plugins", "check_sweep_values", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]
+__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]

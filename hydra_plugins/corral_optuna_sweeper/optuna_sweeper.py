@@ -77,6 +77,16 @@ def _distribution(override: Override) -> Any:
                      "range(a, b, step) or choice(a, b, ...))")
 
 
+def stored_trials(storage: str, study_name: str) -> int:
+    """How many trials the study ``study_name`` in ``storage`` has (0 when there is no such study)."""
+    import optuna
+
+    try:
+        return len(optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False))
+    except KeyError:  # no such study yet
+        return 0
+
+
 def search_space(params: dict[str, str] | None, arguments: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     """Distributions by key, and the fixed overrides every trial gets, from ``hydra.sweeper.params`` and
     the command line (the command line wins for a key given in both)."""
@@ -159,6 +169,19 @@ class CorralOptunaSweeper(Sweeper):
             raise ConfigError(f"hydra.sweeper.direction must be maximize or minimize (train.py's objective is the "
                               f"final evaluation return: maximize), got {direction!r}")
 
+    @classmethod
+    def first_job_number(cls, cfg: Any) -> int:
+        """The number of the first job directory this search writes (its jobs are numbered by trial):
+        the trials its stored study (``storage`` and ``study_name``) already has, else 0. Read before
+        the sweep starts, so that it never overwrites an earlier search's jobs; a SQLite file that
+        does not exist yet is not created here."""
+        storage, name = cfg.get("storage"), cfg.get("study_name")
+        if not storage or not name:
+            return 0
+        if str(storage).startswith("sqlite:///") and not Path(str(storage)[len("sqlite:///"):]).exists():
+            return 0
+        return stored_trials(str(storage), str(name))
+
     @staticmethod
     def search_ends(cfg: Any, overrides: Sequence[str]) -> dict[str, list[str]]:
         """For each searched setting, the overrides of the values at its ends (low and high, or each
@@ -205,12 +228,7 @@ class CorralOptunaSweeper(Sweeper):
         """How many trials a stored study of this name already has (0 in memory or for a new study)."""
         if not self.storage or not self.study_name:
             return 0
-        import optuna
-
-        try:
-            return len(optuna.load_study(study_name=self.study_name, storage=self.storage).get_trials(deepcopy=False))
-        except KeyError:  # no such study yet
-            return 0
+        return stored_trials(self.storage, self.study_name)
 
     def _recover(self, study: Any) -> int:
         """Mark trials an interrupted sweep left running as failed and queue their parameters again;

@@ -97,6 +97,33 @@ def test_a_search_without_a_stored_study_does_not_overwrite_an_earlier_one(tmp_p
     assert (sweep_dir / "0" / "summary.json").read_text() == before
 
 
+def test_a_new_stored_study_does_not_overwrite_an_earlier_studys_jobs(tmp_path: Path) -> None:
+    """A stored study numbers its jobs from the trials it already has: a *new* study (another
+    study_name, or another storage) in a sweep directory that holds an earlier study's jobs starts
+    at 0 and would overwrite them (accepted before). Refused in one line, without creating the new
+    storage's file; the earlier study itself still continues there."""
+    sweep_dir = tmp_path / "multirun"
+    common = ["experiment=ppo_cartpole_optuna", "hydra.sweeper.pruner=null", *TINY, "trainer.max_env_steps=1000",
+              f"hydra.sweep.dir={sweep_dir}"]
+    storage = f"hydra.sweeper.storage=sqlite:///{tmp_path / 'optuna.db'}"
+    first = train(tmp_path, *common, storage, "hydra.sweeper.study_name=a", "hydra.sweeper.n_trials=1")
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    before = (sweep_dir / "0" / "summary.json").read_text()
+    refused = (f"corral: error: hydra.sweep.dir={sweep_dir}: {sweep_dir} already holds the jobs of an earlier sweep "
+               "(0), and this sweep's jobs would overwrite them; give another directory (the default, "
+               "multirun/<date>/<time>, is new each time)")
+    for other in ([storage, "hydra.sweeper.study_name=b"],
+                  [f"hydra.sweeper.storage=sqlite:///{tmp_path / 'new.db'}", "hydra.sweeper.study_name=a"]):
+        second = train(tmp_path, *common, *other, "hydra.sweeper.n_trials=1")
+        assert second.returncode == 2, (second.stdout + second.stderr)[-4000:]
+        assert second.stderr.splitlines()[-1] == refused, second.stderr[-3000:]
+    assert not (tmp_path / "new.db").exists()
+    assert (sweep_dir / "0" / "summary.json").read_text() == before
+    more = train(tmp_path, *common, storage, "hydra.sweeper.study_name=a", "hydra.sweeper.n_trials=2")
+    assert more.returncode == 0, (more.stdout + more.stderr)[-4000:]
+    assert (sweep_dir / "0" / "summary.json").read_text() == before and (sweep_dir / "1" / "summary.json").is_file()
+
+
 def test_an_interrupted_search_resumes_from_its_sqlite_storage(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "multirun"
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
