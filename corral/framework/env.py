@@ -49,6 +49,41 @@ def limit_above_time_limit(env: gym.Env, max_episode_length: int | None) -> str 
             f"env.kwargs.max_episode_steps={max_episode_length} (gymnasium.make's argument)")
 
 
+def gym_spec(env_id: str) -> Any:
+    """gymnasium's spec of ``env_id``; a ``module:id`` (as ``gymnasium.make`` takes) imports ``module``
+    first, which registers the id. Raises ``gymnasium.error.Error`` for an id gymnasium does not know
+    and for a module that does not import."""
+    import importlib
+
+    if ":" in env_id:
+        module, _, env_id = env_id.partition(":")
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise gym.error.Error(f"{module!r} cannot be imported ({exc}), so it registers no id") from exc
+    return gym.spec(env_id)
+
+
+def cannot_make_message(env_id: str, why: BaseException) -> str:
+    """The one line for a gymnasium id that cannot be made (unknown, or its extra not installed)."""
+    return (f"gymnasium cannot make environment {env_id!r}: {str(why).strip().rstrip('.')}. Check env.id (any "
+            "registered gymnasium id works, e.g. env=gym env.id=Acrobot-v1).")
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise the one-line :class:`ConfigError` that making ``env_id`` would end in, without making
+    it: an id gymnasium does not know (with its "did you mean"), a ``module:id`` whose module does not
+    import, or an environment whose module does not import (a missing extra: MuJoCo, Box2D)."""
+    from gymnasium.envs.registration import load_env_creator
+
+    try:
+        spec = gym_spec(env_id)
+        if isinstance(spec.entry_point, str):
+            load_env_creator(spec.entry_point)
+    except gym.error.Error as exc:
+        raise ConfigError(cannot_make_message(env_id, exc)) from None
+
+
 @dataclass
 class EnvFactory:
     """A small, picklable recipe for an environment: ``EnvFactory("CartPole-v1")()`` makes one.
@@ -67,10 +102,13 @@ class EnvFactory:
                 try:
                     return gym.make(self.fn, **dict(self.kwargs))
                 except gym.error.Error as exc:
-                    raise ConfigError(
-                        f"gymnasium cannot make environment {self.fn!r}: {str(exc).strip().rstrip('.')}. Check "
-                        "env.id (any registered gymnasium id works, e.g. env=gym env.id=Acrobot-v1)."
-                    ) from exc
+                    raise ConfigError(cannot_make_message(self.fn, exc)) from exc
+                except ModuleNotFoundError:  # the module of a module:id, or one the environment imports
+                    try:
+                        gym_spec(self.fn)
+                    except gym.error.Error as unknown:  # the id's module: the line check_env_id gives
+                        raise ConfigError(cannot_make_message(self.fn, unknown)) from None
+                    raise  # the environment's own import: its own error
             return self.fn(**dict(self.kwargs))
         except TypeError as exc:
             # A keyword the environment does not take (env.kwargs): one line naming it, not a traceback.
@@ -208,6 +246,9 @@ def restore_env_task(env: gym.Env, state: tuple[Any, int] | None) -> None:
 __all__ = [
     "EnvSpec",
     "EnvFactory",
+    "cannot_make_message",
+    "check_env_id",
+    "gym_spec",
     "make_env",
     "limit_above_time_limit",
     "is_new_env",

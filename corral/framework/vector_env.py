@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from corral.framework.env import EnvFactory, make_env
+from corral.framework.env import EnvFactory, gym_spec, make_env
 from corral.framework.errors import ConfigError
 
 #: The ``worker.backend`` choices.
@@ -77,6 +78,30 @@ def _own_limit(venv: VectorEnv) -> int | None:
     return limit
 
 
+def needs_id_message(backend: str, what: str) -> str:
+    """The one line for ``worker.backend=native`` or ``envpool`` with an environment that is not a
+    gymnasium id (``what``: the environment, e.g. ``env=point_nav``)."""
+    return (f"worker.backend={backend} makes its environments from a gymnasium id, but {what} is not one (it makes "
+            "its environments itself); use worker.backend=sync (or async) for it")
+
+
+def check_source(source: Any, backend: str, what: str) -> None:
+    """Raise the one-line :class:`ConfigError` that :func:`build_vector_env` would raise for
+    ``source`` and ``backend``, without making the VectorEnv: ``native`` and ``envpool`` need a
+    gymnasium id they can make (:func:`check_backend`) unless the source makes its own VectorEnv
+    (probed with one environment, then closed). ``what`` names the source in the message."""
+    check_backend(backend)
+    ident = _env_id(source)
+    if ident is not None:
+        check_backend(backend, ident[0])
+        return
+    if backend in ("native", "envpool"):
+        own = _own_vector_env(source, 1)
+        if own is None:
+            raise ConfigError(needs_id_message(backend, what))
+        own.close()
+
+
 def native_ids() -> list[str]:
     """The gymnasium ids that have a vector entry point (``worker.backend=native`` can make them)."""
     return sorted(i for i, s in gym.registry.items() if s.vector_entry_point is not None)
@@ -111,7 +136,7 @@ def check_backend(backend: str, env_id: str | None = None) -> None:
         return
     if backend == "native":
         try:
-            spec = gym.spec(env_id)
+            spec = gym_spec(env_id)
         except gym.error.Error:
             return
         if spec.vector_entry_point is None:
@@ -150,13 +175,12 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
         return BuiltVectorEnv(own, _own_limit(own), False, True, "own")
     ident = _env_id(source)
     if backend in ("native", "envpool") and ident is None:
-        raise ConfigError(f"worker.backend={backend} needs a gymnasium environment id, got the environment source "
-                          f"{source!r}; use worker.backend=sync (or async) for other environments")
+        raise ConfigError(needs_id_message(backend, f"the environment source {source!r}"))
     if backend == "native":
         assert ident is not None
         env_id, kwargs = ident
         try:
-            spec = gym.spec(env_id)
+            spec = gym_spec(env_id)
         except gym.error.Error as exc:
             raise ConfigError(f"gymnasium has no environment {env_id!r} ({exc}); check env.id") from exc
         check_backend(backend, env_id)
@@ -177,6 +201,9 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
             kwargs["max_episode_steps"] = limit
         pool: Any = envpool.make(env_id, env_type="gymnasium", num_envs=n_envs, batch_size=n_envs, seed=seed % 2**31,
                                  num_threads=num_threads, **kwargs)  # a VectorEnv (EnvPool's gymnasium mixin)
+        with warnings.catch_warnings():  # EnvPool builds (and keeps) its spaces on first use, float32 Boxes from
+            warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")  # float64 bounds:
+            pool.observation_space, pool.action_space  # noqa: B018 - gymnasium's note on each says nothing to do
         return BuiltVectorEnv(pool, limit, False, False, "envpool")
     # sync / async over the env preset
     mode = AUTORESET_MODES.get(str(autoreset_mode).lower())

@@ -105,6 +105,25 @@ def test_env_factory_names_a_bad_id() -> None:
         "id works, e.g. env=gym env.id=Acrobot-v1).")
 
 
+def test_check_env_id_says_what_making_the_id_would_without_making_it() -> None:
+    import importlib.util
+
+    from corral.framework.env import check_env_id
+
+    for bad in ("NoSuchEnv-v0", "CartPole-v9", "no_such_module:CartPole-v1"):
+        with pytest.raises(ConfigError) as made:
+            EnvFactory(bad)()  # the module:id raised ModuleNotFoundError with a traceback before
+        with pytest.raises(ConfigError) as checked:
+            check_env_id(bad)
+        assert str(checked.value) == str(made.value) and "\n" not in str(made.value)
+    assert "'no_such_module' cannot be imported (No module named 'no_such_module')" in str(checked.value)
+    for good in ("CartPole-v1", "Pendulum-v1", "corral.plugins.envs.cpu_heavy:corral/CPUHeavyCartPole-v1"):
+        check_env_id(good)
+    if importlib.util.find_spec("Box2D") is None:  # an extra that is not installed: said before making it
+        with pytest.raises(ConfigError, match="'LunarLander-v3': Box2D is not installed"):
+            check_env_id("LunarLander-v3")
+
+
 def _point_env(size: int = 3) -> gym.Env:
     """A module-level environment factory with one keyword (``size``); a bad size fails inside."""
     if size < 0:

@@ -44,6 +44,14 @@ def compose(*overrides: str) -> DictConfig:
         (["algo=pearl"], "algo=pearl supports continuous actions only, but env=cartpole has discrete actions; choose "
                          "an environment with continuous actions (a preset sets every part: experiment=pearl_pointnav)"),
         (["algo=ppo", "policy=qnet"], "policy=qnet is made for algo=dqn, not algo=ppo"),
+        # these three failed inside the run before (a run directory with a failed summary)
+        (["env=gym", "env.id=Nope-v0"], "gymnasium cannot make environment 'Nope-v0': Environment `Nope` doesn't "
+                                        "exist. Did you mean: `Hopper`?. Check env.id"),
+        (["env=gym", "env.id=nomod:Nope-v0"], "gymnasium cannot make environment 'nomod:Nope-v0': 'nomod' cannot be "
+                                              "imported (No module named 'nomod'), so it registers no id. Check env.id"),
+        (["env=point_nav", "worker=vector", "worker.backend=native"],
+         "worker.backend=native makes its environments from a gymnasium id, but env=point_nav is not one (it makes its "
+         "environments itself); use worker.backend=sync (or async) for it"),
         (["algo=ppo", "env=pendulum", "policy=tanh_gaussian"], "policy=tanh_gaussian is made for algo=sac, not algo=ppo"),
     ],
 )
@@ -61,6 +69,8 @@ def test_bad_compositions_are_config_errors_naming_the_parts(overrides: list[str
         ["algo=sac", "env=pendulum", "policy=tanh_gaussian", "worker=vec"],
         ["algo=dqn", "env=cartpole", "policy=qnet", "worker=default"],
         ["algo=ppo", "worker=vec"],
+        ["env=gym", "env.id=corral.plugins.envs.cpu_heavy:corral/CPUHeavyCartPole-v1"],  # a module:id
+        ["env=point_nav", "worker=vector", "worker.backend=sync", "algo=ppo", "policy=mlp"],
     ],
 )
 def test_good_compositions_pass(overrides: list[str]) -> None:
@@ -92,4 +102,15 @@ def test_train_py_reports_a_bad_composition_in_one_line_before_the_run_directory
         "corral: error: algo=dqn supports discrete actions only, but env=pendulum has continuous actions; choose an "
         "environment with discrete actions (a preset sets every part: experiment=dqn_cartpole), or algo=sac "
         "policy=tanh_gaussian for this one"], proc.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_train_py_reports_an_unknown_env_id_before_the_run_directory(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={tmp_path / 'run'}", "env=gym",
+                           "env.id=CartPol-v1"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        "corral: error: gymnasium cannot make environment 'CartPol-v1': Environment `CartPol` doesn't exist. Did you "
+        "mean: `CartPole`?. Check env.id (any registered gymnasium id works, e.g. env=gym env.id=Acrobot-v1)."
+    ], proc.stderr
     assert not (tmp_path / "run").exists()

@@ -9,7 +9,7 @@ from omegaconf import MISSING
 
 from corral import hookimpl
 from corral.framework.checks import check
-from corral.framework.env import EnvFactory
+from corral.framework.env import EnvFactory, check_env_id
 
 
 @dataclass
@@ -45,3 +45,16 @@ def preset(kind_name: str, env_id: str, help: str) -> tuple[type, Any]:
 def corral_register(register: Any) -> None:
     """Register ``env=gym``."""
     register("env", "gym", build_gym_env, config=GymEnvConfig, help="any gymnasium environment by id (env.id=...)")
+
+
+@hookimpl
+def corral_validate_config(cfg: Any) -> None:
+    """An ``env.id`` that gymnasium cannot make (unknown, or its extra is not installed) fails before
+    anything starts, in the line making it would end in; for ``env=gym`` and every preset built on it."""
+    from corral.framework.plugins import get_registry
+
+    env = cfg.get("env") if hasattr(cfg, "get") else None
+    if env is None or "name" not in env or get_registry().get("env", env.name).factory is not build_gym_env:
+        return
+    if isinstance(env.get("id"), str):
+        check_env_id(env.id)

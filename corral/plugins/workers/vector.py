@@ -43,6 +43,7 @@ from corral.framework.vector_env import (
     autoreset_mode_of,
     build_vector_env,
     check_backend,
+    check_source,
     min_limit,
 )
 from corral.framework.worker import Worker
@@ -677,6 +678,15 @@ def _gather(log: StepLog, slots: np.ndarray, first: np.ndarray, lengths: np.ndar
     return (batch, slots) if with_slots else batch
 
 
+def _env_source(env_cfg: Any) -> Any:
+    """The environment source the chosen env option makes (nothing is made yet)."""
+    from corral.framework.config import config_of
+    from corral.framework.plugins import get_registry
+
+    registration = get_registry().get("env", env_cfg.name)
+    return registration.factory(config_of(registration, env_cfg))
+
+
 @hookimpl
 def corral_validate_config(cfg: Any) -> None:
     """Reject ``worker=vector`` fragments (``worker.timesteps_per_call > 0``) for an algorithm that needs whole
@@ -686,8 +696,10 @@ def corral_validate_config(cfg: Any) -> None:
     worker = cfg.get("worker") if hasattr(cfg, "get") else None
     if worker is None or worker.get("name") != "vector":
         return
-    env_id = cfg.env.get("id") if cfg.get("env") is not None else None
-    check_backend(worker.get("backend", "native"), env_id if isinstance(env_id, str) and ":" not in env_id else None)
+    backend = worker.get("backend", "native")
+    check_backend(backend)
+    if backend in ("native", "envpool") and cfg.get("env") is not None:
+        check_source(_env_source(cfg.env), backend, f"env={cfg.env.name}")
     _check_rollout_mode(bool(worker.get("carry_episodes", False)), int(worker.get("timesteps_per_call", 0) or 0))
     if int(worker.get("timesteps_per_call", 0) or 0) > 0 and cfg.get("algo") is not None:
         from corral.framework.plugins import get_registry

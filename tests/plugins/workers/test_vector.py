@@ -291,6 +291,23 @@ def test_envpool_box_environments(env_id: str, obs_dim: int, act_dim: int, limit
 
 
 @needs_envpool
+def test_an_envpool_vector_env_is_made_without_gymnasiums_float32_notes() -> None:
+    """EnvPool builds float32 Boxes from float64 bounds on first use of its spaces, and gymnasium said
+    so in four two-line warnings at every start of an EnvPool run; nothing for the user to do."""
+    import warnings
+
+    from corral.framework.vector_env import build_vector_env
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        built = build_vector_env("CartPole-v1", backend="envpool", n_envs=2, max_episode_length=None, seed=1)
+        try:
+            assert built.venv.single_observation_space.shape == (4,) and built.venv.single_action_space.n == 2
+        finally:
+            built.venv.close()
+
+
+@needs_envpool
 def test_envpool_threads_give_the_same_episodes() -> None:
     """EnvPool seeds environment i with seed + i; its thread count does not change the episodes."""
     a = make_worker(n_envs=8, backend="envpool", num_threads=1).rollout(min_steps=300)
