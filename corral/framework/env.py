@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 from corral.framework.errors import ConfigError
+from corral.framework.mujoco_warnings import route_mujoco_warnings
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,22 @@ def gym_spec(env_id: str) -> Any:
     return gym.spec(env_id)
 
 
+def before_making(env_id: str) -> None:
+    """Import the module of ``env_id``'s entry point, as ``gymnasium.make`` is about to, and when that
+    brought MuJoCo in, route MuJoCo's warnings to corral's log before the model is compiled
+    (:mod:`corral.framework.mujoco_warnings`). An id that cannot be made is left to ``gymnasium.make``,
+    which says why."""
+    from gymnasium.envs.registration import load_env_creator
+
+    try:
+        spec = gym_spec(env_id)
+        if isinstance(spec.entry_point, str):
+            load_env_creator(spec.entry_point)
+    except (gym.error.Error, ImportError):
+        return
+    route_mujoco_warnings()
+
+
 def cannot_make_message(env_id: str, why: BaseException) -> str:
     """The one line for a gymnasium id that cannot be made (unknown, or its extra not installed)."""
     return (f"gymnasium cannot make environment {env_id!r}: {str(why).strip().rstrip('.')}. Check env.id (any "
@@ -100,6 +117,7 @@ class EnvFactory:
         try:
             if isinstance(self.fn, str):
                 try:
+                    before_making(self.fn)
                     return gym.make(self.fn, **dict(self.kwargs))
                 except gym.error.Error as exc:
                     raise ConfigError(cannot_make_message(self.fn, exc)) from exc
@@ -246,6 +264,7 @@ def restore_env_task(env: gym.Env, state: tuple[Any, int] | None) -> None:
 __all__ = [
     "EnvSpec",
     "EnvFactory",
+    "before_making",
     "cannot_make_message",
     "check_env_id",
     "gym_spec",

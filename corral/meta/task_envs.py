@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 
 from corral.framework.checks import check
-from corral.framework.env import EnvFactory
+from corral.framework.env import EnvFactory, before_making
 
 
 @dataclass
@@ -35,6 +35,7 @@ def make_task_env(entry_point: str, max_episode_steps: int, rl2_inputs: bool = F
     if env_id not in gym.registry:
         gym.register(env_id, entry_point=entry_point)
     importlib.import_module(module)
+    before_making(env_id)  # MuJoCo's warnings to corral's log, for the MuJoCo tasks
     env = gym.make(env_id, max_episode_steps=int(max_episode_steps), disable_env_checker=True, **kwargs)
     if rl2_inputs:
         from corral.meta.rl2_env import RL2Env

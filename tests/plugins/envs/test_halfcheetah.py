@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -37,3 +39,41 @@ def test_sac_halfcheetah_preset_composes_and_validates() -> None:
     assert (cfg.algo.name, cfg.env.name, cfg.policy.name, cfg.worker.name) == ("sac", "halfcheetah", "tanh_gaussian", "fragment")
     assert cfg.trainer.max_env_steps == 300000 and cfg.algo.min_buffer_size == 10000
     validate(cfg)
+
+
+MUJOCO_WARNINGS = """
+import logging, sys
+from pathlib import Path
+
+import numpy as np
+logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format="%(levelname)s %(name)s %(message)s")
+from corral.framework.env import EnvFactory
+from corral.meta.task_envs import make_task_env
+for env in (EnvFactory("HalfCheetah-v5")(),  # by id, and by one of corral's own MuJoCo task factories
+            EnvFactory(make_task_env, {"entry_point": "corral.meta.half_cheetah_tasks:HalfCheetahVelEnv",
+                                       "max_episode_steps": 10})()):
+    env.reset(seed=0)
+    for _ in range(3):
+        env.unwrapped.data.qvel[:] = np.nan  # the simulation blows up: a warning the user must see
+        env.step(env.action_space.sample())
+    env.close()
+"""
+
+
+def test_mujocos_warnings_are_corral_log_records_and_no_file_is_left(tmp_path: Path) -> None:
+    """MuJoCo's own handler printed ``WARNING: ...`` and a blank line to stderr for each model (with
+    MuJoCo 4, eight lines per HalfCheetah run for gymnasium's deprecated ``settotalmass``) and
+    appended them to MUJOCO_LOG.TXT in the directory the run was started from. Now each is a
+    ``corral.env`` log record, an unstable simulation at warning level; nothing is written there."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", MUJOCO_WARNINGS], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == "" and list(tmp_path.iterdir()) == [], proc.stderr
+    warnings = [line for line in proc.stdout.splitlines() if line.startswith("WARNING")]
+    assert warnings == ["WARNING corral.env MuJoCo: Nan, Inf or huge value in QVEL at DOF 0. The simulation is "
+                        "unstable. Time = 0.0000."], proc.stdout  # once per process, not once per model or step
+    assert all(line.startswith(("DEBUG corral.env MuJoCo: ", "WARNING corral.env MuJoCo: "))
+               for line in proc.stdout.splitlines()), proc.stdout
