@@ -94,9 +94,25 @@ def require_video() -> None:
 
 def check_recordable(env: Any) -> None:
     """Fail early, with one clear line, when videos of ``env`` cannot be recorded: the extra is
-    missing, or the environment does not render ``rgb_array`` frames."""
+    missing, the environment does not render ``rgb_array`` frames, or it cannot render one here
+    (MuJoCo without an OpenGL it can use: a machine without a display needs ``MUJOCO_GL``)."""
     require_video()
-    _rgb_array_env(env.fn if isinstance(env, RecordedEnvFactory) else env, {}).close()
+    probe = _rgb_array_env(env.fn if isinstance(env, RecordedEnvFactory) else env, {})
+    with warnings.catch_warnings():  # a MuJoCo renderer that cannot start: glfw's notes on the way
+        warnings.filterwarnings("ignore", module="glfw")
+        try:
+            probe.reset(seed=0)
+            probe.render()
+        except Exception as exc:  # noqa: BLE001 - whatever the renderer raises, said in one line
+            name = getattr(probe.spec, "id", None) or type(probe.unwrapped).__name__
+            why = (str(exc).strip().splitlines() or [""])[0]
+            hint = (" (MuJoCo renders without a display with MUJOCO_GL=egl on a GPU, or MUJOCO_GL=osmesa with OSMesa "
+                    "installed)" if "mujoco" in type(probe.unwrapped).__module__ else "")
+            raise ConfigError(f"environment {name} cannot render a frame on this machine ({type(exc).__name__}: "
+                              f"{why}), so its episodes cannot be recorded{hint}; evaluate it without --video / "
+                              "trainer.video_every") from None
+        finally:
+            probe.close()
 
 
 def read_video_frames(path: str | Path) -> np.ndarray:

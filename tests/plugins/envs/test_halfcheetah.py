@@ -77,3 +77,35 @@ def test_mujocos_warnings_are_corral_log_records_and_no_file_is_left(tmp_path: P
                         "unstable. Time = 0.0000."], proc.stdout  # once per process, not once per model or step
     assert all(line.startswith(("DEBUG corral.env MuJoCo: ", "WARNING corral.env MuJoCo: "))
                for line in proc.stdout.splitlines()), proc.stdout
+
+
+RENDER_PROBE = """
+from corral.framework.env import EnvFactory
+from corral.framework.errors import ConfigError
+from corral.framework.video import check_recordable
+try:
+    check_recordable(EnvFactory("HalfCheetah-v5"))
+except ConfigError as exc:
+    print(exc)
+"""
+
+
+def test_a_mujoco_environment_that_cannot_render_here_is_one_line_before_recording(tmp_path: Path) -> None:
+    """MuJoCo's renderer starts at the first frame: ``corral eval --video`` on a machine without a
+    display ended in a ``mujoco.FatalError`` traceback after the evaluation had begun. The check
+    before recording now renders one frame and says why it cannot, with what to set."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("moviepy", reason="needs the video extra")
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env["MUJOCO_GL"] = "glfw"  # a windowing backend, with no display to open: it cannot start
+    proc = subprocess.run([sys.executable, "-c", RENDER_PROBE], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr  # nor glfw's warnings on the way
+    line = proc.stdout.strip()
+    assert line.startswith("environment HalfCheetah-v5 cannot render a frame on this machine (") and line.endswith(
+        "so its episodes cannot be recorded (MuJoCo renders without a display with MUJOCO_GL=egl on a GPU, or "
+        "MUJOCO_GL=osmesa with OSMesa installed); evaluate it without --video / trainer.video_every"), proc.stdout
+    assert "\n" not in line
