@@ -36,6 +36,7 @@ from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.video import (
     VIDEO_EXTRA,
+    VIDEO_SLOT_INFO,
     RecordedEnvFactory,
     check_recordable,
     encode_gif,
@@ -135,6 +136,7 @@ def evaluation_episodes(
         _prune_fragment_videos(env, worker_factory, per_worker)
     if len(episodes) < n_episodes:  # pragma: no cover - a sampler that broke its contract
         raise RuntimeError(f"evaluation asked for {n_episodes} episodes and got {len(episodes)}")
+    _prune_untaken_slot_videos(env, episodes[:n_episodes], per_worker)
     # Worker by worker, so that the first n_episodes take ceil(n/W) from the first workers.
     return EpisodeBatch.concatenate(*episodes[: n_episodes])
 
@@ -284,6 +286,25 @@ def _prune_fragment_videos(env: Any, factory: WorkerFactory, per_worker: int) ->
         for path in Path(recipe.video_folder).glob(f"{prefix}*-episode-*.mp4"):
             slot, _, episode = path.stem[len(prefix):].partition("-episode-")
             if slot.isdigit() and episode.isdigit() and int(episode) >= need[int(slot)]:
+                path.unlink(missing_ok=True)
+
+
+def _prune_untaken_slot_videos(env: Any, taken: list[EpisodeBatch], per_worker: int) -> None:
+    """Delete the videos of episodes the evaluation did not take, for workers whose slots all record
+    (their episodes carry :data:`VIDEO_SLOT_INFO`): worker ``w`` keeps slot ``s``'s first ``n`` videos,
+    ``n`` the taken episodes of ``w`` from ``s`` (episodes come in worker order, ``per_worker`` each)."""
+    recipes = {r.worker: r for r in (env if isinstance(env, list) else [env]) if isinstance(r, RecordedEnvFactory)}
+    if not recipes or not all(VIDEO_SLOT_INFO in e.episode_infos for e in taken):
+        return
+    kept: dict[tuple[int, int], int] = {}
+    for i, batch in enumerate(taken):
+        key = (i // per_worker, int(batch.episode_infos[VIDEO_SLOT_INFO][0]))
+        kept[key] = kept.get(key, 0) + 1
+    for w, recipe in recipes.items():
+        prefix = f"{recipe.name_prefix}-w{w}-s"
+        for path in Path(recipe.video_folder).glob(f"{prefix}*-episode-*.mp4"):
+            slot, _, number = path.stem[len(prefix):].partition("-episode-")
+            if slot.isdigit() and number.isdigit() and int(number) >= kept.get((w, int(slot)), 0):
                 path.unlink(missing_ok=True)
 
 

@@ -19,6 +19,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from corral.framework.env import EnvFactory, gym_spec, make_env
 from corral.framework.errors import ConfigError
+from corral.framework.video import RecordedEnvFactory
 
 #: The ``worker.backend`` choices.
 BACKENDS = ("native", "envpool", "sync", "async")
@@ -76,6 +77,14 @@ def _own_limit(venv: VectorEnv) -> int | None:
         known = [int(x) for x in limits if x is not None]
         limit = max(known) if known and len(known) == len(limits) else None
     return limit
+
+
+#: The one line for recording videos (``--video``, ``trainer.video_every``) with a backend that makes
+#: its environments all at once, so none can be wrapped in a recorder.
+RECORDING_NEEDS_SYNC = ("worker.backend={backend} makes all its environments inside one VectorEnv, so corral cannot "
+                        "record them one by one; record with worker.backend=sync (the same environments through "
+                        "gymnasium's SyncVectorEnv): train with it for trainer.video_every, or evaluate a trained run "
+                        "with corral eval <run> --video DIR worker.backend=sync")
 
 
 def needs_id_message(backend: str, what: str) -> str:
@@ -174,6 +183,8 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
                               "and worker.autoreset_mode do not apply to it; leave them at their defaults")
         return BuiltVectorEnv(own, _own_limit(own), False, True, "own")
     ident = _env_id(source)
+    if backend in ("native", "envpool") and isinstance(source, RecordedEnvFactory):
+        raise ConfigError(RECORDING_NEEDS_SYNC.format(backend=backend))
     if backend in ("native", "envpool") and ident is None:
         raise ConfigError(needs_id_message(backend, f"the environment source {source!r}"))
     if backend == "native":
@@ -209,7 +220,9 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
     mode = AUTORESET_MODES.get(str(autoreset_mode).lower())
     if mode is None:
         raise ConfigError(f"worker.autoreset_mode={autoreset_mode!r} is not one of {', '.join(AUTORESET_MODES)}")
-    probe = make_env(source) if ident is None else make_env(EnvFactory(*ident))
+    # The probe reads the time limit; a recording source's probe would take slot 0's video name.
+    plain: Any = source.fn if isinstance(source, RecordedEnvFactory) else source
+    probe = make_env(plain) if ident is None else make_env(EnvFactory(*ident))
     try:
         own_limit = getattr(probe.spec, "max_episode_steps", None)
     finally:

@@ -29,6 +29,12 @@ from corral.framework.errors import ConfigError
 VIDEO_EXTRA = "corral[video]"
 
 
+#: The ``episode_infos`` key of a worker whose environments all step together (so every slot records,
+#: taken episode or not): the slot each episode came from. A slot's taken episodes are its first ones,
+#: so an evaluation keeps slot ``s``'s first ``n`` videos, ``n`` the taken episodes from ``s``.
+VIDEO_SLOT_INFO = "video_slot"
+
+
 @dataclass
 class RecordedEnvFactory(EnvFactory):
     """An environment recipe whose environments render ``rgb_array`` frames and record every episode
@@ -166,6 +172,6 @@ def _rgb_array_env(source: Any, kwargs: Mapping[str, Any]) -> gym.Env:
 
 
 __all__ = [
-    "RecordedEnvFactory", "VIDEO_EXTRA", "check_recordable", "encode_gif", "read_video_frames", "recorded_videos",
+    "RecordedEnvFactory", "VIDEO_EXTRA", "VIDEO_SLOT_INFO", "check_recordable", "encode_gif", "read_video_frames", "recorded_videos",
     "recording_envs", "require_video",
 ]

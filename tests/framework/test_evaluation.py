@@ -299,3 +299,35 @@ def test_fragment_worker_videos_are_the_episodes_taken(tmp_path: Path) -> None:
         # one frame after the reset and one per step; moviepy's writer can lose the last frame of a
         # clip to rounding (n / fps seconds, floored back to frames)
         assert length <= len(read_video_frames(tmp_path / name)) <= length + 1, name
+
+
+def test_vector_worker_videos_are_the_episodes_taken(tmp_path: Path) -> None:
+    """All of a VectorEnv's environments step together, so every slot recorded, and ``corral eval
+    --video --episodes 2`` on a run with 16 environments left 21 videos. Now only the taken episodes
+    keep theirs: each worker's slots in the order the episodes were taken, per worker."""
+    pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
+    from corral.framework.evaluation import read_video_frames, recording_envs
+    from corral.framework.video import VIDEO_SLOT_INFO
+    from corral.plugins.policies.mlp import MLPPolicy
+
+    env = EnvFactory("CartPole-v1")
+    torch.manual_seed(0)
+    policy = MLPPolicy(EnvSpec.from_env(env()), hidden_sizes=[8])
+    vector = get_registry().get("worker", "vector").factory
+    factory = WorkerFactory(seed=5, max_episode_length=None, worker_class=vector,
+                            worker_args={"n_envs": 3, "backend": "sync"})
+    episodes = evaluation_episodes(policy, recording_envs(env, tmp_path, n_workers=2),
+                                   evaluation_factory(factory, n_workers=2), 8)
+    slots = episodes.episode_infos[VIDEO_SLOT_INFO].tolist()
+    names, seen = [], {}
+    for i, slot in enumerate(slots):  # 4 episodes per worker: each slot's first, then the earliest to end
+        w = i // 4
+        k = seen[(w, slot)] = seen.get((w, slot), -1) + 1
+        names.append(f"eval-w{w}-s{slot}-episode-{k}.mp4")
+    assert sorted(slots[:3]) == [0, 1, 2] and sorted(slots[4:7]) == [0, 1, 2]
+    assert sorted(p.name for p in tmp_path.glob("*.mp4")) == sorted(names)
+    for name, length in zip(names, episodes.lengths.tolist()):
+        assert length <= len(read_video_frames(tmp_path / name)) <= length + 1, name
+    plain = evaluation_episodes(policy, env, evaluation_factory(factory, n_workers=2), 8)
+    assert VIDEO_SLOT_INFO not in plain.episode_infos  # only a recording says which slot
+    assert plain.episode_returns.tolist() == episodes.episode_returns.tolist()  # the same episodes, recorded

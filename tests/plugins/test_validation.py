@@ -49,6 +49,10 @@ def compose(*overrides: str) -> DictConfig:
                                         "exist. Did you mean: `Hopper`?. Check env.id"),
         (["env=gym", "env.id=nomod:Nope-v0"], "gymnasium cannot make environment 'nomod:Nope-v0': 'nomod' cannot be "
                                               "imported (No module named 'nomod'), so it registers no id. Check env.id"),
+        # accepted before: the run failed at its first video, after training up to it
+        (["worker=vector", "trainer.video_every=1"],
+         "trainer.video_every=1: worker.backend=native makes all its environments inside one VectorEnv, so corral "
+         "cannot record them one by one; record with worker.backend=sync"),
         (["env=point_nav", "worker=vector", "worker.backend=native"],
          "worker.backend=native makes its environments from a gymnasium id, but env=point_nav is not one (it makes its "
          "environments itself); use worker.backend=sync (or async) for it"),
@@ -71,6 +75,8 @@ def test_bad_compositions_are_config_errors_naming_the_parts(overrides: list[str
         ["algo=ppo", "worker=vec"],
         ["env=gym", "env.id=corral.plugins.envs.cpu_heavy:corral/CPUHeavyCartPole-v1"],  # a module:id
         ["env=point_nav", "worker=vector", "worker.backend=sync", "algo=ppo", "policy=mlp"],
+        ["worker=vector", "worker.backend=sync", "trainer.video_every=1"],
+        ["worker=vector", "trainer.video_every=1", "trainer.eval_every=0"],  # no evaluation, no video
     ],
 )
 def test_good_compositions_pass(overrides: list[str]) -> None:

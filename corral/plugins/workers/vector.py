@@ -39,6 +39,7 @@ from corral.framework.errors import ConfigError
 from corral.framework.vector_env import (
     AUTORESET_MODES,
     BACKENDS,
+    RECORDING_NEEDS_SYNC,
     BuiltVectorEnv,
     autoreset_mode_of,
     build_vector_env,
@@ -46,6 +47,7 @@ from corral.framework.vector_env import (
     check_source,
     min_limit,
 )
+from corral.framework.video import VIDEO_SLOT_INFO, RecordedEnvFactory
 from corral.framework.worker import Worker
 from corral.rl.episode_buffer import StepLog, action_clipper
 from corral.rl.episode_stitching import RunningEpisodes, join_fragments
@@ -358,9 +360,13 @@ class VectorWorker(Worker):
         if min_steps and (got := int(sum(int(x.sum()) for x in ep_lengths))) > OVERSIZE_FACTOR * min_steps:
             _warn_oversize(self, got, int(min_steps))
         term = np.concatenate(ep_term)
-        return _gather(log, np.concatenate(ep_slots), np.concatenate(ep_rows), np.concatenate(ep_lengths),
-                       np.zeros(len(term), dtype=np.int64),
-                       np.where(term, StepType.TERMINAL, StepType.TIMEOUT).astype(np.uint8), np.concatenate(ep_last))
+        batch, slots = _gather(log, np.concatenate(ep_slots), np.concatenate(ep_rows), np.concatenate(ep_lengths),
+                               np.zeros(len(term), dtype=np.int64),
+                               np.where(term, StepType.TERMINAL, StepType.TIMEOUT).astype(np.uint8),
+                               np.concatenate(ep_last), with_slots=True)
+        if isinstance(self._source, RecordedEnvFactory):  # every slot records: say which episodes were taken
+            batch.episode_infos[VIDEO_SLOT_INFO] = slots.astype(np.int64)
+        return batch
 
     def _fragment_state(self) -> dict[str, Any]:
         """The running episodes carried across fragment rollouts (every environment reset on the first)."""
@@ -698,6 +704,10 @@ def corral_validate_config(cfg: Any) -> None:
         return
     backend = worker.get("backend", "native")
     check_backend(backend)
+    trainer: Any = cfg.get("trainer") or {}
+    if backend in ("native", "envpool") and trainer.get("video_every", 0) and trainer.get("eval_every", 0):
+        raise ConfigError(f"trainer.video_every={trainer.video_every}: "
+                          + RECORDING_NEEDS_SYNC.format(backend=backend))
     if backend in ("native", "envpool") and cfg.get("env") is not None:
         check_source(_env_source(cfg.env), backend, f"env={cfg.env.name}")
     _check_rollout_mode(bool(worker.get("carry_episodes", False)), int(worker.get("timesteps_per_call", 0) or 0))

@@ -290,6 +290,21 @@ def test_envpool_box_environments(env_id: str, obs_dim: int, act_dim: int, limit
     assert worker.episode_limit == 50 and limit > 50
 
 
+def test_recording_with_a_backend_that_makes_every_environment_at_once_is_one_line(tmp_path: Any) -> None:
+    """``corral eval --video`` on a native or EnvPool run: the recorder wraps one environment at a time,
+    which these backends never make; the line says to record with worker.backend=sync."""
+    from corral.framework.vector_env import build_vector_env
+    from corral.framework.video import RecordedEnvFactory
+
+    recorded = RecordedEnvFactory(EnvFactory("CartPole-v1"), {}, video_folder=str(tmp_path))
+    with pytest.raises(ConfigError) as raised:
+        build_vector_env(recorded, backend="native", n_envs=2, max_episode_length=None, seed=1)
+    assert str(raised.value).startswith("worker.backend=native makes all its environments inside one VectorEnv, so "
+                                        "corral cannot record them one by one; record with worker.backend=sync")
+    built = build_vector_env(recorded, backend="sync", n_envs=2, max_episode_length=None, seed=1)
+    built.venv.close()
+
+
 @needs_envpool
 def test_an_envpool_vector_env_is_made_without_gymnasiums_float32_notes() -> None:
     """EnvPool builds float32 Boxes from float64 bounds on first use of its spaces, and gymnasium said
