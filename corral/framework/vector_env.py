@@ -212,9 +212,11 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
             kwargs["max_episode_steps"] = limit
         pool: Any = envpool.make(env_id, env_type="gymnasium", num_envs=n_envs, batch_size=n_envs, seed=seed % 2**31,
                                  num_threads=num_threads, **kwargs)  # a VectorEnv (EnvPool's gymnasium mixin)
-        with warnings.catch_warnings():  # EnvPool builds (and keeps) its spaces on first use, float32 Boxes from
-            warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")  # float64 bounds:
-            pool.observation_space, pool.action_space  # noqa: B018 - gymnasium's note on each says nothing to do
+        # EnvPool builds its spaces on first use (and keeps them): float32 Boxes from float64 bounds, on
+        # which gymnasium warns each time, with nothing for the user to do.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
+            pool.observation_space, pool.action_space  # noqa: B018 - built here, under the filter
         return BuiltVectorEnv(pool, limit, False, False, "envpool")
     # sync / async over the env preset
     mode = AUTORESET_MODES.get(str(autoreset_mode).lower())
