@@ -65,17 +65,23 @@ def gym_spec(env_id: str) -> Any:
     return gym.spec(env_id)
 
 
+def import_entry_point(env_id: str) -> None:
+    """Import the module of ``env_id``'s entry point, as ``gymnasium.make`` would. Raises
+    ``gymnasium.error.Error`` for an unknown id and for a module that needs a missing extra."""
+    from gymnasium.envs.registration import load_env_creator
+
+    spec = gym_spec(env_id)
+    if isinstance(spec.entry_point, str):
+        load_env_creator(spec.entry_point)
+
+
 def before_making(env_id: str) -> None:
     """Import the module of ``env_id``'s entry point, as ``gymnasium.make`` is about to, and when that
     brought MuJoCo in, route MuJoCo's warnings to corral's log before the model is compiled
     (:mod:`corral.framework.mujoco_warnings`). An id that cannot be made is left to ``gymnasium.make``,
     which says why."""
-    from gymnasium.envs.registration import load_env_creator
-
     try:
-        spec = gym_spec(env_id)
-        if isinstance(spec.entry_point, str):
-            load_env_creator(spec.entry_point)
+        import_entry_point(env_id)
     except (gym.error.Error, ImportError):
         return
     route_mujoco_warnings()
@@ -91,13 +97,9 @@ def check_env_id(env_id: str) -> None:
     """Raise the one-line :class:`ConfigError` that making ``env_id`` would end in, without making
     it: an id gymnasium does not know (with its "did you mean"), a ``module:id`` whose module does not
     import, or an environment whose module does not import (a missing extra: MuJoCo, Box2D)."""
-    from gymnasium.envs.registration import load_env_creator
-
     try:
-        spec = gym_spec(env_id)
-        if isinstance(spec.entry_point, str):
-            load_env_creator(spec.entry_point)
-    except gym.error.Error as exc:
+        import_entry_point(env_id)
+    except (gym.error.Error, ImportError) as exc:  # ImportError: a module the environment's module needs
         raise ConfigError(cannot_make_message(env_id, exc)) from None
 
 
@@ -268,6 +270,7 @@ __all__ = [
     "cannot_make_message",
     "check_env_id",
     "gym_spec",
+    "import_entry_point",
     "make_env",
     "limit_above_time_limit",
     "is_new_env",
