@@ -17,7 +17,7 @@ commands:
   results <dir> [--json] [--ignore KEY ...]
                             a table of a run or sweep directory: one row per group of the swept
                             keys, mean ± std across seeds
-  plot <dir> [-o OUT.png] [--metric COLUMN]
+  plot <dir> [-o OUT.png] [--metric COLUMN] [--ignore KEY ...]
                             learning curves (mean and spread across seeds, one line per group)
   eval <run dir | snapshot> [overrides...] [--episodes N] [--stochastic] [--seed S] [--video DIR]
        [--env-id ID] [--sampler NAME] [--n-workers N] [--trust]
