@@ -215,10 +215,12 @@ def test_a_video_directory_that_cannot_be_made_is_one_line_before_any_episode(ca
 
 
 @pytest.mark.parametrize("sampler", ["multiprocessing", "action_server"])
+@pytest.mark.parametrize("signal_name", ["SIGINT", "SIGTERM"])
 def test_ctrl_c_during_corral_eval_is_one_line_and_leaves_no_process(cartpole_run: Path, tmp_path: Path,
-                                                                      sampler: str) -> None:
+                                                                      sampler: str, signal_name: str) -> None:
     """Ctrl-C reaches the whole foreground job (the command and its worker processes): one line,
-    exit status 130, no eval.json, and every worker process gone."""
+    exit status 130, no eval.json, and every worker process gone. SIGTERM (``kill``, a scheduler's
+    preemption) takes the same path, with its own status, 143; it ended the command without a word."""
     import os
     import signal
     import time
@@ -236,11 +238,12 @@ def test_ctrl_c_during_corral_eval_is_one_line_and_leaves_no_process(cartpole_ru
         assert proc.poll() is None and len(child_processes(proc.pid)) >= 2, "the workers never started"
         time.sleep(3)  # the workers are running episodes
         session = session_processes(proc.pid)
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, getattr(signal, signal_name))
         stdout, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 130, stderr[-3000:]
-        assert stderr.strip().splitlines()[-1] == ("corral eval: interrupted; no eval.json was written (it is written "
-                                                   "once every episode is in)"), stderr[-3000:]
+        assert proc.returncode == (130 if signal_name == "SIGINT" else 143), stderr[-3000:]
+        by = "" if signal_name == "SIGINT" else " by SIGTERM"
+        assert stderr.strip().splitlines()[-1] == (f"corral eval: interrupted{by}; no eval.json was written (it is "
+                                                   "written once every episode is in)"), stderr[-3000:]
         assert "Traceback" not in stderr and stdout == "", stderr[-3000:]
         assert not out.exists()
         assert wait_gone(session, timeout=30) == set()

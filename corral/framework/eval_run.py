@@ -340,19 +340,22 @@ def eval_command(argv: Sequence[str]) -> int:
     parser.add_argument("-o", "--output", help="where eval.json goes (default: <run dir>/eval.json)")
     parser.add_argument("--json", action="store_true", help="print eval.json instead of the summary")
     opts = parser.parse_intermixed_args(list(argv))  # overrides may come after options
+    from corral.framework.interrupts import Terminated, sigterm_as_interrupt
     from corral.framework.logger import log_corral_records_as_lines
 
     log_corral_records_as_lines()  # a warning while it builds the run (corral.*'s log records): `corral: warning: ...`
     try:
-        result = evaluate_run(
-            opts.run, opts.overrides, episodes=opts.episodes, deterministic=not opts.stochastic, seed=opts.seed,
-            video_dir=opts.video, env_id=opts.env_id, sampler=opts.sampler, n_workers=opts.n_workers,
-            trust=opts.trust, output=opts.output,
-        )
-    except KeyboardInterrupt:  # Ctrl-C: the sampler's workers are already shut down (its `with` block)
-        print("\ncorral eval: interrupted; no eval.json was written (it is written once every episode is in)",
+        with sigterm_as_interrupt():  # `kill`, a scheduler's preemption: Ctrl-C's path and line
+            result = evaluate_run(
+                opts.run, opts.overrides, episodes=opts.episodes, deterministic=not opts.stochastic, seed=opts.seed,
+                video_dir=opts.video, env_id=opts.env_id, sampler=opts.sampler, n_workers=opts.n_workers,
+                trust=opts.trust, output=opts.output,
+            )
+    except KeyboardInterrupt as exc:  # the sampler's workers are already shut down (its `with` block)
+        by = " by SIGTERM" if isinstance(exc, Terminated) else ""
+        print(f"\ncorral eval: interrupted{by}; no eval.json was written (it is written once every episode is in)",
               file=sys.stderr, flush=True)
-        return 130
+        return 143 if by else 130
     except CorralError as exc:
         print(f"corral eval: error: {exc}", file=sys.stderr)
         return 2
