@@ -118,7 +118,7 @@ def evaluate_run(
         recording_envs,
         require_video,
     )
-    from corral.framework.trainer import find_snapshot
+    from corral.framework.trainer import find_snapshot, runs_inside
     from corral.results.writable import directory_problem, write_atomically
 
     if episodes < 1:
@@ -143,7 +143,7 @@ def evaluate_run(
         snapshot = find_snapshot(source)
     except SnapshotError:
         raise ConfigError(f"no snapshot found in {source}: give corral eval a run directory (the one with "
-                          "snapshots/) or a snapshot file") from None
+                          f"snapshots/) or a snapshot file{runs_inside(Path(source))}") from None
     run_dir = snapshot.parent.parent if snapshot.parent.name == "snapshots" else snapshot.parent
     if output is None:
         _check_output(run_dir / "eval.json")

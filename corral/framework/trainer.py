@@ -586,7 +586,21 @@ def find_snapshot(source: str | os.PathLike) -> Path:
         found = sorted(d.glob("epoch_*.pt")) if d.is_dir() else []
         if found:
             return found[-1]
-    raise SnapshotError(f"no snapshot found in {p} (expected {p}/snapshots/epoch_*.pt); check trainer.resume")
+    raise SnapshotError(f"no snapshot found in {p} (expected {p}/snapshots/epoch_*.pt){runs_inside(p)}; check "
+                        "trainer.resume")
+
+
+def runs_inside(directory: Path) -> str:
+    """For a directory that holds runs rather than being one (a sweep directory, ``outputs/<date>``):
+    ``"; it holds runs: <dir>/0, <dir>/1, ... (give one of them)"``, else ``""``."""
+    if not directory.is_dir():
+        return ""
+    runs = sorted((d for d in directory.iterdir() if d.is_dir() and (d / "snapshots").is_dir()),
+                  key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name))
+    if not runs:
+        return ""
+    shown = ", ".join(str(d) for d in runs[:3]) + (", ..." if len(runs) > 3 else "")
+    return f"; it holds runs: {shown} (give one of them)"
 
 
 def episode_stats(episodes: EpisodeBatch) -> dict[str, float]:

@@ -204,3 +204,28 @@ def test_episode_stats_count_whole_episodes_across_fragments() -> None:
     assert without["train/n_episodes"] == 1.0  # the MID-started fragment is left out (the last one is unfinished)
     assert without["train/return_max"] == 2.0
 
+
+
+def test_a_directory_of_runs_is_named_with_its_runs_when_resumed_or_evaluated(tmp_path: Path) -> None:
+    """``trainer.resume=<sweep dir>`` (or ``corral eval <sweep dir>``) said only "no snapshot found":
+    the line now names the runs inside, one of which was meant."""
+    from corral.framework.errors import ConfigError, SnapshotError
+    from corral.framework.eval_run import evaluate_run
+    from corral.framework.trainer import find_snapshot
+
+    for job in ("0", "1", "2", "10", "11"):
+        (tmp_path / "sweep" / job / "snapshots").mkdir(parents=True)
+    (tmp_path / "sweep" / "multirun.yaml").write_text("")
+    sweep = tmp_path / "sweep"
+    inside = f"; it holds runs: {sweep / '0'}, {sweep / '1'}, {sweep / '2'}, ... (give one of them)"
+    with pytest.raises(SnapshotError) as raised:
+        find_snapshot(sweep)
+    assert str(raised.value) == (f"no snapshot found in {sweep} (expected {sweep}/snapshots/epoch_*.pt){inside}; "
+                                 "check trainer.resume")
+    with pytest.raises(ConfigError) as refused:
+        evaluate_run(sweep, output="")
+    assert str(refused.value) == (f"no snapshot found in {sweep}: give corral eval a run directory (the one with "
+                                  f"snapshots/) or a snapshot file{inside}")
+    with pytest.raises(SnapshotError) as empty:
+        find_snapshot(tmp_path / "nothing")
+    assert "holds runs" not in str(empty.value)
