@@ -278,46 +278,51 @@ def test_issue_example_mountain_car_scores_the_clipped_action() -> None:
     assert stats["eval/episode_length"] == 999
 
 
-def test_fragment_worker_videos_are_the_episodes_taken(tmp_path: Path) -> None:
-    """The slots of a fragment worker run on past the episodes evaluation takes; only the taken
-    episodes keep their videos, one frame after the reset and one per step."""
+def _recorded_evaluation(tmp_path: Path, worker: str, worker_args: dict[str, Any], n_episodes: int,
+                         n_workers: int = 1) -> tuple[Any, Any, WorkerFactory, EpisodeBatch]:
+    """``(policy, env, factory, episodes)`` of a CartPole evaluation recorded to ``tmp_path``."""
     pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
-    from corral.framework.evaluation import read_video_frames, recording_envs
+    from corral.framework.evaluation import recording_envs
     from corral.plugins.policies.mlp import MLPPolicy
 
     env = EnvFactory("CartPole-v1")
     torch.manual_seed(0)
     policy = MLPPolicy(EnvSpec.from_env(env()), hidden_sizes=[8])
-    fragment = get_registry().get("worker", "fragment").factory
-    factory = WorkerFactory(seed=5, max_episode_length=None, worker_class=fragment,
-                            worker_args={"n_envs": 2, "timesteps_per_call": 7})
-    episodes = evaluation_episodes(policy, recording_envs(env, tmp_path), evaluation_factory(factory), 3)
+    factory = WorkerFactory(seed=5, max_episode_length=None, worker_class=get_registry().get("worker", worker).factory,
+                            worker_args=worker_args)
+    episodes = evaluation_episodes(policy, recording_envs(env, tmp_path, n_workers=n_workers),
+                                   evaluation_factory(factory, n_workers=n_workers), n_episodes)
+    return policy, env, factory, episodes
+
+
+def _assert_only_these_videos(tmp_path: Path, names: list[str], lengths: list[int]) -> None:
+    """``tmp_path`` holds exactly the videos ``names``, of episodes of ``lengths``: one frame after the
+    reset and one per step (moviepy's writer can lose the last frame of a clip to rounding: n / fps
+    seconds, floored back to frames)."""
+    from corral.framework.evaluation import read_video_frames
+
+    assert sorted(p.name for p in tmp_path.glob("*.mp4")) == sorted(names)
+    for name, length in zip(names, lengths):
+        assert length <= len(read_video_frames(tmp_path / name)) <= length + 1, name
+
+
+def test_fragment_worker_videos_are_the_episodes_taken(tmp_path: Path) -> None:
+    """The slots of a fragment worker run on past the episodes evaluation takes; only the taken
+    episodes keep their videos, one frame after the reset and one per step."""
+    *_, episodes = _recorded_evaluation(tmp_path, "fragment", {"n_envs": 2, "timesteps_per_call": 7}, 3)
     # taken: slot 0's first, slot 1's first, slot 0's second
     names = ["eval-w0-s0-episode-0.mp4", "eval-w0-s1-episode-0.mp4", "eval-w0-s0-episode-1.mp4"]
-    assert sorted(p.name for p in tmp_path.glob("*.mp4")) == sorted(names)
-    for name, length in zip(names, episodes.lengths.tolist()):
-        # one frame after the reset and one per step; moviepy's writer can lose the last frame of a
-        # clip to rounding (n / fps seconds, floored back to frames)
-        assert length <= len(read_video_frames(tmp_path / name)) <= length + 1, name
+    _assert_only_these_videos(tmp_path, names, episodes.lengths.tolist())
 
 
 def test_vector_worker_videos_are_the_episodes_taken(tmp_path: Path) -> None:
     """All of a VectorEnv's environments step together, so every slot recorded, and ``corral eval
     --video --episodes 2`` on a run with 16 environments left 21 videos. Now only the taken episodes
     keep theirs: each worker's slots in the order the episodes were taken, per worker."""
-    pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
-    from corral.framework.evaluation import read_video_frames, recording_envs
     from corral.framework.video import VIDEO_SLOT_INFO
-    from corral.plugins.policies.mlp import MLPPolicy
 
-    env = EnvFactory("CartPole-v1")
-    torch.manual_seed(0)
-    policy = MLPPolicy(EnvSpec.from_env(env()), hidden_sizes=[8])
-    vector = get_registry().get("worker", "vector").factory
-    factory = WorkerFactory(seed=5, max_episode_length=None, worker_class=vector,
-                            worker_args={"n_envs": 3, "backend": "sync"})
-    episodes = evaluation_episodes(policy, recording_envs(env, tmp_path, n_workers=2),
-                                   evaluation_factory(factory, n_workers=2), 8)
+    policy, env, factory, episodes = _recorded_evaluation(tmp_path, "vector", {"n_envs": 3, "backend": "sync"}, 8,
+                                                          n_workers=2)
     slots = episodes.episode_infos[VIDEO_SLOT_INFO].tolist()
     names, seen = [], {}
     for i, slot in enumerate(slots):  # 4 episodes per worker: each slot's first, then the earliest to end
@@ -325,9 +330,7 @@ def test_vector_worker_videos_are_the_episodes_taken(tmp_path: Path) -> None:
         k = seen[(w, slot)] = seen.get((w, slot), -1) + 1
         names.append(f"eval-w{w}-s{slot}-episode-{k}.mp4")
     assert sorted(slots[:3]) == [0, 1, 2] and sorted(slots[4:7]) == [0, 1, 2]
-    assert sorted(p.name for p in tmp_path.glob("*.mp4")) == sorted(names)
-    for name, length in zip(names, episodes.lengths.tolist()):
-        assert length <= len(read_video_frames(tmp_path / name)) <= length + 1, name
+    _assert_only_these_videos(tmp_path, names, episodes.lengths.tolist())
     plain = evaluation_episodes(policy, env, evaluation_factory(factory, n_workers=2), 8)
     assert VIDEO_SLOT_INFO not in plain.episode_infos  # only a recording says which slot
     assert plain.episode_returns.tolist() == episodes.episode_returns.tolist()  # the same episodes, recorded
