@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -122,6 +123,25 @@ def test_check_env_id_says_what_making_the_id_would_without_making_it() -> None:
     if importlib.util.find_spec("Box2D") is None:  # an extra that is not installed: said before making it
         with pytest.raises(ConfigError, match="'LunarLander-v3': Box2D is not installed"):
             check_env_id("LunarLander-v3")
+
+
+def test_check_env_id_names_a_module_the_environments_module_cannot_import(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """An environment whose module imports something missing (a dependency of its own, not a gymnasium
+    extra): one line naming the missing module, not a traceback from the check."""
+    from corral.framework.env import check_env_id
+
+    (tmp_path / "needs_missing.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    gym.register("corral_test/NeedsMissing-v0", entry_point="needs_missing:Env")
+    try:
+        with pytest.raises(ConfigError) as raised:
+            check_env_id("corral_test/NeedsMissing-v0")
+        assert str(raised.value) == ("gymnasium cannot make environment 'corral_test/NeedsMissing-v0': No module named "
+                                     "'no_such_dependency_xyz'. Check env.id (any registered gymnasium id works, e.g. "
+                                     "env=gym env.id=Acrobot-v1).")
+    finally:
+        gym.registry.pop("corral_test/NeedsMissing-v0", None)
 
 
 def _point_env(size: int = 3) -> gym.Env:
