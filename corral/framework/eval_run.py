@@ -159,7 +159,7 @@ def evaluate_run(
             env = _other_env(cfg, env_id, run.env_spec)
             factory = dataclasses.replace(factory, max_episode_length=cfg.env.get("max_episode_length"))
         if video_dir is not None:
-            check_recordable(env)
+            check_recordable(env, factory.worker_class, factory.worker_args)
             env = recording_envs(env, video_dir, n_workers, name_prefix="eval")
         batch = evaluation_episodes(run.algo.eval_policy, env, factory, episodes, deterministic=deterministic,
                                     sampler=sampler)

@@ -183,8 +183,8 @@ class Trainer:
             self.env_spec = EnvSpec.from_env(probe, factory.max_episode_length)
         finally:
             probe.close()
-        if self.config.video_every and self.config.eval_every:
-            check_recordable(env)  # before any training: a missing extra or an env without rgb_array frames
+        if self.config.video_every and self.config.eval_every:  # before any training: a missing extra, workers
+            check_recordable(env, factory.worker_class, factory.worker_args)  # that cannot record, no frames
 
     @property
     def snapshot_dir(self) -> Path | None:

@@ -98,11 +98,16 @@ def require_video() -> None:
         ) from None
 
 
-def check_recordable(env: Any) -> None:
+def check_recordable(env: Any, worker_class: Any = None, worker_args: Mapping[str, Any] | None = None) -> None:
     """Fail early, with one clear line, when videos of ``env`` cannot be recorded: the extra is
-    missing, the environment does not render ``rgb_array`` frames, or it cannot render one here
-    (MuJoCo without an OpenGL it can use: a machine without a display needs ``MUJOCO_GL``)."""
+    missing, the workers (``worker_class`` with ``worker_args``) cannot wrap their environments one by
+    one (a worker class's ``recording_problem(worker_args)`` says why, else None), the environment
+    does not render ``rgb_array`` frames, or it cannot render one here (MuJoCo without an OpenGL it
+    can use: a machine without a display needs ``MUJOCO_GL``)."""
     require_video()
+    problem = getattr(worker_class, "recording_problem", None)
+    if callable(problem) and (why := problem(dict(worker_args or {}))):
+        raise ConfigError(why)
     probe = _rgb_array_env(env.fn if isinstance(env, RecordedEnvFactory) else env, {})
     with warnings.catch_warnings():  # a MuJoCo renderer that cannot start: glfw's notes on the way
         warnings.filterwarnings("ignore", module="glfw")

@@ -131,6 +131,13 @@ class VectorWorker(Worker):
 
     returns_fragments = False
 
+    @classmethod
+    def recording_problem(cls, worker_args: Mapping[str, Any]) -> str | None:
+        """Why these settings cannot record videos (``native`` and ``envpool`` make every environment
+        inside one VectorEnv, so none can be wrapped in a recorder), else None."""
+        backend = str(worker_args.get("backend", "native"))
+        return RECORDING_NEEDS_SYNC.format(backend=backend) if backend in ("native", "envpool") else None
+
     def __init__(self, *, seed: Any, max_episode_length: int | None, worker_number: int = 0, n_envs: int = 16,
                  backend: str = "native", num_threads: int = 0, autoreset_mode: str = "next_step",
                  timesteps_per_call: int = 0, carry_episodes: bool = False, **kwargs: Any) -> None:
@@ -705,9 +712,9 @@ def corral_validate_config(cfg: Any) -> None:
     backend = worker.get("backend", "native")
     check_backend(backend)
     trainer: Any = cfg.get("trainer") or {}
-    if backend in ("native", "envpool") and trainer.get("video_every", 0) and trainer.get("eval_every", 0):
-        raise ConfigError(f"trainer.video_every={trainer.video_every}: "
-                          + RECORDING_NEEDS_SYNC.format(backend=backend))
+    if trainer.get("video_every", 0) and trainer.get("eval_every", 0) and (
+            why := VectorWorker.recording_problem({"backend": backend})):
+        raise ConfigError(f"trainer.video_every={trainer.video_every}: {why}")
     if backend in ("native", "envpool") and cfg.get("env") is not None:
         check_source(_env_source(cfg.env), backend, f"env={cfg.env.name}")
     _check_rollout_mode(bool(worker.get("carry_episodes", False)), int(worker.get("timesteps_per_call", 0) or 0))

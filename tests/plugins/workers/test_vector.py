@@ -305,6 +305,22 @@ def test_recording_with_a_backend_that_makes_every_environment_at_once_is_one_li
     built.venv.close()
 
 
+def test_corral_evals_recording_check_asks_the_worker_before_any_episode() -> None:
+    """``corral eval <native run> --video DIR`` said so only once the worker built its environments,
+    after the sampler's prefix and after making DIR; the check before recording now asks the worker."""
+    pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
+    from corral.framework.plugins import get_registry
+    from corral.framework.video import check_recordable
+
+    vector = get_registry().get("worker", "vector").factory
+    for args in ({}, {"backend": "envpool"}):
+        with pytest.raises(ConfigError) as raised:
+            check_recordable(EnvFactory("CartPole-v1"), vector, args)
+        assert str(raised.value).startswith(f"worker.backend={args.get('backend', 'native')} makes all its "
+                                            "environments inside one VectorEnv")
+    check_recordable(EnvFactory("CartPole-v1"), vector, {"backend": "sync"})
+
+
 @needs_envpool
 def test_an_envpool_vector_env_is_made_without_gymnasiums_float32_notes() -> None:
     """EnvPool builds float32 Boxes from float64 bounds on first use of its spaces, and gymnasium said
