@@ -6,12 +6,13 @@ gymnasium's MuJoCo environments warns that its ``settotalmass`` attribute is dep
 at the start of each run, and a file left in the directory the user ran from, for an asset the user
 did not write.
 
-In every process that makes a MuJoCo environment (:func:`corral.framework.env.before_making` imports
-the environment's module and then calls :func:`route_mujoco_warnings`), corral routes MuJoCo's warnings to the ``corral.env`` logger
-instead, each message once per process: a deprecation at debug level, any other warning (an
-unstable simulation: ``Nan, Inf or huge value in QACC``) as one ``corral: warning: MuJoCo: ...``
-line, which also reaches the run's ``corral.log``. Nothing is written to the working directory.
-A VectorEnv EnvPool makes steps its own copy of MuJoCo, which this does not reach.
+In every process that makes a MuJoCo environment (:func:`corral.framework.env.before_making`
+imports the environment's module, then calls :func:`route_mujoco_warnings`), corral routes MuJoCo's
+warnings to the ``corral.env`` logger instead, each message once per process: a deprecation at debug
+level, any other warning (an unstable simulation: ``Nan, Inf or huge value in QACC``) as one
+``corral: warning: MuJoCo: ...`` line, which also reaches the run's ``corral.log``. Nothing is
+written to the working directory. A VectorEnv that EnvPool makes steps its own copy of MuJoCo,
+which this does not reach.
 """
 
 from __future__ import annotations

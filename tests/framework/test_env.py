@@ -113,7 +113,7 @@ def test_check_env_id_says_what_making_the_id_would_without_making_it() -> None:
 
     for bad in ("NoSuchEnv-v0", "CartPole-v9", "no_such_module:CartPole-v1"):
         with pytest.raises(ConfigError) as made:
-            EnvFactory(bad)()  # the module:id raised ModuleNotFoundError with a traceback before
+            EnvFactory(bad)()  # the module:id raised ModuleNotFoundError before, not a ConfigError
         with pytest.raises(ConfigError) as checked:
             check_env_id(bad)
         assert str(checked.value) == str(made.value) and "\n" not in str(made.value)
