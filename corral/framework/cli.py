@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections import Counter
 from typing import Any, Sequence
 
 USAGE = """usage: corral <command> [args]
@@ -162,10 +161,9 @@ def results_command(argv: Sequence[str]) -> int:
     else:  # with no completed run, no empty table: the runs that are not, and why
         print(table.format() if table.rows else "\n".join(f"skipped: {s}" for s in table.skipped))
     if not table.rows:  # every job failed, or an interrupted sweep before its first job finished
-        # each skipped line is "<path> (<status>[: why])", or "<path> (no summary.json: unfinished)"
-        statuses = Counter("unfinished" if line.endswith("(no summary.json: unfinished)")
-                           else line.split(" (", 1)[-1].split(":", 1)[0].rstrip(")") for line in table.skipped)
-        what = ", ".join(f"{n} {status}" for status, n in statuses.items())
+        from corral.results.summary import find_runs, status_counts, unfinished_job_dirs
+
+        what = status_counts(find_runs(opts.dir), len(unfinished_job_dirs(opts.dir)))
         print(f"corral results: error: no completed run under {opts.dir} ({what}; listed above)", file=sys.stderr)
         return 2
     return 0

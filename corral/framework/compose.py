@@ -47,6 +47,14 @@ class Run:
         self.trainer.shutdown()
 
 
+def env_source(env_cfg: Any, registry: Any = None) -> Any:
+    """The environment source (an EnvFactory, a callable, an Env) that the env option ``env_cfg``
+    (its ``name`` and fields) makes; no environment is made yet. ``registry``: the plugin
+    manager's (default: the global one)."""
+    registration = (registry or get_plugin_manager().registry).get("env", env_cfg.name)
+    return registration.factory(config_of(registration, env_cfg))
+
+
 def validate(cfg: DictConfig, manager: PluginManager | None = None) -> None:
     """Check that every chosen option exists, that every key is a field of its option and every
     value is inside its field's declared range (:mod:`corral.framework.checks`), and that the
@@ -92,8 +100,7 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
     seed = int(cfg.seed)
     torch.manual_seed(seed)
 
-    env_reg = reg.get("env", cfg.env.name)
-    env = env_reg.factory(config_of(env_reg, cfg.env))
+    env = env_source(cfg.env, reg)
     probe = make_env(env)
     try:
         env_spec = EnvSpec.from_env(probe, cfg.env.get("max_episode_length"))
@@ -171,4 +178,4 @@ def _asdict(obj: Any) -> dict[str, Any]:
     return dict(OmegaConf.to_container(obj, resolve=True))  # type: ignore[arg-type]
 
 
-__all__ = ["Run", "build", "check_values", "validate"]
+__all__ = ["Run", "build", "check_values", "env_source", "validate"]

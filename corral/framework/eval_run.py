@@ -299,16 +299,13 @@ def _other_env(cfg: Any, env_id: str, spec: Any) -> Any:
     """The run's env option with another gymnasium id; its spaces must match the trained ones."""
     from omegaconf import OmegaConf
 
-    from corral.framework.config import config_of
+    from corral.framework.compose import env_source
     from corral.framework.env import make_env
-    from corral.framework.plugins import get_registry
 
     if "id" not in cfg.env:
         raise ConfigError(f"--env-id needs a gymnasium environment option (env=gym or a preset); the run used "
                           f"env={cfg.env.name}, which has no id")
-    node: Any = OmegaConf.merge(cfg.env, {"id": env_id})
-    registration = get_registry().get("env", cfg.env.name)
-    env = registration.factory(config_of(registration, node))
+    env = env_source(OmegaConf.merge(cfg.env, {"id": env_id}))
     probe = make_env(env)
     try:
         obs, act = probe.observation_space, probe.action_space

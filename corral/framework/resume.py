@@ -108,8 +108,7 @@ def in_place_overrides(argv: Sequence[str]) -> list[str]:
     source = resume_arg(argv)
     if source is None or any(a in ("-m", "--multirun") for a in argv):
         return []
-    given = {k: v for k, _, v in (a.partition("=") for a in argv)}
-    given = {k.lstrip("+~"): v.strip("'\"") for k, v in given.items()}
+    given = _given(argv)
     if "hydra.output_subdir" in given:
         return []
     try:
@@ -126,6 +125,11 @@ def in_place_overrides(argv: Sequence[str]) -> list[str]:
     return [f"hydra.run.dir={_quote(str(origin))}", subdir]
 
 
+def _given(argv: Sequence[str]) -> dict[str, str]:
+    """The command line's ``key=value`` items by key (``+``/``~`` and quotes taken off)."""
+    return {k.lstrip("+~"): v.strip("'\"") for k, _, v in (a.partition("=") for a in argv)}
+
+
 def holds_run(path: Path) -> bool:
     """True when the directory ``path`` holds a run (its ``summary.json`` or ``snapshots/``), which a
     new run or a branch written there would overwrite."""
@@ -140,8 +144,7 @@ def check_branch_dir(argv: Sequence[str]) -> None:
     from corral.framework.trainer import find_snapshot
 
     source = resume_arg(argv)
-    given = {k.lstrip("+~"): v.strip("'\"") for k, _, v in (a.partition("=") for a in argv)}
-    where = given.get("hydra.run.dir")
+    where = _given(argv).get("hydra.run.dir")
     if source is None or not where or "${" in where or any(a in ("-m", "--multirun") for a in argv):
         return
     target = Path(where).expanduser().absolute()

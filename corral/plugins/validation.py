@@ -25,12 +25,11 @@ def _action_space_kind(cfg: Any) -> str | None:
     """``"discrete"`` or ``"continuous"`` for the chosen environment (None if it cannot be built here)."""
     import gymnasium as gym
 
-    from corral.framework.config import config_of
+    from corral.framework.compose import env_source
     from corral.framework.env import make_env
 
-    env_reg = get_registry().get("env", cfg.env.name)
     try:
-        env = make_env(env_reg.factory(config_of(env_reg, cfg.env)))
+        env = make_env(env_source(cfg.env))
     except Exception:
         return None
     try:

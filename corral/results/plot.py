@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import csv
 import os
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
-from corral.results.summary import RunRecord, find_runs, unfinished_job_dirs, why_not_completed
+from corral.results.summary import RunRecord, find_runs, status_counts, unfinished_job_dirs, why_not_completed
 from corral.results.table import group_runs
 from corral.results.writable import directory_problem
 
@@ -172,9 +171,8 @@ def plot_dir(root: str | Path, out: str | Path | None = None, metric: str | None
     skipped = [f"{r.path} ({why_not_completed(r)})" for r in found if r.status != "completed"]
     skipped += [f"{p} (no summary.json: unfinished)" for p in unfinished]
     if not runs:
-        counts = Counter([r.status for r in found] + ["unfinished"] * len(unfinished))
-        left = (f" ({', '.join(f'{n} {status}' for status, n in counts.items())}; `corral results {root}` lists "
-                "them)") if counts else ""
+        counts = status_counts(found, len(unfinished))
+        left = f" ({counts}; `corral results {root}` lists them)" if counts else ""
         raise FileNotFoundError(f"no completed run (a directory with summary.json) under {root}{left}")
     metric = metric or choose_metric(runs)
     curves = learning_curves(runs, metric, ignore)

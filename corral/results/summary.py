@@ -13,9 +13,10 @@ the loggers put it.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from corral.results.writable import write_atomically
 
@@ -152,6 +153,13 @@ def unfinished_record(job_dir: str | Path) -> RunRecord:
     return RunRecord(path=job_dir, summary={"status": "unfinished"}, overrides=_overrides_from_hydra_dir(job_dir))
 
 
+def status_counts(runs: Iterable[RunRecord], n_unfinished: int = 0) -> str:
+    """``"2 failed, 1 interrupted, 1 unfinished"``: how many of ``runs`` have each status, in the
+    order first seen, then the ``n_unfinished`` job directories without a summary."""
+    counts = Counter([r.status for r in runs] + ["unfinished"] * n_unfinished)
+    return ", ".join(f"{n} {status}" for status, n in counts.items())
+
+
 __all__ = [
     "PROGRESS_FILE",
     "SUMMARY_FILE",
@@ -159,6 +167,7 @@ __all__ = [
     "find_runs",
     "parse_overrides",
     "read_run",
+    "status_counts",
     "unfinished_job_dirs",
     "unfinished_record",
     "why_not_completed",

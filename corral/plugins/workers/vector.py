@@ -691,15 +691,6 @@ def _gather(log: StepLog, slots: np.ndarray, first: np.ndarray, lengths: np.ndar
     return (batch, slots) if with_slots else batch
 
 
-def _env_source(env_cfg: Any) -> Any:
-    """The environment source the chosen env option makes (nothing is made yet)."""
-    from corral.framework.config import config_of
-    from corral.framework.plugins import get_registry
-
-    registration = get_registry().get("env", env_cfg.name)
-    return registration.factory(config_of(registration, env_cfg))
-
-
 @hookimpl
 def corral_validate_config(cfg: Any) -> None:
     """Reject ``worker=vector`` fragments (``worker.timesteps_per_call > 0``) for an algorithm that needs whole
@@ -716,7 +707,9 @@ def corral_validate_config(cfg: Any) -> None:
             why := VectorWorker.recording_problem({"backend": backend})):
         raise ConfigError(f"trainer.video_every={trainer.video_every}: {why}")
     if backend in ("native", "envpool") and cfg.get("env") is not None:
-        check_source(_env_source(cfg.env), backend, f"env={cfg.env.name}")
+        from corral.framework.compose import env_source
+
+        check_source(env_source(cfg.env), backend, f"env={cfg.env.name}")
     _check_rollout_mode(bool(worker.get("carry_episodes", False)), int(worker.get("timesteps_per_call", 0) or 0))
     if int(worker.get("timesteps_per_call", 0) or 0) > 0 and cfg.get("algo") is not None:
         from corral.framework.plugins import get_registry
