@@ -1,10 +1,11 @@
 """Built-in composition checks, implemented through the same validation hook any plugin may use.
 
 A registered factory may carry ``component_class`` (the class it builds) whose class attributes
-declare what fits: an algorithm's ``accepts_fragments``, ``policies`` (policy options it trains)
-and ``action_spaces`` (``"discrete"``/``"continuous"``), and ``presets`` (``experiment=`` options that
-set every part for it, named in these errors); a policy's ``algorithms`` (the algorithms it is made
-for, checked only when the algorithm does not list its own ``policies``).
+declare what fits: an algorithm's ``accepts_fragments``, ``workers`` (the worker options it runs
+with, named when its worker returns fragments), ``policies`` (policy options it trains),
+``action_spaces`` (``"discrete"``/``"continuous"``) and ``presets`` (``experiment=`` options that set
+every part for it, named in these errors); a policy's ``algorithms`` (the algorithms it is made for,
+checked only when the algorithm does not list its own ``policies``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def corral_validate_config(cfg: Any) -> None:
     if getattr(worker_cls, "returns_fragments", False) and not getattr(algo, "accepts_fragments", False):
         raise ConfigError(
             f"algo={cfg.algo.name} needs whole episodes, but worker={cfg.worker.name} returns fragments; "
-            "choose worker=default or worker=vec"
+            f"choose {' or '.join(f'worker={w}' for w in getattr(algo, 'workers', ()) or ('default', 'vec'))}"
         )
     presets = tuple(getattr(algo, "presets", ()) or ())
     preset = (f" (a preset sets every part: {' or '.join(f'experiment={p}' for p in presets)})" if presets else "")

@@ -119,6 +119,7 @@ class PEARL(Algorithm):
 
     #: Read by composition checks.
     needs_latent_worker = True
+    workers = ("pearl",)
     policies = ("pearl",)
     action_spaces = ("continuous",)
     presets = ("pearl_pointnav",)  # named in the composition errors (corral.plugins.validation)

@@ -85,6 +85,7 @@ class RL2PPO(PPO):
 
     #: Read by composition checks: needs ``worker=rl2`` and trains recurrent policies.
     needs_trials = True
+    workers = ("rl2",)
     trains_recurrent = True
     accepts_fragments = False  # a trial's recurrent state runs over whole episodes
     config: RL2PPOConfig  # PPO's config, with RL2's fields
@@ -242,9 +243,8 @@ def build_rl2_ppo(config: RL2PPOConfig, *, env_spec: EnvSpec, policy: Policy, sa
     return RL2PPO(env_spec, policy, sampler, seed=seed, **dataclasses.asdict(config))
 
 
-#: Read by composition checks (the registered factory is this function).
-build_rl2_ppo.needs_trials = True  # type: ignore[attr-defined]
-build_rl2_ppo.trains_recurrent = True  # type: ignore[attr-defined]
+#: What the factory builds, so corral's composition checks read its ``needs_trials``, ``workers`` ...
+build_rl2_ppo.component_class = RL2PPO  # type: ignore[attr-defined]
 
 
 @hookimpl

@@ -37,6 +37,7 @@ from corral.framework.plugins import get_registry
 from corral.framework.worker import Worker
 from corral.meta.rl2_env import CONTINUE_TRIAL, is_rl2_env
 from corral.meta.trial_tasks import TrialTasksMixin
+from corral.plugins.validation import component_class
 from corral.rl.episode_buffer import StepLog, action_clipper
 
 
@@ -223,8 +224,8 @@ def corral_validate_config(cfg: Any) -> None:
     """Reject RL2 compositions that cannot work, saying which option to choose instead."""
     registry = get_registry()
     worker_cls = registry.get("worker", cfg.worker.name).factory
-    algo = registry.get("algo", cfg.algo.name).factory
-    policy = registry.get("policy", cfg.policy.name).factory
+    algo = component_class(registry.get("algo", cfg.algo.name).factory)
+    policy = component_class(registry.get("policy", cfg.policy.name).factory)
     runs_trials = bool(getattr(worker_cls, "runs_trials", False))
     recurrent = bool(getattr(policy, "recurrent", False))
     if getattr(algo, "needs_trials", False) and not runs_trials:

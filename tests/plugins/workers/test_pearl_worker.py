@@ -203,6 +203,7 @@ PEARL = ["algo=pearl", "policy=pearl", "worker=pearl", "env=point_nav"]
 
 @pytest.mark.parametrize("overrides, message", [
     (with_choices(PEARL, "worker=vec"), "choose worker=pearl"),
+    (with_choices(PEARL, "worker=fragment"), "worker=fragment returns fragments; choose worker=pearl$"),
     (with_choices(PEARL, "policy=tanh_gaussian"), "choose policy=pearl"),
     (["algo=sac", "policy=tanh_gaussian", "worker=pearl", "env=point_nav"], "choose policy=pearl"),
     (with_choices(PEARL, "env=pendulum"), "choose env=point_nav"),

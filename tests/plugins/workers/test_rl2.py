@@ -155,6 +155,7 @@ RL2 = ["algo=rl2_ppo", "policy=gru", "worker=rl2", "env=bandits", "env.rl2_input
 
 @pytest.mark.parametrize("overrides, message", [
     (with_choices(RL2, "worker=vec"), "choose worker=rl2"),
+    (with_choices(RL2, "worker=fragment"), "worker=fragment returns fragments; choose worker=rl2$"),
     (with_choices(RL2, "policy=mlp"), "choose policy=gru"),
     (with_choices(RL2, "algo=ppo"), "choose algo=rl2_ppo"),
     (with_choices(RL2, "env.rl2_inputs=false"), "set env.rl2_inputs=true"),
