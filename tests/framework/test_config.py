@@ -127,6 +127,20 @@ def test_a_logger_path_outside_the_run_directory_is_refused(override: str) -> No
     check_values(compose("logger=[csv,tensorboard]", "logger.csv.filename=sub/p.csv", "logger.tensorboard.subdir=."))
 
 
+@pytest.mark.parametrize(("make", "key", "value"), [
+    ("csv", "logger.csv.filename", "/tmp/p.csv"), ("csv", "logger.csv.filename", "a/../../p.csv"),
+    ("tensorboard", "logger.tensorboard.subdir", "../tb"),
+])
+def test_a_logger_config_built_in_python_is_checked_as_the_command_line(make: str, key: str, value: str) -> None:
+    """Library use gets the command line's one line: the loggers' configs check their own paths."""
+    from corral.plugins.loggers.csv import CSVLoggerConfig
+    from corral.plugins.loggers.tensorboard import TensorBoardLoggerConfig
+
+    config = {"csv": CSVLoggerConfig, "tensorboard": TensorBoardLoggerConfig}[make]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)} must be a relative path inside the run directory"):
+        config(**{key.rsplit(".", 1)[1]: value})
+
+
 def test_an_experiment_preset_key_for_another_option_is_named() -> None:
     """A preset's worker settings that the user's worker choice does not have are an error, too."""
     with pytest.raises(ConfigError, match=r"worker.timesteps_per_call is not a setting: worker=vec has no setting"):

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from corral import hookimpl
-from corral.framework.checks import inside_run_dir
-from corral.framework.errors import ConfigError
+from corral.framework.checks import checked, inside_run_dir
 from corral.framework.logger import Logger
 from corral.results.writable import write_atomically
 
 
 @dataclass
+@checked("logger.csv")
 class CSVLoggerConfig:
     """Settings of the CSV logger."""
 
@@ -97,11 +97,7 @@ def _epoch_of(row: Mapping[str, str]) -> float:
 
 def build_csv_logger(config: CSVLoggerConfig, *, log_dir: Path | None = None) -> CSVLogger:
     """Build the CSV logger (in the current directory when there is no run directory)."""
-    name = Path(config.filename)
-    if not config.filename or name.is_absolute() or ".." in name.parts:
-        raise ConfigError(f"logger.csv.filename={config.filename}: give a file name inside the run directory, "
-                          f"such as progress.csv")
-    return CSVLogger(Path(log_dir or ".") / name)
+    return CSVLogger(Path(log_dir or ".") / config.filename)
 
 
 @hookimpl

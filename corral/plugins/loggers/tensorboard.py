@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from corral import hookimpl
-from corral.framework.checks import inside_run_dir
+from corral.framework.checks import checked, inside_run_dir
 from corral.framework.logger import Logger
 
 
 @dataclass
+@checked("logger.tensorboard")
 class TensorBoardLoggerConfig:
     """Settings of the TensorBoard logger."""
 
