@@ -57,13 +57,21 @@ def finish_epoch_on_interrupt(notice: Callable[[int], str]) -> Iterator[StopRequ
         yield request
         return
 
-    def handler(signum: int, frame: Any) -> None:
-        if request.signum is None:
-            request.signum = signum
-            print(notice(signum), file=sys.stderr, flush=True)
-            return
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    def held(signum: int) -> bool:
+        """Record a first signal and print the notice (True); False when one was recorded already."""
+        if request.signum is not None:
+            return False
+        request.signum = signum
+        print(notice(signum), file=sys.stderr, flush=True)
+        return True
 
+    def handler(signum: int, frame: Any) -> None:
+        if not held(signum):
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    # defer_interrupts, inside this block, hands a first signal here at once (the notice is not
+    # held back until the update ends) and keeps only a second one.
+    handler.held = held  # type: ignore[attr-defined]
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     for sig, old in previous.items():
         if old != signal.SIG_IGN:
@@ -76,24 +84,56 @@ def finish_epoch_on_interrupt(notice: Callable[[int], str]) -> Iterator[StopRequ
                 signal.signal(sig, old)
 
 
+#: Seconds a signal is held before :func:`defer_interrupts` says so (a short hold says nothing).
+HOLD_NOTICE_AFTER_S = 1.0
+
+
 @contextlib.contextmanager
-def defer_interrupts() -> Iterator[None]:
+def defer_interrupts(notice: Callable[[int], str] | None = None, *, second_stops: bool = False) -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM until the block ends, so state updates are never half done; the
-    first signal that arrived is then handled as it would have been."""
+    first signal that arrived is then handled as it would have been. A signal the process ignores
+    stays ignored.
+
+    ``notice(signum)`` is printed when a held signal is still held :data:`HOLD_NOTICE_AFTER_S`
+    later, so a long update does not look like an ignored Ctrl-C. With ``second_stops`` a second
+    signal interrupts at once (for a block whose half-done work is dropped anyway). Inside
+    :func:`finish_epoch_on_interrupt` a first signal is that block's request, recorded (and its
+    notice printed) at once.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[Any] = []
+    timer: list[threading.Timer] = []
+    previous: dict[int, Any] = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def interrupt(signum: int) -> None:
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
     def handler(signum: int, frame: Any) -> None:
+        held_outside = getattr(previous[signum], "held", None)  # finish_epoch_on_interrupt's request
+        if held_outside is not None and held_outside(signum):
+            return
+        if second_stops and (received or held_outside is not None):
+            interrupt(signum)
         received.append((signum, frame))
+        if len(received) == 1 and notice is not None and held_outside is None:
+            text = notice(signum)
+            timer.append(threading.Timer(HOLD_NOTICE_AFTER_S, lambda: print(text, file=sys.stderr, flush=True)))
+            timer[0].daemon = True
+            timer[0].start()
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig, old in previous.items():
+        if old != signal.SIG_IGN:
+            signal.signal(sig, handler)
     try:
         yield
     finally:
+        for t in timer:
+            t.cancel()
         for sig, old in previous.items():
-            signal.signal(sig, old)
+            if old is not None and signal.getsignal(sig) is handler:
+                signal.signal(sig, old)
         if received:
             signum, frame = received[0]
             old = previous[signum]
@@ -105,4 +145,4 @@ def defer_interrupts() -> Iterator[None]:
                 raise KeyboardInterrupt
 
 
-__all__ = ["StopRequest", "Terminated", "defer_interrupts", "finish_epoch_on_interrupt", "sigterm_as_interrupt"]
+__all__ = ["HOLD_NOTICE_AFTER_S", "StopRequest", "Terminated", "defer_interrupts", "finish_epoch_on_interrupt", "sigterm_as_interrupt"]

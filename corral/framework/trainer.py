@@ -7,6 +7,7 @@ Signal handling (when Ctrl-C and SIGTERM interrupt training, and when they wait)
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import random
 import signal
@@ -165,6 +166,7 @@ class Trainer:
         #: The epoch a resumed run continued from (None: not resumed).
         self.resumed_epoch: int | None = None
         self._committed = (0, 0)  # (epochs, env steps) of the last committed epoch
+        self._warned_overshoot = False
         if self.config.torch_threads > 0:
             # Small networks are fastest single-threaded, and extra threads spin against workers.
             import torch
@@ -312,6 +314,17 @@ class Trainer:
                 f"to save it with {_epochs(0, self._committed[0] - 1)} ({held}, trainer.snapshot_every="
                 f"{self.config.snapshot_every}); {again} to stop now, and a resume runs the unsaved epochs again")
 
+    def _hold_notice(self, signum: int) -> str:
+        """What a signal held through a long update or commit says (see :func:`defer_interrupts`)."""
+        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        epoch = self._committed[0]
+        if self.phase == "training":
+            again = "send SIGTERM again" if signum == signal.SIGTERM else "press Ctrl-C again"
+            return (f"\n{job_prefix()}corral: {name}: stopping once epoch {epoch}'s update ends (an update is "
+                    f"never left half done); {again} to stop now")
+        saved = " and saved" if self.snapshot_dir is not None else ""
+        return f"\n{job_prefix()}corral: {name}: stopping once epoch {epoch} is logged{saved}"
+
     def snapshot_path(self) -> Path | None:
         """The newest snapshot of this run (None when there is none)."""
         if self.snapshot_dir is None or self.snapshot_epoch is None:
@@ -353,7 +366,10 @@ class Trainer:
                 "stopped before training on them: check the environment, or wrap it to end an episode whose state "
                 "blew up")
         t_sampled = time.perf_counter()
-        with defer_interrupts():
+        if isinstance(episodes, EpisodeBatch):
+            self._warn_overshoot(epoch, batch_size, episodes)
+        # A second signal stops the update at once: an interrupted epoch is dropped anyway.
+        with defer_interrupts(self._hold_notice, second_stops=True):
             self.phase = "training"
             train_stats = self._train(epoch, episodes)
             # Counted now (evaluation reads them); not committed until _commit, and put back on an interrupt.
@@ -377,12 +393,25 @@ class Trainer:
         # "steps/s" everywhere (console line, progress bar): this epoch's steps per second of wall time.
         stats["time/steps_per_s"] = len(episodes) / max(t_end - t0, 1e-9)
         stats["time/sample_steps_per_s"] = len(episodes) / max(t_sampled - t0, 1e-9)
-        with defer_interrupts():
+        with defer_interrupts(self._hold_notice):
             self.phase = "committing"
             self._commit(epoch, t_end - t0, stats)
         self.phase = "idle"
         if self._progress is not None:
             self._progress.update(self.epoch, self.total_env_steps, stats)
+
+    def _warn_overshoot(self, epoch: int, batch_size: int, episodes: EpisodeBatch) -> None:
+        """Say once when an epoch's whole episodes ran to at least twice ``trainer.batch_size``
+        (the batch size is a minimum, and a run whose epochs are 40 times larger should know)."""
+        n = len(episodes)
+        if self._warned_overshoot or n < 2 * batch_size or not len(episodes.lengths):
+            return
+        self._warned_overshoot = True
+        logging.getLogger(__name__).warning(
+            "epoch %d collected %s environment steps for trainer.batch_size=%s (%.0fx): the workers return whole "
+            "episodes (this epoch %d, up to %s steps long) and an epoch ends when the last one it started does; "
+            "raise trainer.batch_size, or run fewer environments at once (worker.n_envs, sampler.n_workers)",
+            epoch, f"{n:,}", f"{batch_size:,}", n / batch_size, len(episodes.lengths), f"{int(episodes.lengths.max()):,}")
 
     def _train(self, epoch: int, episodes: EpisodeBatch) -> dict[str, float]:
         """The algorithm's ``train_once``, checked: an update that leaves a ``loss/*`` statistic or

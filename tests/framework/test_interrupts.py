@@ -34,7 +34,7 @@ TIMEOUT = 240
 #: The driver: patches nothing corral does, only watches it (Trainer.phase, CartPole steps, the CSV
 #: logger, save_snapshot) and sends the signal to its own process when the chosen point is reached.
 DRIVER = r'''
-import os, signal, sys
+import os, signal, sys, time
 
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
@@ -106,6 +106,25 @@ def snapshotting(self):
 
 
 T.Trainer.save_snapshot = snapshotting
+
+update = T.Trainer._train
+
+
+def timed_update(self, epoch, episodes):
+    # CORRAL_TEST_UPDATE_S: the chosen epoch's update takes that long, and a second signal (times 2)
+    # arrives in it; CORRAL_TEST_MARK: a file written when that update has run to its end
+    seconds = float(os.environ.get("CORRAL_TEST_UPDATE_S", "0"))
+    if phase == "training" and epoch == row and seconds:
+        time.sleep(seconds)
+        fire()
+        time.sleep(0.2)
+    out = update(self, epoch, episodes)
+    if phase == "training" and epoch == row and os.environ.get("CORRAL_TEST_MARK"):
+        open(os.environ["CORRAL_TEST_MARK"], "w").close()
+    return out
+
+
+T.Trainer._train = timed_update
 if __name__ == "__main__":  # worker processes (spawn) import this file too
     sys.argv = ["train.py", *sys.argv[1:]]
     main()
@@ -118,10 +137,10 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def train(run_dir: Path, *overrides: str, interrupt: str | None = None, driver: Path | None = None
-          ) -> subprocess.CompletedProcess[str]:
+def train(run_dir: Path, *overrides: str, interrupt: str | None = None, driver: Path | None = None,
+          env_vars: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``train.py`` (through the driver when ``interrupt`` is given) into ``run_dir``."""
-    env = dict(os.environ)
+    env = {**os.environ, **(env_vars or {})}
     if interrupt is None:
         cmd = [sys.executable, str(ROOT / "train.py")]
     else:
@@ -232,6 +251,36 @@ def test_interrupt_then_resume_logs_every_epoch_once(tmp_path: Path, driver: Pat
     assert len(summary["resumes"]) == 1
 
 
+@pytest.mark.parametrize(("update_s", "signals", "extra", "notice", "update_ends", "says"), [
+    # a short update: the signal is acted on when it ends, with no notice
+    pytest.param(0, 1, (), None, True, "while training epoch 1", id="short-update"),
+    # a long one says at once (after HOLD_NOTICE_AFTER_S) that it waits, and still ends
+    pytest.param(1.5, 1, (), "corral: Ctrl-C: stopping once epoch 1's update ends (an update is never left half "
+                 "done); press Ctrl-C again to stop now", True, "while training epoch 1", id="long-update"),
+    # a second Ctrl-C stops it at once: the epoch is dropped either way
+    pytest.param(1.5, 2, (), "press Ctrl-C again to stop now", False, "while training epoch 1", id="second-ctrl-c"),
+    # between snapshots the first Ctrl-C's notice is the finishing one, printed once
+    pytest.param(1.5, 1, ("trainer.snapshot_every=3",), "corral: Ctrl-C: finishing epoch 1 to save it", True,
+                 "after epoch 1", id="finishing"),
+])
+def test_a_signal_in_a_long_update_is_acknowledged_and_a_second_stops_it(
+        tmp_path: Path, driver: Path, expected: list[dict[str, str]], update_s: float, signals: int,
+        extra: tuple[str, ...], notice: str | None, update_ends: bool, says: str) -> None:
+    """Ctrl-C waits for an update to end (never half done), but says so when that takes a while,
+    and a second Ctrl-C does not wait."""
+    run, mark = tmp_path / "run", tmp_path / "updated"
+    proc = train(run, *extra, interrupt=f"training:1:0:SIGINT:{signals}", driver=driver,
+                 env_vars={"CORRAL_TEST_UPDATE_S": str(update_s), "CORRAL_TEST_MARK": str(mark)})
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and says in proc.stderr, proc.stderr[-3000:]
+    notices = [line for line in proc.stderr.splitlines() if line.startswith("corral: Ctrl-C: ")]
+    assert notices == ([] if notice is None else [next(n for n in notices if notice in n)]), proc.stderr[-3000:]
+    assert mark.exists() == update_ends
+    before = rows(run)
+    assert [_filled(r) for r in before] == [_filled(r) for r in expected[: len(before)]]
+    assert len(before) == (2 if extra else 1)
+
+
 def test_interrupt_before_the_first_epoch_ends_says_there_is_nothing_to_resume(tmp_path: Path, driver: Path) -> None:
     run = tmp_path / "run"
     proc = train(run, interrupt="sampling:0:60:SIGINT", driver=driver)
@@ -300,3 +349,45 @@ def test_interrupt_in_the_final_evaluation_leaves_a_completed_run(tmp_path: Path
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["epochs"] == 3
     assert [float(r["epoch"]) for r in rows(run)] == [0.0, 1.0, 2.0]
+
+
+def _sigint_self() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_defer_interrupts_holds_one_signal_and_a_second_stops_where_allowed() -> None:
+    """In process: the first Ctrl-C is acted on when the block ends; with ``second_stops`` a second
+    one interrupts inside it; without, both wait."""
+    from corral.framework.interrupts import defer_interrupts
+
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with defer_interrupts():
+            _sigint_self()
+            _sigint_self()
+            reached.append("end of block")
+    assert reached == ["end of block"]
+    with pytest.raises(KeyboardInterrupt):
+        with defer_interrupts(second_stops=True):
+            _sigint_self()
+            reached.append("after the first")
+            _sigint_self()
+            reached.append("after the second")
+    assert reached == ["end of block", "after the first"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_defer_interrupts_leaves_an_ignored_sigint_ignored() -> None:
+    """A run started in the background of a script ignores SIGINT; holding signals must not turn
+    that into a KeyboardInterrupt (nor a notice)."""
+    from corral.framework.interrupts import defer_interrupts
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with defer_interrupts(lambda signum: "held", second_stops=True):
+            assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+            _sigint_self()
+            _sigint_self()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

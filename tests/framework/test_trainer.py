@@ -229,3 +229,18 @@ def test_a_directory_of_runs_is_named_with_its_runs_when_resumed_or_evaluated(tm
     with pytest.raises(SnapshotError) as empty:
         find_snapshot(tmp_path / "nothing")
     assert "holds runs" not in str(empty.value)
+
+
+def test_an_epoch_far_larger_than_the_batch_size_is_said_once(tmp_path: Path) -> None:
+    """trainer.batch_size is a minimum; whole episodes of 999 steps on 4 environments make every epoch
+    ten times that, and the run says so once instead of training on ten times the data in silence."""
+    proc = train(tmp_path / "long", *SMALL, "env=mountaincar_continuous", "trainer.n_epochs=2")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
+    assert warnings == [
+        "corral: warning: epoch 0 collected 3,996 environment steps for trainer.batch_size=400 (10x): the workers "
+        "return whole episodes (this epoch 4, up to 999 steps long) and an epoch ends when the last one it started "
+        "does; raise trainer.batch_size, or run fewer environments at once (worker.n_envs, sampler.n_workers)"
+    ], proc.stderr
+    short = train(tmp_path / "short", *SMALL, "trainer.n_epochs=2")  # CartPole: ~1x
+    assert short.returncode == 0 and "corral: warning" not in short.stderr, short.stderr
