@@ -239,16 +239,18 @@ class RaySampler(Sampler):
                 raise self._worker_error(i, exc, "failed to start") from None
         return out
 
-    def _await(self, refs: Mapping[Any, int], timeout: float, activity: str) -> None:
-        """Wait (bounded) for update calls ``refs`` (ref -> worker); the first failure is raised."""
+    def _await(self, refs: Mapping[Any, int], timeout: float, activity: str) -> dict[int, Any]:
+        """Wait (bounded) for actor calls ``refs`` (ref -> worker) and return each worker's result; the
+        first failure (an actor that raised, died or did not answer in time) is raised as a WorkerError."""
         ray = self._ray
         if not refs:
-            return
+            return {}
         ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
         first: WorkerError | None = None
+        results: dict[int, Any] = {}
         for ref in sorted(ready, key=lambda r: refs[r]):  # every one collected: no "Unhandled error" pages
             try:
-                ray.get(ref)
+                results[refs[ref]] = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - mapped to WorkerError
                 first = first or self._worker_error(refs[ref], exc, f"failed while {activity}")
         if first is not None:
@@ -256,8 +258,9 @@ class RaySampler(Sampler):
             raise first
         if pending:
             stuck = sorted(refs[r] for r in pending)
-            raise WorkerError(f"ray sampler: worker(s) {stuck} did not apply their updates within {timeout:.0f} s "
+            raise WorkerError(f"ray sampler: worker(s) {stuck} did not answer within {timeout:.0f} s "
                               f"while {activity}", worker_number=stuck[0])
+        return results
 
     # ------------------------------------------------------------------ sampling
     def obtain_samples(self, itr: int, num_samples: int, agent_update: Any, env_update: Any = None) -> EpisodeBatch:
@@ -406,13 +409,17 @@ class RaySampler(Sampler):
     # ------------------------------------------------------------------ snapshots
     def state_dict(self) -> dict[str, Any]:
         """Every actor's sampling state."""
-        refs = [a.state_dict.remote() for a in self._actors]
-        return {"workers": self._ray.get(refs, timeout=self.timeout), "total_env_steps": self.total_env_steps}
+        results = self._await({a.state_dict.remote(): i for i, a in enumerate(self._actors)}, self.timeout,
+                              "saving its sampling state (state_dict)")
+        return {"workers": [results[i] for i in range(len(self._actors))], "total_env_steps": self.total_env_steps}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore every actor's sampling state."""
-        refs = [a.load_state_dict.remote(s) for a, s in zip(self._actors, state["workers"])]
-        self._ray.get(refs, timeout=self.timeout)
+        if len(state["workers"]) != len(self._actors):
+            raise ConfigError(f"the sampler state holds {len(state['workers'])} workers, this sampler has "
+                              f"{len(self._actors)}")
+        self._await({a.load_state_dict.remote(s): i for i, (a, s) in enumerate(zip(self._actors, state["workers"]))},
+                    self.timeout, "restoring its sampling state (load_state_dict)")
         self.total_env_steps = int(state.get("total_env_steps", 0))
 
     # ------------------------------------------------------------------ shutdown

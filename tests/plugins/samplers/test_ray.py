@@ -124,6 +124,24 @@ def test_state_dict_round_trip(ray_runtime, policy) -> None:
         assert first.obtain_samples(1, 300, params).differences(second.obtain_samples(1, 300, params)) == []
 
 
+def test_an_actor_dead_when_its_state_is_saved_or_restored_is_a_worker_error(ray_runtime, policy) -> None:
+    """The trainer saves the sampler's state after every update: an actor that died since it sampled is
+    the one-line WorkerError sampling gives (it was Ray's ActorDiedError with its traceback)."""
+    env = EnvFactory("CartPole-v1")
+    with RaySampler(agents=policy, envs=env, max_episode_length=200, n_workers=2, seed=1, timeout=30) as sampler:
+        sampler.obtain_samples(0, 300, policy.get_param_values())
+        state = sampler.state_dict()
+        with pytest.raises(Exception, match="the sampler state holds 1 workers, this sampler has 2"):
+            sampler.load_state_dict({**state, "workers": state["workers"][:1]})
+        victim = sampler.locations[1][0]
+        os.kill(victim, 9)
+        assert not wait_gone([victim])
+        for call in (sampler.state_dict, lambda: sampler.load_state_dict(state)):
+            with pytest.raises(WorkerError) as info:
+                call()
+            assert info.value.worker_number == 1 and "worker 1" in str(info.value) and "died" in str(info.value)
+
+
 def test_unplaceable_actors_are_a_clear_error(ray_runtime, policy) -> None:
     with pytest.raises(WorkerError, match="were not placed within 2 s"):
         RaySampler(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=100, n_workers=1, seed=1,
