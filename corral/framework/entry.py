@@ -303,6 +303,8 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
     finally:
         wall = time.perf_counter() - t0
         if status != "finished":
+            if built is not None and not stats:  # failed or interrupted: the last committed epoch's row
+                stats = dict(built.trainer.last_stats)
             summary = None
             # a resume stopped before its snapshot was loaded leaves the run's summary as it was
             untouched = plan is not None and (built is None or built.trainer.resumed_epoch is None)
@@ -330,7 +332,7 @@ def _closing_line(trainer: Any, status: str, stats: dict[str, float], summary: d
     return, environment steps, wall time and the run directory; on stderr and in ``corral.log``."""
     from corral.framework.logger import job_prefix, run_log
 
-    final = stats.get("eval/return_mean", trainer.last_stats.get("eval/return_mean") if status != "completed" else None)
+    final = stats.get("eval/return_mean")
     best = trainer.best_eval_return
     head = f"{status} ({trainer.stop_reason} reached)" if status == "completed" and trainer.stop_reason else status
     parts = [

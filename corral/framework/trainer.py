@@ -289,6 +289,8 @@ class Trainer:
             raise TrainingInterrupted(self.snapshot_path(), 143 if terminated else 130) from None
         except BaseException as exc:
             error = exc
+            # As for an interrupt: the epoch that failed is not part of the run (no row, no snapshot).
+            self.epoch, self.total_env_steps = self._committed
             raise
         finally:
             self.phase = "idle"

@@ -44,13 +44,16 @@ from corral.plugins.loggers import csv as csv_logger
 
 phase, row, nth, signame, times = (os.environ["CORRAL_TEST_INTERRUPT"] + ":1").split(":")[:5]
 group = signame.endswith("-group")  # to the whole process group, workers included, as a terminal's Ctrl-C
-row, nth, times, sig = int(row), int(nth), int(times), getattr(signal, signame.replace("-group", ""))
+row, nth, times = int(row), int(nth), int(times)
+sig = None if signame == "RAISE" else getattr(signal, signame.replace("-group", ""))  # RAISE: a failure there
 now = {"trainer": None, "phase": "idle", "count": 0, "fired": 0}
 
 
 def fire():
     if now["fired"] < times:
         now["fired"] += 1
+        if sig is None:
+            raise RuntimeError(f"failed on purpose while {phase} epoch {row}")
         if group:
             os.killpg(os.getpgrp(), sig)
         else:
@@ -279,6 +282,25 @@ def test_a_signal_in_a_long_update_is_acknowledged_and_a_second_stops_it(
     before = rows(run)
     assert [_filled(r) for r in before] == [_filled(r) for r in expected[: len(before)]]
     assert len(before) == (2 if extra else 1)
+
+
+@pytest.mark.parametrize("phase", ["evaluating", "training"])
+def test_a_run_that_fails_inside_an_epoch_counts_only_its_committed_epochs(tmp_path: Path, driver: Path,
+                                                                          phase: str) -> None:
+    """A failure while evaluating (or training) epoch 1 leaves epoch 0 as the run: summary.json and
+    the closing line say 1 epoch and epoch 0's steps (they said 2 epochs and both epochs' steps, and
+    the summary had no final return while the closing line had one)."""
+    run = tmp_path / "run"
+    proc = train(run, interrupt=f"{phase}:1:0:RAISE", driver=driver)
+    assert proc.returncode != 0 and f"failed on purpose while {phase} epoch 1" in proc.stderr, proc.stderr[-3000:]
+    logged = rows(run)
+    assert len(logged) == 1
+    summary = json.loads((run / "summary.json").read_text())
+    steps = int(float(logged[0]["env_steps"]))
+    assert (summary["status"], summary["epochs"], summary["env_steps"]) == ("failed", 1, steps)
+    assert summary["final_train_return"] == pytest.approx(float(logged[0]["train/return_mean"]))
+    closing = next(line for line in proc.stderr.splitlines() if line.startswith("corral: failed after"))
+    assert closing.startswith(f"corral: failed after 1 epoch | final eval n/a | best eval n/a | {steps:,} env steps")
 
 
 def test_interrupt_before_the_first_epoch_ends_says_there_is_nothing_to_resume(tmp_path: Path, driver: Path) -> None:
