@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
@@ -93,6 +94,24 @@ def cannot_make_message(env_id: str, why: BaseException) -> str:
             "registered gymnasium id works, e.g. env=gym env.id=Acrobot-v1).")
 
 
+#: ``gymnasium.make``'s own keyword arguments (the others go to the environment's constructor).
+MAKE_KWARGS = ("max_episode_steps", "disable_env_checker")
+
+
+def unexpected_kwargs(creator: Callable[..., Any], kwargs: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """The keys of ``kwargs`` that ``creator`` (a class or a function) does not take, and the names it
+    does take; ``([], [])`` when it takes ``**kwargs`` or its signature cannot be read."""
+    try:
+        parameters = inspect.signature(creator).parameters.values()
+    except (TypeError, ValueError):
+        return [], []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return [], []
+    names = [p.name for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                      inspect.Parameter.KEYWORD_ONLY)]
+    return [k for k in kwargs if k not in names], names
+
+
 def check_env_id(env_id: str) -> None:
     """Raise the one-line :class:`ConfigError` that making ``env_id`` would end in, without making
     it: an id gymnasium does not know (with its "did you mean"), a ``module:id`` whose module does not
@@ -114,8 +133,40 @@ class EnvFactory:
     fn: str | Callable[..., gym.Env]
     kwargs: Mapping[str, Any] = field(default_factory=dict)
 
+    def check(self) -> None:
+        """Raise the one-line :class:`ConfigError` that making this environment would end in, without
+        making it: an id that cannot be made (:func:`check_env_id`), or an ``env.kwargs`` key that its
+        constructor does not take."""
+        if isinstance(self.fn, str):
+            check_env_id(self.fn)
+        self._check_kwargs()
+
+    def _check_kwargs(self) -> None:
+        if not self.kwargs:
+            return
+        creator: Any = self.fn
+        kwargs = dict(self.kwargs)
+        if isinstance(self.fn, str):
+            from gymnasium.envs.registration import load_env_creator
+
+            try:
+                spec = gym_spec(self.fn)
+                creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
+            except (gym.error.Error, ImportError):
+                return  # gymnasium.make says why
+            kwargs = {k: v for k, v in kwargs.items() if k not in MAKE_KWARGS}
+        unknown, takes = unexpected_kwargs(creator, kwargs)
+        if unknown:
+            name = getattr(creator, "__qualname__", repr(creator))
+            raise ConfigError(
+                f"environment {self!r} does not take the keyword argument{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(map(repr, unknown))}: {name} takes {', '.join(takes) or 'none'}"
+                f"{' (and gymnasium.make: ' + ', '.join(MAKE_KWARGS) + ')' if isinstance(self.fn, str) else ''}; "
+                "check env.kwargs")
+
     def __call__(self) -> gym.Env:
         """Build a fresh environment."""
+        self._check_kwargs()
         try:
             if isinstance(self.fn, str):
                 try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -151,15 +152,30 @@ def _point_env(size: int = 3) -> gym.Env:
     return gym.make("CartPole-v1")
 
 
+def _forwarding_env(**kwargs: Any) -> gym.Env:
+    """A factory that hands every keyword on (its signature cannot say which it takes)."""
+    return gym.make("CartPole-v1", **kwargs)
+
+
 def test_env_factory_names_keyword_arguments_the_environment_does_not_take() -> None:
-    with pytest.raises(ConfigError, match=r"CartPole-v1.*does not take these keyword arguments: CartPoleEnv.__init__\(\) "
-                                          r"got an unexpected keyword argument 'foo'; check env.kwargs$"):
-        EnvFactory("CartPole-v1", {"foo": 1})()
-    with pytest.raises(ConfigError, match=r"unexpected keyword argument 'colour'; check env.kwargs$"):
+    cartpole = (r"^environment EnvFactory\('CartPole-v1', kwargs=\{'foo': 1, 'max_episode_steps': 9, 'bar': 2\}\) does "
+                r"not take the keyword arguments 'foo', 'bar': CartPoleEnv takes sutton_barto_reward, render_mode \(and "
+                r"gymnasium.make: max_episode_steps, disable_env_checker\); check env.kwargs$")
+    for call in ("check", "__call__"):  # said before making it (a run's precheck), and when making it
+        with pytest.raises(ConfigError, match=cartpole):
+            getattr(EnvFactory("CartPole-v1", {"foo": 1, "max_episode_steps": 9, "bar": 2}), call)()
+    with pytest.raises(ConfigError, match=r"does not take the keyword argument 'colour': _point_env takes size; "
+                                          r"check env.kwargs$"):
         EnvFactory(_point_env, {"colour": "red"})()
+    # **kwargs handed on: the constructor's own TypeError, in one line
+    EnvFactory(_forwarding_env, {"foo": 1}).check()
+    with pytest.raises(ConfigError, match=r"does not take these keyword arguments: CartPoleEnv.__init__\(\) got an "
+                                          r"unexpected keyword argument 'foo'; check env.kwargs$"):
+        EnvFactory(_forwarding_env, {"foo": 1})()
     with pytest.raises(TypeError, match="size must be"):  # not a keyword problem: left as it is
         EnvFactory(_point_env, {"size": -1})()
     EnvFactory(_point_env, {"size": 2})().close()
+    EnvFactory("CartPole-v1", {"max_episode_steps": 9, "render_mode": "rgb_array"}).check()
 
 
 def test_make_env() -> None:

@@ -49,6 +49,9 @@ def compose(*overrides: str) -> DictConfig:
                                         "exist. Did you mean: `Hopper`?. Check env.id"),
         (["env=gym", "env.id=nomod:Nope-v0"], "gymnasium cannot make environment 'nomod:Nope-v0': 'nomod' cannot be "
                                               "imported (No module named 'nomod'), so it registers no id. Check env.id"),
+        # failed inside the run before (the same problem, from the first environment made)
+        (["env=pendulum", "+env.kwargs.gravity=9"], "environment EnvFactory('Pendulum-v1', kwargs={'gravity': 9}) does not "
+                                                    "take the keyword argument 'gravity': PendulumEnv takes render_mode, g"),
         # accepted before: the run failed at its first video, after training up to it
         (["worker=vector", "trainer.video_every=1"],
          "trainer.video_every=1: worker.backend=native makes all its environments inside one VectorEnv, so corral "

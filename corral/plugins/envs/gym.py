@@ -9,7 +9,7 @@ from omegaconf import MISSING
 
 from corral import hookimpl
 from corral.framework.checks import check
-from corral.framework.env import EnvFactory, check_env_id
+from corral.framework.env import EnvFactory
 
 
 @dataclass
@@ -49,12 +49,13 @@ def corral_register(register: Any) -> None:
 
 @hookimpl
 def corral_validate_config(cfg: Any) -> None:
-    """An ``env.id`` that gymnasium cannot make (unknown, or its extra is not installed) fails before
-    anything starts, in the line making it would end in; for ``env=gym`` and every preset built on it."""
+    """An ``env.id`` that gymnasium cannot make (unknown, or its extra is not installed), or an
+    ``env.kwargs`` key its environment does not take, fails before anything starts, in the line making
+    it would end in; for ``env=gym`` and every preset built on it."""
     from corral.framework.plugins import get_registry
 
     env = cfg.get("env") if hasattr(cfg, "get") else None
     if env is None or "name" not in env or get_registry().get("env", env.name).factory is not build_gym_env:
         return
     if isinstance(env.get("id"), str):
-        check_env_id(env.id)
+        EnvFactory(env.id, dict(env.get("kwargs") or {})).check()

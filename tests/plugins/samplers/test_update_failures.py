@@ -123,7 +123,8 @@ def test_a_setting_the_worker_cannot_run_is_one_line_on_every_sampler(name: str,
         assert "\n" not in str(error) and error.remote_traceback is None, str(error)
         assert str(error).startswith(f"{name} sampler: worker {error.worker_number} could not apply the "
                                      "environment update: environment EnvFactory('CartPole-v1', "
-                                     "kwargs={'no_such_setting': 1}) does not take these keyword arguments: "), str(error)
+                                     "kwargs={'no_such_setting': 1}) does not take the keyword argument "
+                                     "'no_such_setting': CartPoleEnv takes "), str(error)
         assert str(error).endswith("; check env.kwargs"), str(error)
         assert sampler.total_env_steps == 0
     finally:
