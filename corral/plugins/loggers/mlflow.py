@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 import urllib.parse
 import weakref
@@ -78,6 +79,25 @@ def tracking_uri(config: MLflowLoggerConfig) -> str:
     return config.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
+#: ``host:port`` (``127.0.0.1:5000``, ``tracking.lab:5000/x``): a server address without its scheme.
+_SERVER_WITHOUT_SCHEME = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*:\d+(/.*)?")
+
+
+def check_tracking_uri(config: MLflowLoggerConfig) -> None:
+    """Refuse a tracking URI that names a server without ``http://``: MLflow takes ``127.0.0.1:5000``
+    for a local directory of that name (runs land there in silence) and ``localhost:5000`` for an
+    unknown scheme."""
+    uri = tracking_uri(config)
+    if "://" in uri or not _SERVER_WITHOUT_SCHEME.fullmatch(uri):
+        return
+    source = "logger.mlflow.tracking_uri" if config.tracking_uri else "MLFLOW_TRACKING_URI"
+    scheme = urllib.parse.urlparse(uri).scheme
+    taken = (f"would read {scheme!r} as its scheme" if scheme else
+             f"would write its runs to a local directory named {uri!r}, in silence")
+    raise ConfigError(f"{source}={uri} is a server address without its scheme: MLflow {taken}; give "
+                      f"http://{uri} (or file:./{uri} for a directory of that name)")
+
+
 class MLflowLogger(Logger):
     """Logs one corral run to one MLflow run through ``MlflowClient`` (no global active run, so
     several runs in one process, as under Hydra's basic launcher, never mix)."""
@@ -86,6 +106,7 @@ class MLflowLogger(Logger):
         self.config = config or MLflowLoggerConfig()
         if self.config.x_axis not in ("env_steps", "epoch"):
             raise ConfigError(f"logger.mlflow.x_axis must be 'env_steps' or 'epoch', got {self.config.x_axis!r}")
+        check_tracking_uri(self.config)
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.guard = Guard("mlflow", hint="check logger.mlflow.tracking_uri (an http:// one needs its `mlflow server` running)")
         self.client: Any = None
@@ -288,6 +309,14 @@ def corral_register(register: Any) -> None:
     """Register ``logger=mlflow``."""
     register("logger", "mlflow", build_mlflow_logger, config=MLflowLoggerConfig,
              help="MLflow run per job: config as params, metrics per epoch, artifacts (pip install 'corral[mlflow]')")
+
+
+@hookimpl
+def corral_validate_config(cfg: Any) -> None:
+    """A tracking URI that would not reach its server fails before the run starts."""
+    node = (cfg.get("logger") or {}).get("mlflow")
+    if node is not None:
+        check_tracking_uri(MLflowLoggerConfig(tracking_uri=node.get("tracking_uri")))
 
 
 @hookimpl

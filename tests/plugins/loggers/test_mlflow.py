@@ -138,6 +138,34 @@ def test_an_empty_experiment_name_is_one_line_before_the_run_starts() -> None:
     precheck(["logger=[console,mlflow]", "logger.mlflow.experiment='two words'"])
 
 
+def test_a_server_address_without_its_scheme_is_refused_before_the_run_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``127.0.0.1:5000`` (no ``http://``) was a local directory of that name, where the runs went in
+    silence; ``localhost:5000`` an unknown scheme, a warning, and a run without MLflow."""
+    from corral.framework.entry import prepare
+    from corral.framework.errors import ConfigError
+    from corral.framework.precheck import precheck
+    from corral.plugins.loggers.mlflow import MLflowLogger, MLflowLoggerConfig
+
+    prepare([])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        precheck(["logger=[console,mlflow]", "logger.mlflow.tracking_uri=127.0.0.1:5000"])
+    assert str(info.value) == (
+        "logger.mlflow.tracking_uri=127.0.0.1:5000 is a server address without its scheme: MLflow would write its "
+        "runs to a local directory named '127.0.0.1:5000', in silence; give http://127.0.0.1:5000 (or "
+        "file:./127.0.0.1:5000 for a directory of that name)")
+    with pytest.raises(ConfigError, match=r"^logger.mlflow.tracking_uri=localhost:5000 is a server address without "
+                                          r"its scheme: MLflow would read 'localhost' as its scheme; give http://"):
+        MLflowLogger(MLflowLoggerConfig(tracking_uri="localhost:5000"))  # built in Python: the same line
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "tracking.lab:5000")
+    with pytest.raises(ConfigError, match=r"^MLFLOW_TRACKING_URI=tracking.lab:5000 is a server address"):
+        precheck(["logger=[console,mlflow]"])
+    for uri in ("http://127.0.0.1:5000", "file:./mlruns", "sqlite:///m.db", "mlruns", str(tmp_path / "store")):
+        precheck(["logger=[console,mlflow]", f"logger.mlflow.tracking_uri={uri}"])
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("hydra_plugins.hydra_joblib_launcher"),
                     reason="needs hydra-joblib-launcher")
 def test_multirun_with_joblib_gives_one_mlflow_run_per_job(tmp_path: Path) -> None:
