@@ -593,7 +593,7 @@ class Trainer:
         self._restored = True
         for logger in self.loggers:  # drop rows of epochs this run will run again (see Logger.resume)
             getattr(logger, "resume", lambda *a: None)(self.epoch, self.total_env_steps)
-        print(f"corral: resumed from {path} at epoch {self.epoch} ({self.total_env_steps} env steps)",
+        print(f"corral: resumed from {path} at epoch {self.epoch} ({self.total_env_steps:,} env steps)",
               file=sys.stderr, flush=True)
         return path
 
