@@ -403,17 +403,22 @@ class Trainer:
             self._progress.update(self.epoch, self.total_env_steps, stats)
 
     def _warn_overshoot(self, epoch: int, batch_size: int, episodes: EpisodeBatch) -> None:
-        """Say once when an epoch's whole episodes ran to at least twice ``trainer.batch_size``
-        (the batch size is a minimum, and a run whose epochs are 40 times larger should know)."""
+        """Say once when an epoch collected more than twice ``trainer.batch_size`` (the batch size is a
+        minimum, and a run whose epochs are 40 times larger should know why)."""
         n = len(episodes)
-        if self._warned_overshoot or n < 2 * batch_size or not len(episodes.lengths):
+        if self._warned_overshoot or n <= 2 * batch_size or not len(episodes.lengths):
             return
         self._warned_overshoot = True
-        logging.getLogger(__name__).warning(
-            "epoch %d collected %s environment steps for trainer.batch_size=%s (%.0fx): the workers return whole "
-            "episodes (this epoch %d, up to %s steps long) and an epoch ends when the last one it started does; "
-            "raise trainer.batch_size, or run fewer environments at once (worker.n_envs, sampler.n_workers)",
-            epoch, f"{n:,}", f"{batch_size:,}", n / batch_size, len(episodes.lengths), f"{int(episodes.lengths.max()):,}")
+        if np.all(episodes.complete):
+            why = (f"the workers return whole episodes (this epoch {len(episodes.lengths)}, up to "
+                   f"{int(episodes.lengths.max()):,} steps long) and an epoch ends when the last one it started does; "
+                   "raise trainer.batch_size, or run fewer environments at once (worker.n_envs, sampler.n_workers)")
+        else:
+            why = ("each worker returns a fragment of a fixed size per call (worker.timesteps_per_call steps per "
+                   "environment), more than its share of the batch; raise trainer.batch_size, or lower "
+                   "worker.timesteps_per_call (or worker.n_envs, sampler.n_workers)")
+        logging.getLogger(__name__).warning("epoch %d collected %s environment steps for trainer.batch_size=%s (%.1fx): %s",
+                                            epoch, f"{n:,}", f"{batch_size:,}", n / batch_size, why)
 
     def _train(self, epoch: int, episodes: EpisodeBatch) -> dict[str, float]:
         """The algorithm's ``train_once``, checked: an update that leaves a ``loss/*`` statistic or

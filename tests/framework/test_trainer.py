@@ -238,9 +238,17 @@ def test_an_epoch_far_larger_than_the_batch_size_is_said_once(tmp_path: Path) ->
     assert proc.returncode == 0, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
     assert warnings == [
-        "corral: warning: epoch 0 collected 3,996 environment steps for trainer.batch_size=400 (10x): the workers "
+        "corral: warning: epoch 0 collected 3,996 environment steps for trainer.batch_size=400 (10.0x): the workers "
         "return whole episodes (this epoch 4, up to 999 steps long) and an epoch ends when the last one it started "
         "does; raise trainer.batch_size, or run fewer environments at once (worker.n_envs, sampler.n_workers)"
     ], proc.stderr
     short = train(tmp_path / "short", *SMALL, "trainer.n_epochs=2")  # CartPole: ~1x
     assert short.returncode == 0 and "corral: warning" not in short.stderr, short.stderr
+    # fragments: 1 worker x 1 environment x 300 steps per call, for a batch of 100
+    fragments = train(tmp_path / "fragments", *SMALL, "trainer.n_epochs=2", "trainer.batch_size=100", "worker=fragment",
+                      "worker.n_envs=1", "worker.timesteps_per_call=300")
+    assert [line for line in fragments.stderr.splitlines() if line.startswith("corral: warning:")] == [
+        "corral: warning: epoch 0 collected 300 environment steps for trainer.batch_size=100 (3.0x): each worker "
+        "returns a fragment of a fixed size per call (worker.timesteps_per_call steps per environment), more than its "
+        "share of the batch; raise trainer.batch_size, or lower worker.timesteps_per_call (or worker.n_envs, "
+        "sampler.n_workers)"], fragments.stderr
