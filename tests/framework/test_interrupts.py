@@ -383,20 +383,25 @@ def test_defer_interrupts_holds_one_signal_and_a_second_stops_where_allowed() ->
     from corral.framework.interrupts import defer_interrupts
 
     reached = []
-    with pytest.raises(KeyboardInterrupt):
-        with defer_interrupts():
-            _sigint_self()
-            _sigint_self()
-            reached.append("end of block")
-    assert reached == ["end of block"]
-    with pytest.raises(KeyboardInterrupt):
-        with defer_interrupts(second_stops=True):
-            _sigint_self()
-            reached.append("after the first")
-            _sigint_self()
-            reached.append("after the second")
-    assert reached == ["end of block", "after the first"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # Python's own Ctrl-C handler, whatever this suite inherited (a suite started with `cmd &` ignores SIGINT)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with defer_interrupts():
+                _sigint_self()
+                _sigint_self()
+                reached.append("end of block")
+        assert reached == ["end of block"]
+        with pytest.raises(KeyboardInterrupt):
+            with defer_interrupts(second_stops=True):
+                _sigint_self()
+                reached.append("after the first")
+                _sigint_self()
+                reached.append("after the second")
+        assert reached == ["end of block", "after the first"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_defer_interrupts_leaves_an_ignored_sigint_ignored() -> None:
