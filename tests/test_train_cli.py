@@ -429,9 +429,10 @@ def test_a_warning_logged_while_training_is_one_corral_line(tmp_path: Path, site
 def test_a_keyword_the_environment_does_not_take_is_one_line(tmp_path: Path, sites: dict[str, Path]) -> None:
     proc = train(tmp_path, sites, "env.kwargs.foo=1", *SMALL)
     assert proc.returncode == 2, output(proc)
-    assert proc.stderr == ("corral: error: environment EnvFactory('CartPole-v1', kwargs={'foo': 1}) does not take these "
-                           "keyword arguments: CartPoleEnv.__init__() got an unexpected keyword argument 'foo'; check "
-                           "env.kwargs\n"), output(proc)
+    assert proc.stderr == ("corral: error: environment EnvFactory('CartPole-v1', kwargs={'foo': 1}) does not take the "
+                           "keyword argument 'foo': CartPoleEnv takes sutton_barto_reward, render_mode (and gymnasium.make: "
+                           "max_episode_steps, disable_env_checker); check env.kwargs\n"), output(proc)
+    assert not (tmp_path / "run").exists()  # said before the run starts
 
 
 def test_an_episode_limit_above_the_environments_own_is_one_warning_line(tmp_path: Path, sites: dict[str, Path]) -> None:
