@@ -135,7 +135,20 @@ def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path: Path, site
     (False, "hydra.job.chdir=abc", "corral: error: hydra.job.chdir=abc: Value 'abc' is not a valid bool (type str)"),
     (True, "hydra.sweeper.max_batch_size=abc",
      "corral: error: hydra.sweeper.max_batch_size=abc: Value 'abc' of type 'str' could not be converted to Integer"),
-], ids=["unreadable-run-dir", "unreadable-sweep-value", "hydra-type", "hydra-type-sweep"])
+    # these four were Hydra's two or three lines, or (the deletion) a run with the default in silence
+    (False, "+trainer.n_epochs=3", "corral: error: Could not append to config. An item is already at "
+                                   "'trainer.n_epochs'; set it with 'trainer.n_epochs=3' (no '+'), or add or override "
+                                   "it with '++trainer.n_epochs=3'"),
+    (False, "trainer.n_epochs", "corral: error: trainer.n_epochs: Hydra cannot read this override (missing EQUAL at "
+                                "'<EOF>'); an override is key=value (see "
+                                "https://hydra.cc/docs/1.2/advanced/override_grammar/basic)"),
+    (False, "trainer.n_epochs=[1", "corral: error: trainer.n_epochs=[1: no viable alternative at input '[1' "
+                                   "(https://hydra.cc/docs/1.2/advanced/override_grammar/basic)"),
+    (False, "~trainer.n_epochs", "corral: error: ~trainer.n_epochs: a deleted setting is filled back with its default, "
+                                 "so this changes nothing; give trainer.n_epochs a value instead (trainer.n_epochs=..., "
+                                 "or trainer.n_epochs=null where it accepts null)"),
+], ids=["unreadable-run-dir", "unreadable-sweep-value", "hydra-type", "hydra-type-sweep", "plus-on-a-setting",
+        "no-value", "unclosed-list", "deleted-setting"])
 def test_an_override_hydra_cannot_read_or_type_is_one_line_before_anything(
     tmp_path: Path, sites: dict[str, Path], multirun: bool, override: str, line: str
 ) -> None:

@@ -77,6 +77,7 @@ def precheck(args: Sequence[str]) -> None:
             try:
                 cfg = compose(config_name=CONFIG_NAME, overrides=[o for o in overrides if _composes_job(o)])
                 check_plugin_names(overrides, cfg, lambda job: compose(config_name=CONFIG_NAME, overrides=job))
+                check_deletions(overrides, lambda job: compose(config_name=CONFIG_NAME, overrides=job))
             except MissingConfigException as exc:
                 raise ConfigError(_missing_message(exc, options_of)) from None
     except (HydraException, OmegaConfBaseException) as exc:
@@ -421,6 +422,24 @@ def _missing_message(exc: BaseException, options_of: Any) -> str:
     return hydra_message(exc)
 
 
+def check_deletions(overrides: Sequence[str], compose_job: Callable[[list[str]], Any]) -> None:
+    """Raise one-line :class:`ConfigError` for an override that deletes a setting (``~trainer.n_epochs``):
+    corral fills a deleted setting back with its default, so the deletion would change nothing. Deleting
+    a whole part stays (``~logger.csv`` runs without the CSV logger)."""
+    deletions = [o for o in overrides if o.startswith("~") and "." in _key(o) and not _is_hydra(o)]
+    if not deletions:
+        return
+    from omegaconf import OmegaConf
+
+    kept = compose_job([o for o in overrides if o not in deletions and _composes_job(o)])
+    for override in deletions:
+        key = _key(override)
+        value = OmegaConf.select(kept, key, default=None, throw_on_missing=False)
+        if value is not None and not OmegaConf.is_config(value):
+            raise ConfigError(f"{override}: a deleted setting is filled back with its default, so this changes "
+                              f"nothing; give {key} a value instead ({key}=..., or {key}=null where it accepts null)")
+
+
 def given_keys(overrides: Sequence[str]) -> set[str]:
     """The dotted keys a list of overrides sets (``+algo.x=1`` and ``algo.x=1`` both give ``algo.x``;
     ``algo=ppo`` gives ``algo``)."""
@@ -440,6 +459,18 @@ def hydra_message(exc: BaseException) -> str:
             return (f"{unread}: Hydra's override syntax does not take {unread[column]!r} there (character "
                     f"{column + 1}); quote the value (key='...') or see "
                     "https://hydra.cc/docs/1.2/advanced/override_grammar/basic")
+    if text.startswith("Could not append to config. An item is already at ") and "Either remove + prefix: " in text:
+        # Hydra's three lines: what happened, then its two ways out, in one line
+        head = text.split("\n", 1)[0].rstrip(".")
+        plain = text.split("Either remove + prefix: ", 1)[1].split("\n", 1)[0].strip()
+        return f"{head}; set it with {plain} (no '+'), or add or override it with '++{plain.strip(chr(39))}'"
+    if text.startswith("Error parsing override ") and "\n" in text:
+        # the override, the parser's reason, Hydra's link: one line
+        first, *rest = [line.strip() for line in text.splitlines() if line.strip() and "HYDRA_FULL_ERROR" not in line]
+        reason = "; ".join(line for line in rest if not line.startswith("See https://"))
+        return (f"{first.removeprefix('Error parsing override ').strip(chr(39))}: Hydra cannot read this override "
+                f"({reason}); an override is key=value "
+                "(see https://hydra.cc/docs/1.2/advanced/override_grammar/basic)")
     cause = exc.__cause__
     if text.startswith("Error merging override ") and cause is not None:
         reason = str(getattr(cause, "msg", None) or cause).strip().splitlines()[0]
@@ -449,7 +480,11 @@ def hydra_message(exc: BaseException) -> str:
         text = f"{override}: {text}"
     text = text.split("\nConfig search path:", 1)[0]  # Hydra's search path adds nothing for a user
     lines = [line for line in text.splitlines() if "HYDRA_FULL_ERROR" not in line]
+    links = [line for line in lines if line.startswith("See https://")]  # the grammar's page: on the same line
+    lines = [line for line in lines if line not in links]
+    if links and lines:
+        lines[0] += f" ({links[0].removeprefix('See ').removesuffix(' for details')})"
     return "\n".join(lines).strip()
 
 
-__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]
+__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]

@@ -333,6 +333,18 @@ def test_precheck_lists_the_available_options_and_skips_flags_and_resume() -> No
     precheck(["hydra.run.dir=/tmp/x", "algo=vpg"])
 
 
+def test_deleting_a_whole_part_is_kept_and_deleting_a_setting_is_refused() -> None:
+    """``~logger.csv`` runs without the CSV logger; ``~algo.learning_rate`` would be filled back with
+    the default, so it is refused (it ran with the default in silence)."""
+    from corral.framework.precheck import precheck
+
+    prepare([])
+    precheck(["~logger.csv"])
+    precheck(["logger=[console]", "~hydra.job.env_set"])  # Hydra's own: Hydra's business
+    with pytest.raises(ConfigError, match=r"^~algo.learning_rate: a deleted setting is filled back with its default"):
+        precheck(["~algo.learning_rate"])
+
+
 def test_a_plugins_name_is_not_a_setting() -> None:
     """``sampler.name=ray`` would build the Ray sampler from the local sampler's settings, and
     ``logger.csv.name=x`` would be ignored: both are one line that says how to choose. A name equal
