@@ -409,7 +409,9 @@ class Trainer:
         if self._warned_overshoot or n <= 2 * batch_size or not len(episodes.lengths):
             return
         self._warned_overshoot = True
-        if np.all(episodes.complete):
+        factory = getattr(getattr(self.algo, "sampler", None), "worker_factory", None)
+        fragments = getattr(getattr(factory, "worker_class", None), "returns_fragments", False) is True
+        if np.all(episodes.complete) and not fragments:  # (fragments may happen to end with their episodes)
             why = (f"the workers return whole episodes (this epoch {len(episodes.lengths)}, up to "
                    f"{int(episodes.lengths.max()):,} steps long) and an epoch ends when the last one it started does; "
                    "raise trainer.batch_size, or run fewer environments at once (worker.n_envs, sampler.n_workers)")
