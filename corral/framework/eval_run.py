@@ -77,7 +77,8 @@ class EvalResult:
         mode = "deterministic" if self.deterministic else "stochastic"
         lines = [
             f"corral eval: {self.snapshot} (epoch {self.epoch}, {self.env_steps:,} env steps), "
-            f"{self.episodes} {mode} episodes on {self.env_id or 'the run env'}, seed {self.seed}",
+            f"{self.episodes} {mode} episode{'' if self.episodes == 1 else 's'} on {self.env_id or 'the run env'}, "
+            f"seed {self.seed}",
             f"return {self.return_mean:.2f} ± {self.return_std:.2f}   "
             f"length {self.length_mean:.1f} ± {self.length_std:.1f}",
         ]
