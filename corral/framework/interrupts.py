@@ -22,6 +22,11 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, a cluster scheduler's preemption) arrived while training."""
 
 
+def interrupt_for(signum: int) -> KeyboardInterrupt:
+    """The exception a signal stops training with: :class:`Terminated` for SIGTERM, else KeyboardInterrupt."""
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Within the block, SIGTERM raises :class:`Terminated` (a KeyboardInterrupt), so ``kill`` or a
@@ -67,7 +72,7 @@ def finish_epoch_on_interrupt(notice: Callable[[int], str]) -> Iterator[StopRequ
 
     def handler(signum: int, frame: Any) -> None:
         if not held(signum):
-            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+            raise interrupt_for(signum)
 
     # defer_interrupts, inside this block, hands a first signal here at once (the notice is not
     # held back until the update ends) and keeps only a second one.
@@ -107,15 +112,12 @@ def defer_interrupts(notice: Callable[[int], str] | None = None, *, second_stops
     timer: list[threading.Timer] = []
     previous: dict[int, Any] = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
-    def interrupt(signum: int) -> None:
-        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-
     def handler(signum: int, frame: Any) -> None:
         held_outside = getattr(previous[signum], "held", None)  # finish_epoch_on_interrupt's request
         if held_outside is not None and held_outside(signum):
             return
         if second_stops and (received or held_outside is not None):
-            interrupt(signum)
+            raise interrupt_for(signum)
         received.append((signum, frame))
         if len(received) == 1 and notice is not None and held_outside is None:
             text = notice(signum)
@@ -145,4 +147,4 @@ def defer_interrupts(notice: Callable[[int], str] | None = None, *, second_stops
                 raise KeyboardInterrupt
 
 
-__all__ = ["HOLD_NOTICE_AFTER_S", "StopRequest", "Terminated", "defer_interrupts", "finish_epoch_on_interrupt", "sigterm_as_interrupt"]
+__all__ = ["HOLD_NOTICE_AFTER_S", "StopRequest", "Terminated", "defer_interrupts", "finish_epoch_on_interrupt", "interrupt_for", "sigterm_as_interrupt"]

@@ -37,6 +37,7 @@ from corral.framework.interrupts import (
     Terminated,
     defer_interrupts,
     finish_epoch_on_interrupt,
+    interrupt_for,
     sigterm_as_interrupt,
 )
 from corral.framework.logger import Logger, job_prefix, run_log
@@ -271,7 +272,7 @@ class Trainer:
                         with defer_interrupts():
                             if self.snapshot_dir is not None and self.snapshot_epoch != self.epoch:
                                 self.save_snapshot()
-                        raise Terminated() if stop.signum == signal.SIGTERM else KeyboardInterrupt()
+                        raise interrupt_for(stop.signum)
                 self.stop_reason = reason
                 if self.snapshot_dir is not None and self.epoch > 0 and self.snapshot_epoch != self.epoch:
                     with defer_interrupts():
