@@ -147,8 +147,14 @@ def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path: Path, site
     (False, "~trainer.n_epochs", "corral: error: ~trainer.n_epochs: a deleted setting is filled back with its default, "
                                  "so this changes nothing; give trainer.n_epochs a value instead (trainer.n_epochs=..., "
                                  "or trainer.n_epochs=null where it accepts null)"),
+    # a true/false setting read a number or a word as true or false in silence (normalize.obs=2 normalised)
+    (False, "normalize.obs=2", "corral: error: normalize.obs must be true or false, got 2 (OmegaConf would read it "
+                               "as true without a word); give normalize.obs=true or normalize.obs=false"),
+    (True, "trainer.progress=true,off", "corral: error: trainer.progress must be true or false, got off (OmegaConf "
+                                        "would read it as false without a word); give trainer.progress=true or "
+                                        "trainer.progress=false (a value of the sweep trainer.progress=True,off)"),
 ], ids=["unreadable-run-dir", "unreadable-sweep-value", "hydra-type", "hydra-type-sweep", "plus-on-a-setting",
-        "no-value", "unclosed-list", "deleted-setting"])
+        "no-value", "unclosed-list", "deleted-setting", "bool-as-number", "bool-as-word-sweep"])
 def test_an_override_hydra_cannot_read_or_type_is_one_line_before_anything(
     tmp_path: Path, sites: dict[str, Path], multirun: bool, override: str, line: str
 ) -> None:

@@ -78,6 +78,7 @@ def precheck(args: Sequence[str]) -> None:
                 cfg = compose(config_name=CONFIG_NAME, overrides=[o for o in overrides if _composes_job(o)])
                 check_plugin_names(overrides, cfg, lambda job: compose(config_name=CONFIG_NAME, overrides=job))
                 check_deletions(overrides, lambda job: compose(config_name=CONFIG_NAME, overrides=job))
+                check_bool_values(overrides, cfg)
             except MissingConfigException as exc:
                 raise ConfigError(_missing_message(exc, options_of)) from None
     except (HydraException, OmegaConfBaseException) as exc:
@@ -156,10 +157,15 @@ def check_sweep_values(overrides: Sequence[str]) -> None:
             if checks > MAX_VALUE_CHECKS:
                 return
             try:
-                compose(config_name=CONFIG_NAME, overrides=[*fixed, *others, f"{key}={value}"])
+                cfg = compose(config_name=CONFIG_NAME, overrides=[*fixed, *others, f"{key}={value}"])
             except (HydraException, OmegaConfBaseException) as exc:
                 if isinstance(exc.__cause__, ValidationError) or isinstance(exc, ValidationError):
                     raise ConfigError(f"{hydra_message(exc)} (a value of the sweep {key}={','.join(values)})") from None
+                continue
+            try:
+                check_bool_values([f"{key}={value}"], cfg)
+            except ConfigError as exc:
+                raise ConfigError(f"{exc} (a value of the sweep {key}={','.join(values)})") from None
 
 
 def hydra_config(overrides: Sequence[str]) -> Any:
@@ -440,6 +446,45 @@ def check_deletions(overrides: Sequence[str], compose_job: Callable[[list[str]],
                               f"nothing; give {key} a value instead ({key}=..., or {key}=null where it accepts null)")
 
 
+def check_bool_values(overrides: Sequence[str], cfg: Any) -> None:
+    """Raise one-line :class:`ConfigError` for a true/false setting given another value
+    (``normalize.obs=2``, ``normalize.obs=yes``): OmegaConf would read it as true or false in silence
+    (any number but 0 is true). ``cfg`` is the composed config, which says which settings are true/false."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.nodes import BooleanNode
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        if "=" not in override or override.startswith("~") or not _composes_job(override):
+            continue
+        try:
+            parsed = parser.parse_override(override)
+        except HydraException:
+            continue  # Hydra says what does not parse
+        if parsed.is_sweep_override():
+            continue  # each value is checked on its own (check_sweep_values)
+        key = parsed.key_or_group
+        parent_key, _, leaf = key.rpartition(".")
+        try:
+            parent = cfg if not parent_key else OmegaConf.select(cfg, parent_key, throw_on_missing=False)
+            node = parent._get_node(leaf) if parent is not None and hasattr(parent, "_get_node") else None
+        except Exception:  # noqa: BLE001 - a key this composition does not have: nothing to check
+            node = None
+        if not isinstance(node, BooleanNode):
+            continue
+        value = parsed.value()
+        if isinstance(value, bool) or (value is None and node._is_optional()):
+            continue
+        if isinstance(value, str) and "${" in value:
+            continue  # an interpolation: OmegaConf resolves it
+        written = value if isinstance(value, str) else _as_written(value)
+        raise ConfigError(f"{key} must be true or false, got {written} (OmegaConf would read it as "
+                          f"{'true' if bool(node._value()) else 'false'} without a word); give {key}=true or "
+                          f"{key}=false")
+
+
 def given_keys(overrides: Sequence[str]) -> set[str]:
     """The dotted keys a list of overrides sets (``+algo.x=1`` and ``algo.x=1`` both give ``algo.x``;
     ``algo=ppo`` gives ``algo``)."""
@@ -487,4 +532,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]
+__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]

@@ -345,6 +345,27 @@ def test_deleting_a_whole_part_is_kept_and_deleting_a_setting_is_refused() -> No
         precheck(["~algo.learning_rate"])
 
 
+def test_a_true_false_setting_takes_only_true_or_false() -> None:
+    """OmegaConf reads ``2``, ``0``, ``yes`` or ``off`` for a true/false setting as true or false without
+    a word; corral refuses them, for a run, ``++`` and each value of a sweep. ``true``/``False`` and an
+    interpolation pass."""
+    from corral.framework.precheck import precheck
+
+    prepare([])
+    for given, read in (("2", "true"), ("0", "false"), ("yes", "true"), ("off", "false")):
+        with pytest.raises(ConfigError) as info:
+            precheck([f"normalize.obs={given}"])
+        assert str(info.value) == (f"normalize.obs must be true or false, got {given} (OmegaConf would read it as "
+                                   f"{read} without a word); give normalize.obs=true or normalize.obs=false")
+    with pytest.raises(ConfigError, match=r"^trainer.progress must be true or false, got 1 "):
+        precheck(["++trainer.progress=1"])
+    with pytest.raises(ConfigError, match=r"^algo.normalize_advantages must be true or false, got no .*"
+                                          r"\(a value of the sweep algo.normalize_advantages=True,no\)$"):
+        precheck(["-m", "algo.normalize_advantages=true,no"])
+    precheck(["normalize.obs=true", "normalize.reward=False", "trainer.progress=${normalize.obs}"])
+    precheck(["-m", "normalize.obs=true,false"])
+
+
 def test_a_plugins_name_is_not_a_setting() -> None:
     """``sampler.name=ray`` would build the Ray sampler from the local sampler's settings, and
     ``logger.csv.name=x`` would be ignored: both are one line that says how to choose. A name equal
