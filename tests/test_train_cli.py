@@ -659,30 +659,48 @@ def test_multirun_sweep(tmp_path: Path, sites: dict[str, Path]) -> None:
     assert combos == {("vpg", 1), ("vpg", 2), ("ppo", 1), ("ppo", 2)}
 
 
+RAISING_ENV = ["env.id=corral.testing.faulty_envs:corral/RaisingCartPole-v1"]
+
+
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_a_failed_sweep_job_is_recorded_and_the_other_jobs_still_run(tmp_path: Path, sites: dict[str, Path],
                                                                     launcher: str) -> None:
-    """Job 0's config error is its own line and a failed summary.json; job 1 runs all the same; the
-    sweep ends non-zero with one line naming the failed job; ``corral results`` says why it failed."""
+    """Job 0's environment raises while sampling; job 1 runs all the same; the sweep ends non-zero with
+    one line naming the failed job; ``corral results`` says why it failed."""
     sweep = tmp_path / "sweep"
-    proc = run([sys.executable, str(TRAIN), "-m", "algo=sac,ppo", "env=pendulum", f"hydra/launcher={launcher}", *SMALL,
-                f"hydra.sweep.dir={sweep}"], tmp_path, sites)
-    why = "algo=sac cannot train policy=mlp; choose policy=tanh_gaussian (a preset sets every part: experiment=sac_pendulum)"
+    proc = run([sys.executable, str(TRAIN), "-m", *RAISING_ENV, "+env.kwargs.fail_at=30,1000000",
+                f"hydra/launcher={launcher}", *SMALL, f"hydra.sweep.dir={sweep}"], tmp_path, sites)
+    why = ("worker 0 raised EnvironmentFailure: RaisingCartPole failed on purpose at step 30 while sampling "
+           "(obtain_samples)")
     assert proc.returncode == 1, output(proc)
     assert f"[job 0] corral: error: {why}" in proc.stderr
-    assert (f"corral: job 0 (algo=sac env=pendulum {' '.join(SMALL)}) failed: {why}; the sweep ran its other jobs "
+    job = f"{RAISING_ENV[0].replace(':', chr(92) + ':')} +env.kwargs.fail_at=30 {' '.join(SMALL)}"
+    assert (f"corral: job 0 ({job}) failed: {why}; the sweep ran its other jobs "
             f"(`corral results {sweep}` lists each one's status)") in proc.stderr.splitlines(), output(proc)
-    assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr, output(proc)
+    assert "HYDRA_FULL_ERROR" not in proc.stderr, output(proc)
     # Hydra's own "Error executing job with overrides: [...]" would say again what corral's line says
     assert "Error executing job" not in proc.stderr, output(proc)
     assert proc.stderr.splitlines()[-1].startswith("corral: job 0 ("), output(proc)
     failed = json.loads((sweep / "0" / "summary.json").read_text())
-    assert failed["status"] == "failed" and failed["error"].startswith("ConfigError: algo=sac cannot train")
+    assert failed["status"] == "failed" and failed["error"].startswith(f"WorkerError: {why}\n")  # then the traceback
     assert json.loads((sweep / "1" / "summary.json").read_text())["status"] == "completed"
     results = run([*corral_command(), "results", str(sweep)], tmp_path, sites)
     assert results.returncode == 0, output(results)
-    assert f"skipped: {sweep / '0'} (failed: ConfigError: {why})" in results.stdout.splitlines() + \
+    assert f"skipped: {sweep / '0'} (failed: WorkerError: {why})" in results.stdout.splitlines() + \
         results.stderr.splitlines(), output(results)
+
+
+def test_a_sweep_job_whose_choices_do_not_fit_is_refused_before_any_job(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """``-m algo=sac,ppo env=pendulum``: SAC cannot train the default policy. Job 0 was started, failed,
+    and job 1 ran; now the sweep stops before any job, in one line naming the job, and makes nothing."""
+    sweep = tmp_path / "sweep"
+    proc = run([sys.executable, str(TRAIN), "-m", "algo=sac,ppo", "env=pendulum", *SMALL, f"hydra.sweep.dir={sweep}"],
+               tmp_path, sites)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip().splitlines() == [
+        "corral: error: algo=sac cannot train policy=mlp; choose policy=tanh_gaussian (a preset sets every part: "
+        "experiment=sac_pendulum) (the sweep's job algo=sac; no job has started)"], output(proc)
+    assert not sweep.exists()
 
 
 def test_each_sweep_job_names_a_value_it_would_ignore(tmp_path: Path, sites: dict[str, Path]) -> None:

@@ -13,14 +13,16 @@ is one line that lists the group's options, for a single run and for every value
 
 A run directory that cannot be created (``hydra.run.dir=/proc/x``) is one line too, before anything
 starts. With other flags (``--help``, ``--cfg`` and such) only the options are checked, and Hydra shows
-what was asked. A sweep gets the checks of :func:`check_sweep_values` and
-:func:`check_sweep_plugins`; each job checks its own values. Nothing is checked when the command
+what was asked. A sweep gets the checks of :func:`check_sweep_values`,
+:func:`check_sweep_plugins` and :func:`check_sweep_jobs` (each of its jobs' configs, up to a bound,
+before any job starts); each job checks its own config again when it starts. Nothing is checked when the command
 line resumes a run (``trainer.resume``: the run's own config is used, see
 :mod:`corral.framework.resume`) or names another primary config (``--config-name`` and such).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Iterator, Sequence
 
 from corral.framework.config import CONFIG_MODULE, CONFIG_NAME
@@ -73,6 +75,7 @@ def precheck(args: Sequence[str]) -> None:
                 check_no_hydra_sweep(overrides)
                 check_sweep_values(overrides)
                 check_sweep_plugins(overrides, hydra_cfg)
+                check_sweep_jobs(overrides, hydra_cfg, options_of)
                 return
             try:
                 cfg = compose(config_name=CONFIG_NAME, overrides=[o for o in overrides if _composes_job(o)])
@@ -132,7 +135,7 @@ def check_sweep_values(overrides: Sequence[str]) -> None:
     reaches that job. Each listed value (of a choice or range sweep) is composed with the fixed
     overrides and the first value of the other sweeps; only a value of the wrong type counts, since
     a setting missing from this composition may exist in another combination (``worker=vec,default
-    worker.n_envs=2,4``). Ranges that corral checks (``> 0``) are checked by each job."""
+    worker.n_envs=2,4``). Ranges that corral checks (``> 0``) are checked job by job (:func:`check_sweep_jobs`)."""
     from hydra import compose
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.core.override_parser.types import ValueType
@@ -166,6 +169,57 @@ def check_sweep_values(overrides: Sequence[str]) -> None:
                 check_bool_values([f"{key}={value}"], cfg)
             except ConfigError as exc:
                 raise ConfigError(f"{exc} (a value of the sweep {key}={','.join(values)})") from None
+
+
+#: A sweep of at most this many jobs has every job composed and checked before any starts.
+MAX_JOB_CHECKS = 32
+
+
+def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) -> None:
+    """Raise one-line :class:`ConfigError` for a job of a sweep that would fail its checks: choices
+    that do not fit together (``-m algo=ppo,sac`` on CartPole: SAC needs continuous actions), a value
+    out of its range, a setting one of the options lacks (``-m worker=default,vec worker.n_envs=4``),
+    before any job starts rather than when the sweep reaches that job. The jobs are those of Hydra's
+    basic sweeper, the product of the command line's sweeps: all of them up to :data:`MAX_JOB_CHECKS`;
+    beyond that, those that combine every listed option of the config groups (``algo=...``,
+    ``env=...``) with the first value of the other sweeps, up to the same number. Other sweepers
+    (Optuna) choose their jobs as they go; each job checks its own config."""
+    import itertools
+
+    from hydra import compose
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from corral.framework.compose import validate
+
+    if hydra_cfg is None or not str(OmegaConf.select(hydra_cfg, "sweeper._target_", default="")).endswith("BasicSweeper"):
+        return
+    if OmegaConf.select(hydra_cfg, "sweeper.params", default=None):
+        return  # a preset's own sweep: its jobs are the sweeper's to make
+    listed = (ValueType.CHOICE_SWEEP, ValueType.SIMPLE_CHOICE_SWEEP, ValueType.RANGE_SWEEP)
+    try:
+        parsed = [o for o in OverridesParser.create().parse_overrides(list(overrides)) if _composes_job(str(o.input_line))]
+        fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
+        sweeps = [(str(o.input_line).split("=", 1)[0], list(o.sweep_string_iterator()))
+                  for o in parsed if o.is_sweep_override()]
+        if any(o.is_sweep_override() and o.value_type not in listed for o in parsed):
+            return  # glob(...) and such: left to each job
+    except (HydraException, OmegaConfBaseException):
+        return  # Hydra says what does not parse
+    if math.prod(len(values) for _, values in sweeps) > MAX_JOB_CHECKS:
+        sweeps = [(key, values if list(options_of(key.lstrip("+"))) else values[:1]) for key, values in sweeps]
+    jobs = itertools.product(*[[f"{key}={value}" for value in values] for key, values in sweeps])
+    for job in itertools.islice(jobs, MAX_JOB_CHECKS):
+        where = f" (the sweep's job {' '.join(job)}; no job has started)" if job else " (no job of the sweep has started)"
+        try:
+            validate(compose(config_name=CONFIG_NAME, overrides=[*fixed, *job]))
+        except (HydraException, OmegaConfBaseException) as exc:
+            raise ConfigError(f"{hydra_message(exc)}{where}") from None
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}{where}") from None
 
 
 def hydra_config(overrides: Sequence[str]) -> Any:
@@ -532,4 +586,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]

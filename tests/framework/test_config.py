@@ -327,7 +327,9 @@ def test_precheck_lists_the_available_options_and_skips_flags_and_resume() -> No
     assert "\n" not in str(info.value)
     with pytest.raises(ConfigError, match=r"^algo=choice\(ppo,nope\): algo has no option 'nope'"):
         precheck(["-m", "seed=1,2", "algo=choice(ppo,nope)"])  # a sweep's values, before any job
-    precheck(["-m", "seed=1,2", "algo=ppo,vpg", "algo.learning_rate=-1"])  # a sweep's values: job by job
+    with pytest.raises(ConfigError, match=r"^algo.learning_rate must be > 0, got -1.0 \(the sweep's job seed=1 algo=ppo; "
+                                          r"no job has started\)$"):
+        precheck(["-m", "seed=1,2", "algo=ppo,vpg", "algo.learning_rate=-1"])  # every job's config, before any job
     precheck(["--cfg", "job", "algo.learning_rate=-1"])  # flags: Hydra's business
     precheck(["trainer.resume=/nowhere", "algo.learning_rate=-1"])  # resume: the run's own config
     precheck(["hydra.run.dir=/tmp/x", "algo=vpg"])
@@ -364,6 +366,30 @@ def test_a_true_false_setting_takes_only_true_or_false() -> None:
         precheck(["-m", "algo.normalize_advantages=true,no"])
     precheck(["normalize.obs=true", "normalize.reward=False", "trainer.progress=${normalize.obs}"])
     precheck(["-m", "normalize.obs=true,false"])
+
+
+def test_every_job_of_a_sweep_is_checked_before_any_starts() -> None:
+    """A job whose choices do not fit together was found when the sweep reached it, after the jobs
+    before it had run; now the sweep is refused, naming the job. The basic sweeper's jobs are all
+    checked up to MAX_JOB_CHECKS; beyond that, the config groups' options with the first value of
+    the other sweeps. A sweeper that chooses its own jobs (Optuna) is left to them."""
+    from corral.framework.precheck import MAX_JOB_CHECKS, precheck
+
+    prepare([])
+    with pytest.raises(ConfigError) as info:
+        precheck(["-m", "algo=ppo,sac", "seed=1,2"])
+    assert str(info.value).startswith("algo=sac supports continuous actions only, but env=cartpole has discrete actions")
+    assert str(info.value).endswith(" (the sweep's job algo=sac seed=1; no job has started)")
+    with pytest.raises(ConfigError, match=r"worker=default has no setting 'n_envs'.* \(the sweep's job worker=default; "):
+        precheck(["-m", "worker=vec,default", "worker.n_envs=4"])
+    with pytest.raises(ConfigError, match=r" \(no job of the sweep has started\)$"):
+        precheck(["-m", "algo.clip_range=-1"])  # a sweep of one job
+    many = f"seed=range(0,{MAX_JOB_CHECKS + 1})"  # more jobs than are checked one by one: each option still is
+    with pytest.raises(ConfigError, match=r"\(the sweep's job seed=0 algo=sac; no job has started\)$"):
+        precheck(["-m", many, "algo=ppo,sac"])
+    precheck(["-m", many, "algo=ppo,vpg", "worker=default,vec"])
+    precheck(["-m", "seed=1,2", "algo=ppo,vpg"])
+    precheck(["-m", "experiment=ppo_cartpole_optuna", "hydra.sweeper.n_trials=2"])
 
 
 def test_a_plugins_name_is_not_a_setting() -> None:

@@ -106,15 +106,17 @@ def test_sweep_with_ray_samplers_on_a_two_node_cluster(ray_cluster, tmp_path: Pa
     assert proc.returncode != 0
     assert "needs 4 CPU(s)" in proc.stdout + proc.stderr and "the cluster has 2" in proc.stdout + proc.stderr
 
-    # A job that fails (here a config error inside the job) fails the sweep with a message naming it.
+    # A job that fails (here its environment raises on the Ray sampler's actor) fails the sweep with a
+    # message naming it. (A config error is refused before any job starts, whatever the launcher.)
     cmd_bad = [c for c in cmd if not c.startswith(("seed=", "hydra.sweep.dir="))]
-    proc = subprocess.run([*cmd_bad, "seed=1", "algo.clip_range=-1", f"hydra.sweep.dir={tmp_path / 'bad'}"], cwd=tmp_path,
+    proc = subprocess.run([*cmd_bad, "seed=1", "env.id=corral.testing.faulty_envs:corral/RaisingCartPole-v1",
+                           "+env.kwargs.fail_at=5", f"hydra.sweep.dir={tmp_path / 'bad'}"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=200, env=env)
     out = proc.stdout + proc.stderr
+    why = "raised EnvironmentFailure: RaisingCartPole failed on purpose at step 5"
     assert proc.returncode != 0
-    assert "corral: error: algo.clip_range must be > 0, got -1.0" in out, out[-3000:]  # the job's own message
-    assert "corral: job 0 (" in out and "failed: algo.clip_range must be > 0, got -1.0" in out, out[-3000:]
-    assert "Traceback" not in out, out[-3000:]
+    assert "corral: error: " in out and why in out, out[-3000:]  # the job's own message
+    assert "corral: job 0 (" in out and "failed: ray sampler: worker 0 (pid " in out and why in out, out[-3000:]
 
     # The launcher left the cluster it joined running.
     status = subprocess.run([sys.executable, "-c", "import ray; ray.init(address='auto'); "
