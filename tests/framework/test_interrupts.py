@@ -94,6 +94,12 @@ log = csv_logger.CSVLogger.log
 def logging(self, epoch, stats):
     if phase == "logging" and epoch == row:
         fire()
+        # CORRAL_TEST_LOG_S: that epoch's row takes that long to write, and a second signal (times 2) arrives in it
+        seconds = float(os.environ.get("CORRAL_TEST_LOG_S", "0"))
+        if seconds:
+            time.sleep(seconds)
+            fire()
+            time.sleep(0.2)
     return log(self, epoch, stats)
 
 
@@ -282,6 +288,22 @@ def test_a_signal_in_a_long_update_is_acknowledged_and_a_second_stops_it(
     before = rows(run)
     assert [_filled(r) for r in before] == [_filled(r) for r in expected[: len(before)]]
     assert len(before) == (2 if extra else 1)
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_a_signal_in_a_long_commit_is_acknowledged_and_the_epoch_still_saved(tmp_path: Path, driver: Path,
+                                                                           expected: list[dict[str, str]],
+                                                                           signals: int) -> None:
+    """Logging and saving an epoch is never cut: a signal held there for more than a second is
+    acknowledged (once), a second one is held too, and the epoch is logged, saved and resumable."""
+    run = tmp_path / "run"
+    proc = train(run, interrupt=f"logging:1:0:SIGINT:{signals}", driver=driver, env_vars={"CORRAL_TEST_LOG_S": "1.5"})
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "after epoch 1" in proc.stderr, proc.stderr[-3000:]
+    notices = [line for line in proc.stderr.splitlines() if line.startswith("corral: Ctrl-C: ")]
+    assert notices == ["corral: Ctrl-C: stopping once epoch 1 is logged and saved"], proc.stderr[-3000:]
+    assert rows(run) == expected[:2]
+    assert (run / "snapshots" / "latest").read_text().strip() == "epoch_000002.pt"
 
 
 @pytest.mark.parametrize("phase", ["evaluating", "training"])
