@@ -178,6 +178,11 @@ def test_bad_eval_values_are_one_line_each(cartpole_run: Path, tmp_path: Path) -
     ]:
         proc = corral("eval", str(cartpole_run), *args, cwd=tmp_path)
         assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [line], proc.stderr
+    # an unknown sampler is said before the run is built (it came after the build's warnings, here one
+    # about the episode length above CartPole's time limit)
+    proc = corral("eval", str(cartpole_run), "env.max_episode_length=1000", "--sampler", "nope", cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("corral eval: error: no sampler named 'nope' is registered; available: "), proc.stderr
     proc = corral("eval", str(cartpole_run), "-o", "/proc/corral/eval.json", cwd=tmp_path)
     (line,) = proc.stderr.strip().splitlines()  # the reason in parentheses is the OS's (root or not)
     assert proc.returncode == 2 and line.startswith(

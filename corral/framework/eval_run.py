@@ -119,6 +119,7 @@ def evaluate_run(
         recording_envs,
         require_video,
     )
+    from corral.framework.plugins import get_plugin_manager
     from corral.framework.trainer import find_snapshot, runs_inside
     from corral.results.writable import directory_problem, write_atomically
 
@@ -149,6 +150,7 @@ def evaluate_run(
     if output is None:
         _check_output(run_dir / "eval.json")
     register_configs()
+    get_plugin_manager().registry.get("sampler", sampler)  # an unknown --sampler: said before anything is built
     cfg = _run_config(snapshot, run_dir, overrides, trust)
     run_seed = int(cfg.seed)
     run = build(cfg)
