@@ -240,7 +240,9 @@ def check_overrides(old: DictConfig, new: DictConfig, overrides: Sequence[str]) 
 def finished_message(run_dir: Any, reason: str, epoch: int, env_steps: int) -> str:
     """What resuming a run that already reached its limit says."""
     key, _, value = reason.partition("=")
-    larger = f"trainer.{key}={int(value) * 2}" if value.isdigit() else f"a larger trainer.{key}"
+    # twice the limit, or twice where the run is when a resume gave a limit below that (n_epochs=1 at epoch 3)
+    reached = {"n_epochs": epoch, "max_env_steps": env_steps}.get(key, 0)
+    larger = f"trainer.{key}={max(int(value), reached) * 2}" if value.isdigit() else f"a larger trainer.{key}"
     other = "trainer.max_env_steps" if key == "n_epochs" else "trainer.n_epochs"
     return (f"corral: the run in {run_dir} already finished: {reason} reached at epoch {epoch} "
             f"({env_steps:,} env steps); nothing to do. To train longer, resume with a larger limit, "

@@ -94,6 +94,19 @@ def test_resuming_a_finished_run_says_how_to_train_longer(finished, tmp_path: Pa
     assert f"corral: the run in {run} already finished: n_epochs=2 reached at epoch 2" in proc.stderr
     assert f"trainer.resume={run} trainer.n_epochs=4" in proc.stderr
     assert (run / "summary.json").read_text() == summary
+    # a limit below where the run is: the suggestion goes past the run (it said n_epochs=2 at epoch 2)
+    proc = train(tmp_path, f"trainer.resume={run}", "trainer.n_epochs=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "already finished: n_epochs=1 reached at epoch 2" in proc.stderr
+    assert f"trainer.resume={run} trainer.n_epochs=4 " in proc.stderr, proc.stderr[-3000:]
+
+
+def test_the_finished_message_suggests_a_limit_past_the_run() -> None:
+    from corral.framework.resume import finished_message
+
+    assert "trainer.max_env_steps=2048 (and trainer.n_epochs" in finished_message("r", "max_env_steps=1000", 3, 1024)
+    assert "trainer.max_env_steps=4020 (and" in finished_message("r", "max_env_steps=2000", 3, 2010)
+    assert "trainer.n_epochs=10 (and trainer.max_env_steps" in finished_message("r", "n_epochs=5", 5, 999)
 
 
 def test_a_relative_resume_path_names_the_same_run_when_the_job_runs_in_its_directory(tmp_path: Path) -> None:
