@@ -452,6 +452,14 @@ def test_a_keyword_the_environment_does_not_take_is_one_line(tmp_path: Path, sit
                            "keyword argument 'foo': CartPoleEnv takes sutton_barto_reward, render_mode (and gymnasium.make: "
                            "max_episode_steps, disable_env_checker); check env.kwargs\n"), output(proc)
     assert not (tmp_path / "run").exists()  # said before the run starts
+    # a constructor that takes **kwargs and hands them on (env=cpu_heavy, MuJoCo's): the same, before the run
+    # (it failed inside the run, after its directory was made)
+    proc = train(tmp_path, sites, "env=cpu_heavy", "+env.kwargs.foo=1", *SMALL)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr == ("corral: error: environment EnvFactory('corral.plugins.envs.cpu_heavy:corral/CPUHeavyCartPole"
+                           "-v1', kwargs={'work': 3000, 'foo': 1}) does not take these keyword arguments: CartPoleEnv."
+                           "__init__() got an unexpected keyword argument 'foo'; check env.kwargs\n"), output(proc)
+    assert not (tmp_path / "run").exists()
 
 
 def test_an_episode_limit_above_the_environments_own_is_one_warning_line(tmp_path: Path, sites: dict[str, Path]) -> None:

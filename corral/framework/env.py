@@ -136,14 +136,26 @@ class EnvFactory:
     def check(self) -> None:
         """Raise the one-line :class:`ConfigError` that making this environment would end in, without
         making it: an id that cannot be made (:func:`check_env_id`), or an ``env.kwargs`` key that its
-        constructor does not take."""
+        constructor does not take. A constructor that takes ``**kwargs`` (MuJoCo's) says which it takes
+        only when called: one environment is made and closed to find out; any other error in making it
+        is left to the run, which reports it."""
         if isinstance(self.fn, str):
             check_env_id(self.fn)
-        self._check_kwargs()
-
-    def _check_kwargs(self) -> None:
-        if not self.kwargs:
+        if self._check_kwargs():
             return
+        try:
+            env = self()
+        except ConfigError:
+            raise
+        except Exception:  # noqa: BLE001 - not a keyword it refuses: making it in the run says what it is
+            return
+        env.close()
+
+    def _check_kwargs(self) -> bool:
+        """Raise for an ``env.kwargs`` key the constructor's signature does not take; False when the
+        signature cannot say (it takes ``**kwargs``, or it cannot be read), True otherwise."""
+        if not self.kwargs:
+            return True
         creator: Any = self.fn
         kwargs = dict(self.kwargs)
         if isinstance(self.fn, str):
@@ -153,9 +165,13 @@ class EnvFactory:
                 spec = gym_spec(self.fn)
                 creator = load_env_creator(spec.entry_point) if isinstance(spec.entry_point, str) else spec.entry_point
             except (gym.error.Error, ImportError):
-                return  # gymnasium.make says why
+                return True  # gymnasium.make says why
             kwargs = {k: v for k, v in kwargs.items() if k not in MAKE_KWARGS}
+            if not kwargs:
+                return True
         unknown, takes = unexpected_kwargs(creator, kwargs)
+        if not unknown and not takes:
+            return False
         if unknown:
             name = getattr(creator, "__qualname__", repr(creator))
             raise ConfigError(
@@ -163,6 +179,7 @@ class EnvFactory:
                 f"{', '.join(map(repr, unknown))}: {name} takes {', '.join(takes) or 'none'}"
                 f"{' (and gymnasium.make: ' + ', '.join(MAKE_KWARGS) + ')' if isinstance(self.fn, str) else ''}; "
                 "check env.kwargs")
+        return True
 
     def __call__(self) -> gym.Env:
         """Build a fresh environment."""

@@ -157,6 +157,11 @@ def _forwarding_env(**kwargs: Any) -> gym.Env:
     return gym.make("CartPole-v1", **kwargs)
 
 
+def _failing_forwarding_env(**kwargs: Any) -> gym.Env:
+    """A factory that takes any keyword and fails for a reason of its own."""
+    raise RuntimeError("no display")
+
+
 def test_env_factory_names_keyword_arguments_the_environment_does_not_take() -> None:
     cartpole = (r"^environment EnvFactory\('CartPole-v1', kwargs=\{'foo': 1, 'max_episode_steps': 9, 'bar': 2\}\) does "
                 r"not take the keyword arguments 'foo', 'bar': CartPoleEnv takes sutton_barto_reward, render_mode \(and "
@@ -167,11 +172,14 @@ def test_env_factory_names_keyword_arguments_the_environment_does_not_take() -> 
     with pytest.raises(ConfigError, match=r"does not take the keyword argument 'colour': _point_env takes size; "
                                           r"check env.kwargs$"):
         EnvFactory(_point_env, {"colour": "red"})()
-    # **kwargs handed on: the constructor's own TypeError, in one line
-    EnvFactory(_forwarding_env, {"foo": 1}).check()
-    with pytest.raises(ConfigError, match=r"does not take these keyword arguments: CartPoleEnv.__init__\(\) got an "
-                                          r"unexpected keyword argument 'foo'; check env.kwargs$"):
-        EnvFactory(_forwarding_env, {"foo": 1})()
+    # **kwargs handed on (MuJoCo's constructors): the constructor's own TypeError, in one line, also from
+    # check(), which makes one environment to find out (it passed, and the run failed after its directory)
+    for call in ("check", "__call__"):
+        with pytest.raises(ConfigError, match=r"does not take these keyword arguments: CartPoleEnv.__init__\(\) got "
+                                              r"an unexpected keyword argument 'foo'; check env.kwargs$"):
+            getattr(EnvFactory(_forwarding_env, {"foo": 1}), call)()
+    EnvFactory(_forwarding_env, {"max_episode_steps": 5}).check()
+    EnvFactory(_failing_forwarding_env, {"foo": 1}).check()  # another error in making it: the run's to report
     with pytest.raises(TypeError, match="size must be"):  # not a keyword problem: left as it is
         EnvFactory(_point_env, {"size": -1})()
     EnvFactory(_point_env, {"size": 2})().close()
