@@ -172,7 +172,7 @@ def check_sweep_values(overrides: Sequence[str]) -> None:
 
 
 #: A sweep of at most this many jobs has every job composed and checked before any starts.
-MAX_JOB_CHECKS = 32
+MAX_JOB_CHECKS = 16
 
 
 def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) -> None:
