@@ -249,6 +249,11 @@ class Trainer:
         self.already_finished = self.stop_reason is not None
         if self.already_finished:
             return self.last_stats
+        if steps_limit is not None and self.total_env_steps == 0 and steps_limit < batch_size:
+            logging.getLogger(__name__).warning(
+                "trainer.max_env_steps=%s is below trainer.batch_size=%s, the steps of one epoch at least: the run "
+                "stops after its first epoch, with %s steps or more; lower trainer.batch_size to stop nearer %s",
+                steps_limit, batch_size, f"{batch_size:,}", f"{steps_limit:,}")
         sampler = self.algo.sampler
         if self._sampler_state is None and sampler is not None:
             self._sampler_state = _try_state(sampler)

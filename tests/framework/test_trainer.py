@@ -252,3 +252,18 @@ def test_an_epoch_far_larger_than_the_batch_size_is_said_once(tmp_path: Path) ->
         "returns a fragment of a fixed size per call (worker.timesteps_per_call steps per environment), more than its "
         "share of the batch; raise trainer.batch_size, or lower worker.timesteps_per_call (or worker.n_envs, "
         "sampler.n_workers)"], fragments.stderr
+
+
+def test_a_step_limit_below_one_epoch_is_said_before_training(tmp_path: Path) -> None:
+    """``trainer.max_env_steps=300`` with a batch of 400: the first epoch alone passes the limit, and the
+    run stopped at 400-odd steps without a word about why it trained on more than was asked."""
+    proc = train(tmp_path / "run", *SMALL, "trainer.max_env_steps=300", "trainer.n_epochs=null")
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
+    assert warnings == [
+        "corral: warning: trainer.max_env_steps=300 is below trainer.batch_size=400, the steps of one epoch at least: "
+        "the run stops after its first epoch, with 400 steps or more; lower trainer.batch_size to stop nearer 300"
+    ], proc.stderr
+    assert "completed (max_env_steps=300 reached) after 1 epoch" in proc.stderr
+    resumed = train(tmp_path / "run", f"trainer.resume={tmp_path / 'run'}", "trainer.max_env_steps=600")
+    assert resumed.returncode == 0 and "corral: warning" not in resumed.stderr, resumed.stderr  # not a fresh run
