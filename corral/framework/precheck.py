@@ -182,7 +182,8 @@ def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) 
     before any job starts rather than when the sweep reaches that job. The jobs are those of Hydra's
     basic sweeper, the product of the command line's sweeps: all of them up to :data:`MAX_JOB_CHECKS`;
     beyond that, those that combine every listed option of the config groups (``algo=...``,
-    ``env=...``) with the first value of the other sweeps, up to the same number. Other sweepers
+    ``env=...``, a ``glob(...)`` as the options it matches) with the first value of the other sweeps, up to the
+    same number; an ``interval(...)``, which the basic sweeper cannot list, is refused. Other sweepers
     (Optuna) choose their jobs as they go; each job checks its own config."""
     import itertools
 
@@ -203,10 +204,23 @@ def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) 
     try:
         parsed = [o for o in OverridesParser.create().parse_overrides(list(overrides)) if _composes_job(str(o.input_line))]
         fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
-        sweeps = [(str(o.input_line).split("=", 1)[0], list(o.sweep_string_iterator()))
-                  for o in parsed if o.is_sweep_override()]
-        if any(o.is_sweep_override() and o.value_type not in listed for o in parsed):
-            return  # glob(...) and such: left to each job
+        sweeps = []
+        for o in parsed:
+            if not o.is_sweep_override():
+                continue
+            line = str(o.input_line)
+            key = line.split("=", 1)[0]
+            if o.value_type == ValueType.INTERVAL_SWEEP:  # Hydra's basic sweeper stops on it with a traceback
+                raise ConfigError(f"{line}: Hydra's basic sweeper cannot sweep an interval, which has no values to "
+                                  f"list; list them ({key}=a,b,c) or use range(...), or search the interval with "
+                                  "hydra/sweeper=optuna")
+            if o.value_type == ValueType.GLOB_CHOICE_SWEEP:  # glob(...): the group's options it matches
+                glob: Any = o.value()
+                sweeps.append((key, list(glob.filter(list(options_of(key.lstrip("+")))))))
+            elif o.value_type in listed:
+                sweeps.append((key, list(o.sweep_string_iterator())))
+            else:
+                return  # a sweep type this check does not know: left to each job
     except (HydraException, OmegaConfBaseException):
         return  # Hydra says what does not parse
     if math.prod(len(values) for _, values in sweeps) > MAX_JOB_CHECKS:

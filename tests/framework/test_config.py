@@ -390,6 +390,16 @@ def test_every_job_of_a_sweep_is_checked_before_any_starts() -> None:
     precheck(["-m", many, "algo=ppo,vpg", "worker=default,vec"])
     precheck(["-m", "seed=1,2", "algo=ppo,vpg"])
     precheck(["-m", "experiment=ppo_cartpole_optuna", "hydra.sweeper.n_trials=2"])
+    # glob(...) is the group's options it matches (each job failed when the sweep reached it)
+    with pytest.raises(ConfigError, match=r"^algo=dqn cannot train policy=mlp.* \(the sweep's job algo=dqn; "):
+        precheck(["-m", "algo=glob(*)"])
+    precheck(["-m", "algo=glob(*,exclude=[dqn,sac,pearl,rl2_ppo])", "env=cartpole,pendulum"])
+    # an interval: Hydra's basic sweeper stopped on it with a traceback
+    with pytest.raises(ConfigError) as info:
+        precheck(["-m", "algo.learning_rate=interval(0.1,0.2)"])
+    assert str(info.value) == ("algo.learning_rate=interval(0.1,0.2): Hydra's basic sweeper cannot sweep an interval, "
+                               "which has no values to list; list them (algo.learning_rate=a,b,c) or use range(...), or "
+                               "search the interval with hydra/sweeper=optuna")
 
 
 def test_a_plugins_name_is_not_a_setting() -> None:
