@@ -72,6 +72,7 @@ def precheck(args: Sequence[str]) -> None:
             hydra_cfg = hydra_config(overrides)  # composed once, for the two checks below
             check_output_dir(overrides, multirun, hydra_cfg)
             if multirun:
+                check_sweep_lists(overrides, options_of)
                 check_no_hydra_sweep(overrides)
                 check_sweep_values(overrides)
                 check_sweep_plugins(overrides, hydra_cfg)
@@ -169,6 +170,42 @@ def check_sweep_values(overrides: Sequence[str]) -> None:
                 check_bool_values([f"{key}={value}"], cfg)
             except ConfigError as exc:
                 raise ConfigError(f"{exc} (a value of the sweep {key}={','.join(values)})") from None
+
+
+def check_sweep_lists(overrides: Sequence[str], options_of: Any) -> None:
+    """Raise one-line :class:`ConfigError` for a sweep that lists no value (``seed=range(1,0)``,
+    ``algo=glob(zz*)``: Hydra launched no job and the sweep ended as a success) or whose list cannot be
+    made (``seed=range(0,3,0)``: a traceback)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except (HydraException, OmegaConfBaseException):
+        return  # Hydra says what does not parse
+    for o in parsed:
+        if not o.is_sweep_override() or o.value_type == ValueType.INTERVAL_SWEEP:
+            continue
+        line = str(o.input_line)
+        key = line.split("=", 1)[0]
+        if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
+            options = list(options_of(key.lstrip("+")))
+            glob: Any = o.value()
+            if options and not glob.filter(options):
+                raise ConfigError(f"{line} matches none of {key.lstrip('+')}'s options ({', '.join(options)}), so "
+                                  "the sweep would run no job")
+            continue
+        try:
+            values = list(o.sweep_string_iterator())
+        except (HydraException, OmegaConfBaseException):
+            continue  # Hydra says what is wrong
+        except ValueError as exc:
+            raise ConfigError(f"{line}: {exc}") from None
+        if not values:
+            raise ConfigError(f"{line} lists no values, so the sweep would run no job (range(a,b) counts from a "
+                              "up to b, leaving b out)")
 
 
 #: A sweep of at most this many jobs has every job composed and checked before any starts.
@@ -446,7 +483,7 @@ def _choices(override: str) -> Iterator[tuple[str, str]]:
     if parsed.is_sweep_override():
         try:
             values = list(parsed.sweep_string_iterator())
-        except HydraException:
+        except (HydraException, ValueError):  # range(0,3,0): check_sweep_lists says what is wrong
             return
         for swept in values:
             yield from _choices(f"{parsed.key_or_group}={swept}")
@@ -600,4 +637,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]

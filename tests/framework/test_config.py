@@ -394,6 +394,16 @@ def test_every_job_of_a_sweep_is_checked_before_any_starts() -> None:
     with pytest.raises(ConfigError, match=r"^algo=dqn cannot train policy=mlp.* \(the sweep's job algo=dqn; "):
         precheck(["-m", "algo=glob(*)"])
     precheck(["-m", "algo=glob(*,exclude=[dqn,sac,pearl,rl2_ppo])", "env=cartpole,pendulum"])
+    # a sweep of no values ran no job and ended as a success; a range of step 0 was a traceback
+    with pytest.raises(ConfigError) as info:
+        precheck(["-m", "seed=range(1,0)"])
+    assert str(info.value) == ("seed=range(1,0) lists no values, so the sweep would run no job (range(a,b) counts "
+                               "from a up to b, leaving b out)")
+    with pytest.raises(ConfigError, match=r"^algo=glob\(zz\*\) matches none of algo's options \(dqn, .*\), so the "
+                                          r"sweep would run no job$"):
+        precheck(["-m", "algo=glob(zz*)"])
+    with pytest.raises(ConfigError, match=r"^seed=range\(0,3,0\): range\(\) arg 3 must not be zero$"):
+        precheck(["-m", "seed=range(0,3,0)"])
     # an interval: Hydra's basic sweeper stopped on it with a traceback
     with pytest.raises(ConfigError) as info:
         precheck(["-m", "algo.learning_rate=interval(0.1,0.2)"])
