@@ -78,6 +78,16 @@ UNKNOWN_SAMPLER = ("sampler has no option 'nonexistent'; choose one of action_se
                    "multiprocessing, ray (a plugin package adds its own; `corral plugins` lists what is installed)")
 
 
+def test_hydra_flags_may_come_among_the_overrides(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """``seed=1 --cfg job trainer.n_epochs=7``: Hydra's parser stopped at the flag (``unrecognized
+    arguments: trainer.n_epochs=7``); ``--info`` before an override took it for its value."""
+    proc = run([sys.executable, str(TRAIN), "seed=4", "--cfg", "job", "trainer.n_epochs=7"], tmp_path, sites)
+    assert proc.returncode == 0, output(proc)
+    assert "\nseed: 4\n" in proc.stdout and "\n  n_epochs: 7\n" in proc.stdout, output(proc)
+    proc = run([sys.executable, str(TRAIN), "--info", "seed=4"], tmp_path, sites)
+    assert proc.returncode == 0 and "Installed Hydra Plugins" in proc.stdout, output(proc)
+
+
 @pytest.mark.parametrize(
     ("overrides", "line"),
     [

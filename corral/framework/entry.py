@@ -36,18 +36,41 @@ def prepare(argv: Sequence[str]) -> list[str]:
     return list(argv)
 
 
-def multirun_flag_first(args: Sequence[str]) -> list[str]:
-    """``args`` with ``-m`` / ``--multirun`` moved to the front. Hydra's parser takes the overrides
-    as one run of positional arguments, so ``a=1 -m b=1,2`` would stop at the flag
-    (``unrecognized arguments: b=1,2``); the flag takes no value, so its place changes nothing else."""
-    return [a for a in args if a in MULTIRUN_FLAGS] + [a for a in args if a not in MULTIRUN_FLAGS]
+#: Hydra's flags that take the next argument as their value (``--cfg job``).
+VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir",
+               "-cd", "--experimental-rerun")
+#: The values ``--info`` / ``-i`` may take (it also stands alone).
+INFO_VALUES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+
+
+def flags_last(args: Sequence[str]) -> list[str]:
+    """``args`` with Hydra's flags (and their values) moved after the overrides, in their order.
+    Hydra's parser takes the overrides as one run of positional arguments, so ``a=1 -m b=1,2`` or
+    ``seed=1 --cfg job algo=vpg`` would stop at the flag (``unrecognized arguments: ...``); after them,
+    ``--info`` without a value does not take an override for its value. A flag's place changes
+    nothing else."""
+    flags: list[str] = []
+    overrides: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("-"):
+            flags.append(arg)
+            takes = arg in VALUE_FLAGS or (arg in ("--info", "-i") and i + 1 < len(args) and args[i + 1] in INFO_VALUES)
+            if takes and i + 1 < len(args):
+                flags.append(args[i + 1])
+                i += 1
+        else:
+            overrides.append(arg)
+        i += 1
+    return overrides + flags
 
 
 def main(argv: Sequence[str] | None = None) -> Any:
     """Run ``train.py``: compose the config from ``argv`` (default ``sys.argv[1:]``) and train."""
     try:
         with warnings_as_lines():  # a broken or clashing plugin: one `corral: warning: ...` line each
-            args = multirun_flag_first(prepare(sys.argv[1:] if argv is None else argv))
+            args = flags_last(prepare(sys.argv[1:] if argv is None else argv))
         precheck(args)  # every value checked, in one message style, before Hydra creates a run directory
     except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
         print(f"corral: error: {exc}", file=sys.stderr, flush=True)
@@ -55,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     from corral.framework.resume import absolute_resume, in_place_overrides
 
     args = absolute_resume(args)  # the same run wherever the job runs (hydra.job.chdir=true)
-    sys.argv = [sys.argv[0]] + args + in_place_overrides(args)  # trainer.resume=<dir> continues in <dir>
+    sys.argv = [sys.argv[0]] + flags_last(args + in_place_overrides(args))  # resume=<dir> continues in <dir>
     try:
         return _sweep_or_run(multirun=any(a in MULTIRUN_FLAGS for a in args))
     except KeyboardInterrupt:  # Ctrl-C outside a trainer, e.g. in a multirun: the launcher has stopped its jobs

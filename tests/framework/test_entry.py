@@ -51,3 +51,14 @@ def test_hydra_full_error_set_by_the_user_is_left_to_hydra(monkeypatch: pytest.M
     with pytest.raises(SweepJobFailed):
         entry._sweep_or_run(multirun=True)
     assert os.environ["HYDRA_FULL_ERROR"] == "1"
+
+
+@pytest.mark.parametrize(("given", "ordered"), [
+    (["a=1", "-m", "b=1,2"], ["a=1", "b=1,2", "-m"]),
+    (["seed=1", "--cfg", "job", "algo=vpg"], ["seed=1", "algo=vpg", "--cfg", "job"]),
+    (["--info", "seed=1"], ["seed=1", "--info"]),  # --info alone: the override is not its value
+    (["--info", "defaults", "seed=1"], ["seed=1", "--info", "defaults"]),
+    (["-cn", "other", "x=1", "--package", "trainer"], ["x=1", "-cn", "other", "--package", "trainer"]),
+])
+def test_hydra_flags_go_after_the_overrides_with_their_values(given: list[str], ordered: list[str]) -> None:
+    assert entry.flags_last(given) == ordered
