@@ -172,6 +172,20 @@ def check_sweep_values(overrides: Sequence[str]) -> None:
                 raise ConfigError(f"{exc} (a value of the sweep {key}={','.join(values)})") from None
 
 
+def _listed_values(override: Any, options_of: Any) -> list[str] | None:
+    """The values a parsed sweep override lists: a choice's or a range's, or the options of its
+    group that a ``glob(...)`` matches; None for a sweep that lists none (an interval, a sweep type
+    not known here). A range that cannot be made (``range(0,3,0)``) raises ValueError."""
+    from hydra.core.override_parser.types import ValueType
+
+    if override.value_type == ValueType.GLOB_CHOICE_SWEEP:
+        glob: Any = override.value()
+        return list(glob.filter(list(options_of(override.key_or_group))))
+    if override.value_type in (ValueType.CHOICE_SWEEP, ValueType.SIMPLE_CHOICE_SWEEP, ValueType.RANGE_SWEEP):
+        return list(override.sweep_string_iterator())
+    return None
+
+
 def check_sweep_lists(overrides: Sequence[str], options_of: Any) -> None:
     """Raise one-line :class:`ConfigError` for a sweep that lists no value (``seed=range(1,0)``,
     ``algo=glob(zz*)``: Hydra launched no job and the sweep ended as a success) or whose list cannot be
@@ -186,24 +200,22 @@ def check_sweep_lists(overrides: Sequence[str], options_of: Any) -> None:
     except (HydraException, OmegaConfBaseException):
         return  # Hydra says what does not parse
     for o in parsed:
-        if not o.is_sweep_override() or o.value_type == ValueType.INTERVAL_SWEEP:
+        if not o.is_sweep_override():
             continue
         line = str(o.input_line)
-        key = line.split("=", 1)[0]
-        if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
-            options = list(options_of(key.lstrip("+")))
-            glob: Any = o.value()
-            if options and not glob.filter(options):
-                raise ConfigError(f"{line} matches none of {key.lstrip('+')}'s options ({', '.join(options)}), so "
-                                  "the sweep would run no job")
-            continue
         try:
-            values = list(o.sweep_string_iterator())
+            values = _listed_values(o, options_of)
         except (HydraException, OmegaConfBaseException):
             continue  # Hydra says what is wrong
         except ValueError as exc:
             raise ConfigError(f"{line}: {exc}") from None
-        if not values:
+        if values is not None and not values:
+            if o.value_type == ValueType.GLOB_CHOICE_SWEEP:
+                options = list(options_of(o.key_or_group))
+                if options:
+                    raise ConfigError(f"{line} matches none of {o.key_or_group}'s options ({', '.join(options)}), "
+                                      "so the sweep would run no job")
+                continue
             raise ConfigError(f"{line} lists no values, so the sweep would run no job (range(a,b) counts from a "
                               "up to b, leaving b out)")
 
@@ -237,7 +249,6 @@ def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) 
         return
     if OmegaConf.select(hydra_cfg, "sweeper.params", default=None):
         return  # a preset's own sweep: its jobs are the sweeper's to make
-    listed = (ValueType.CHOICE_SWEEP, ValueType.SIMPLE_CHOICE_SWEEP, ValueType.RANGE_SWEEP)
     try:
         parsed = [o for o in OverridesParser.create().parse_overrides(list(overrides)) if _composes_job(str(o.input_line))]
         fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
@@ -251,13 +262,13 @@ def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) 
                 raise ConfigError(f"{line}: Hydra's basic sweeper cannot sweep an interval, which has no values to "
                                   f"list; list them ({key}=a,b,c) or use range(...), or search the interval with "
                                   "hydra/sweeper=optuna")
-            if o.value_type == ValueType.GLOB_CHOICE_SWEEP:  # glob(...): the group's options it matches
-                glob: Any = o.value()
-                sweeps.append((key, list(glob.filter(list(options_of(key.lstrip("+")))))))
-            elif o.value_type in listed:
-                sweeps.append((key, list(o.sweep_string_iterator())))
-            else:
+            try:
+                values = _listed_values(o, options_of)
+            except ValueError:  # not a ConfigError: a range that cannot be made (check_sweep_lists says so)
+                return
+            if values is None:
                 return  # a sweep type this check does not know: left to each job
+            sweeps.append((key, values))
     except (HydraException, OmegaConfBaseException):
         return  # Hydra says what does not parse
     if math.prod(len(values) for _, values in sweeps) > MAX_JOB_CHECKS:
