@@ -231,13 +231,17 @@ def test_a_directory_of_runs_is_named_with_its_runs_when_resumed_or_evaluated(tm
     assert "holds runs" not in str(empty.value)
 
 
+def warning_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    """The ``corral: warning:`` lines a run printed."""
+    return [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
+
+
 def test_an_epoch_far_larger_than_the_batch_size_is_said_once(tmp_path: Path) -> None:
     """trainer.batch_size is a minimum; whole episodes of 999 steps on 4 environments make every epoch
     ten times that, and the run says so once instead of training on ten times the data in silence."""
     proc = train(tmp_path / "long", *SMALL, "env=mountaincar_continuous", "trainer.n_epochs=2")
     assert proc.returncode == 0, proc.stderr
-    warnings = [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
-    assert warnings == [
+    assert warning_lines(proc) == [
         "corral: warning: epoch 0 collected 3,996 environment steps for trainer.batch_size=400 (10.0x): the workers "
         "return whole episodes (this epoch 4, up to 999 steps long) and an epoch ends when the last one it started "
         "does; raise trainer.batch_size, or run fewer environments at once (worker.n_envs, sampler.n_workers)"
@@ -247,7 +251,7 @@ def test_an_epoch_far_larger_than_the_batch_size_is_said_once(tmp_path: Path) ->
     # fragments: 1 worker x 1 environment x 300 steps per call, for a batch of 100
     fragments = train(tmp_path / "fragments", *SMALL, "trainer.n_epochs=2", "trainer.batch_size=100", "worker=fragment",
                       "worker.n_envs=1", "worker.timesteps_per_call=300")
-    assert [line for line in fragments.stderr.splitlines() if line.startswith("corral: warning:")] == [
+    assert warning_lines(fragments) == [
         "corral: warning: epoch 0 collected 300 environment steps for trainer.batch_size=100 (3.0x): each worker "
         "returns a fragment of a fixed size per call (worker.timesteps_per_call steps per environment), more than its "
         "share of the batch; raise trainer.batch_size, or lower worker.timesteps_per_call (or worker.n_envs, "
@@ -259,11 +263,10 @@ def test_a_step_limit_below_one_epoch_is_said_before_training(tmp_path: Path) ->
     run stopped at 400-odd steps without a word about why it trained on more than was asked."""
     proc = train(tmp_path / "run", *SMALL, "trainer.max_env_steps=300", "trainer.n_epochs=null")
     assert proc.returncode == 0, proc.stderr
-    warnings = [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
-    assert warnings == [
+    assert warning_lines(proc) == [
         "corral: warning: trainer.max_env_steps=300 is below trainer.batch_size=400, the steps of one epoch at least: "
         "the run stops after its first epoch, with 400 steps or more; lower trainer.batch_size to stop nearer 300"
     ], proc.stderr
     assert "completed (max_env_steps=300 reached) after 1 epoch" in proc.stderr
     resumed = train(tmp_path / "run", f"trainer.resume={tmp_path / 'run'}", "trainer.max_env_steps=600")
-    assert resumed.returncode == 0 and "corral: warning" not in resumed.stderr, resumed.stderr  # not a fresh run
+    assert resumed.returncode == 0 and warning_lines(resumed) == [], resumed.stderr  # not a fresh run
