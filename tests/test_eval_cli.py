@@ -163,6 +163,22 @@ def test_an_override_of_the_wrong_type_is_refused_as_train_py_would(cartpole_run
     assert str(caught.value) == says
 
 
+def test_a_true_false_override_takes_true_or_false_only(tmp_path: Path) -> None:
+    """``worker.carry_episodes=2`` was read as true in silence (the run's stored config is untyped
+    YAML); train.py refuses it, and so does corral eval."""
+    from corral.framework.eval_run import evaluate_run
+
+    run_dir = tmp_path / "run"
+    train(run_dir, "worker=vector", "worker.n_envs=4", "trainer.n_epochs=1", "trainer.batch_size=200",
+          "trainer.eval_every=0", "logger=[csv]")
+    for given in ("2", "yes", "0"):
+        with pytest.raises(ConfigError) as caught:
+            evaluate_run(run_dir, [f"worker.carry_episodes={given}"], episodes=1, output="")
+        assert str(caught.value) == (f"worker.carry_episodes must be true or false, got {given}; give "
+                                     "worker.carry_episodes=true or worker.carry_episodes=false")
+    assert len(evaluate_run(run_dir, ["worker.carry_episodes=true"], episodes=2, output="").returns) == 2
+
+
 def test_bad_eval_values_are_one_line_each(cartpole_run: Path, tmp_path: Path) -> None:
     for args, line in [
         (["--seed", "-3"], "corral eval: error: --seed must be >= 0 (a seed of numpy's SeedSequence, as the run's seed "

@@ -19,6 +19,7 @@ import dataclasses
 import io
 import json
 import sys
+import typing
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -244,10 +245,17 @@ def check_eval_type(override: str, cfg: Any) -> None:
         schema, path = get_plugin_manager().registry.get(kind, cfg[kind].name).config, f"{kind}.{name}"
     if schema is None or name not in {f.name for f in dataclasses.fields(schema)}:
         return  # an unknown key: the build's check names it with the option's settings
+    value = OmegaConf.select(cfg, path)
     try:
-        OmegaConf.merge(OmegaConf.structured(schema), {name: OmegaConf.select(cfg, path)})
+        OmegaConf.merge(OmegaConf.structured(schema), {name: value})
     except OmegaConfBaseException as exc:
         raise ConfigError(f"{override}: {str(exc).splitlines()[0]}") from None
+    hint = typing.get_type_hints(schema).get(name)
+    written = override.partition("=")[2]
+    accepted = ("true", "false") if hint is bool else ("true", "false", "null")
+    if key == path and hint in (bool, typing.Optional[bool]) and written.strip().lower() not in accepted:
+        # OmegaConf would read 2 or yes as true in silence; train.py refuses them too (precheck.check_bool_values)
+        raise ConfigError(f"{key} must be true or false, got {written}; give {key}=true or {key}=false")
 
 
 def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: bool) -> Any:
