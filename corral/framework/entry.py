@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from corral.framework.config import CONFIG_NAME, register_configs
 from corral.framework.errors import ConfigError, CorralError, SweepSettingError, warnings_as_lines
 from corral.framework.plugins import get_plugin_manager
-from corral.framework.precheck import MULTIRUN_FLAGS, precheck
+from corral.framework.precheck import MULTIRUN_FLAGS, precheck, split_flags
 
 # corral/conf/hydra/launcher/joblib.yaml (and submitit_*.yaml) set corral's defaults for the launcher and
 # so share the name of the plugin's own schema node, which Hydra merges in with a deprecation warning
@@ -36,33 +36,13 @@ def prepare(argv: Sequence[str]) -> list[str]:
     return list(argv)
 
 
-#: Hydra's flags that take the next argument as their value (``--cfg job``).
-VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir",
-               "-cd", "--experimental-rerun")
-#: The values ``--info`` / ``-i`` may take (it also stands alone).
-INFO_VALUES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
-
-
 def flags_last(args: Sequence[str]) -> list[str]:
     """``args`` with Hydra's flags (and their values) moved after the overrides, in their order.
     Hydra's parser takes the overrides as one run of positional arguments, so ``a=1 -m b=1,2`` or
     ``seed=1 --cfg job algo=vpg`` would stop at the flag (``unrecognized arguments: ...``); after them,
     ``--info`` without a value does not take an override for its value. A flag's place changes
     nothing else."""
-    flags: list[str] = []
-    overrides: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg.startswith("-"):
-            flags.append(arg)
-            takes = arg in VALUE_FLAGS or (arg in ("--info", "-i") and i + 1 < len(args) and args[i + 1] in INFO_VALUES)
-            if takes and i + 1 < len(args):
-                flags.append(args[i + 1])
-                i += 1
-        else:
-            overrides.append(arg)
-        i += 1
+    flags, overrides = split_flags(args)
     return overrides + flags
 
 

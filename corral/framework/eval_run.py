@@ -234,6 +234,7 @@ def check_eval_type(override: str, cfg: Any) -> None:
 
     from corral.framework.config import CorralConfig
     from corral.framework.plugins import get_plugin_manager
+    from corral.framework.precheck import true_false_message
 
     key = override.partition("=")[0]
     kind, _, rest = key.partition(".")
@@ -255,7 +256,7 @@ def check_eval_type(override: str, cfg: Any) -> None:
     accepted = ("true", "false") if hint is bool else ("true", "false", "null")
     if key == path and hint in (bool, typing.Optional[bool]) and written.strip().lower() not in accepted:
         # OmegaConf would read 2 or yes as true in silence; train.py refuses them too (precheck.check_bool_values)
-        raise ConfigError(f"{key} must be true or false, got {written}; give {key}=true or {key}=false")
+        raise ConfigError(true_false_message(key, written))
 
 
 def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: bool) -> Any:

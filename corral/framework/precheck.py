@@ -38,6 +38,31 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 #: Flags that make Hydra compose another primary config than corral's: nothing is checked against corral's.
 OTHER_CONFIG_FLAGS = ("--config-name", "-cn", "--config-dir", "-cd", "--config-path", "-cp",
                       "--experimental-rerun", "--shell-completion", "-sc")
+#: Hydra's flags that take the next argument as their value (``--cfg job``).
+VALUE_FLAGS = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir",
+               "-cd", "--experimental-rerun")
+#: The values ``--info`` / ``-i`` may take (it also stands alone).
+INFO_VALUES = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+
+
+def split_flags(args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(flags, overrides)`` of a ``train.py`` command line, each in its order: Hydra's flags with
+    their values (``--cfg job``, ``--info defaults``), and the overrides, wherever the flags stood."""
+    flags: list[str] = []
+    overrides: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("-"):
+            flags.append(arg)
+            following = args[i + 1] if i + 1 < len(args) else None
+            if following is not None and (arg in VALUE_FLAGS or (arg in ("--info", "-i") and following in INFO_VALUES)):
+                flags.append(following)
+                i += 1
+        else:
+            overrides.append(arg)
+        i += 1
+    return flags, overrides
 
 
 def precheck(args: Sequence[str]) -> None:
@@ -46,14 +71,13 @@ def precheck(args: Sequence[str]) -> None:
     the command line set that the run would ignore. A sweep (``-m``) gets the checks that every
     option it names exists, that every value it lists has the setting's type
     (:func:`check_sweep_values`), and its launcher's and sweeper's (:func:`check_sweep_plugins`)."""
-    flags = [a for a in args if a.startswith("-")]
+    flags, overrides = split_flags(args)
     multirun = bool(flags) and all(a in MULTIRUN_FLAGS for a in flags)
     if any(a in OTHER_CONFIG_FLAGS for a in flags):
         return
     if any(_key(a) == "trainer.resume" for a in args):  # composed from the run's own config when it starts
         check_branch_dir(args)
         return
-    overrides = [a for a in args if not a.startswith("-")]
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException, MissingConfigException
@@ -596,9 +620,14 @@ def check_bool_values(overrides: Sequence[str], cfg: Any) -> None:
         if isinstance(value, str) and "${" in value:
             continue  # an interpolation: OmegaConf resolves it
         written = value if isinstance(value, str) else _as_written(value)
-        raise ConfigError(f"{key} must be true or false, got {written} (OmegaConf would read it as "
-                          f"{'true' if bool(node._value()) else 'false'} without a word); give {key}=true or "
-                          f"{key}=false")
+        raise ConfigError(true_false_message(key, written, read_as=bool(node._value())))
+
+
+def true_false_message(key: str, written: str, read_as: bool | None = None) -> str:
+    """The one line for a true/false setting given another value (``train.py`` and ``corral eval``);
+    ``read_as``: what OmegaConf would have read it as, when known."""
+    read = "" if read_as is None else f" (OmegaConf would read it as {'true' if read_as else 'false'} without a word)"
+    return f"{key} must be true or false, got {written}{read}; give {key}=true or {key}=false"
 
 
 def given_keys(overrides: Sequence[str]) -> set[str]:
@@ -648,4 +677,4 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "OTHER_CONFIG_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "split_flags", "true_false_message", "unknown_option_message"]
