@@ -263,10 +263,10 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
     built = None
     stats: dict[str, float] = {}
     status, error = "failed", None
-    from corral.framework.trainer import Terminated, TrainingInterrupted, sigterm_as_interrupt
+    from corral.framework.trainer import Terminated, TrainingInterrupted, catch_stop_signals
 
     try:
-        with sigterm_as_interrupt():  # SIGTERM while building or in the final evaluation: Ctrl-C's path too
+        with catch_stop_signals():  # SIGTERM while building or in the final evaluation: Ctrl-C's path too
             built = build(cfg, log_dir=log_dir)
             try:
                 stats = dict(built.train())

@@ -349,12 +349,12 @@ def eval_command(argv: Sequence[str]) -> int:
     parser.add_argument("-o", "--output", help="where eval.json goes (default: <run dir>/eval.json)")
     parser.add_argument("--json", action="store_true", help="print eval.json instead of the summary")
     opts = parser.parse_intermixed_args(list(argv))  # overrides may come after options
-    from corral.framework.interrupts import Terminated, sigterm_as_interrupt
+    from corral.framework.interrupts import Terminated, catch_stop_signals
     from corral.framework.logger import log_corral_records_as_lines
 
     log_corral_records_as_lines()  # a warning while it builds the run (corral.*'s log records): `corral: warning: ...`
     try:
-        with sigterm_as_interrupt():  # `kill`, a scheduler's preemption: Ctrl-C's path and line
+        with catch_stop_signals():  # `kill`, a scheduler's preemption: Ctrl-C's path and line
             result = evaluate_run(
                 opts.run, opts.overrides, episodes=opts.episodes, deterministic=not opts.stochastic, seed=opts.seed,
                 video_dir=opts.video, env_id=opts.env_id, sampler=opts.sampler, n_workers=opts.n_workers,

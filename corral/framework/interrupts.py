@@ -1,7 +1,9 @@
 """Ctrl-C and SIGTERM while training: when a signal interrupts, and when it waits.
 
-The trainer (:mod:`corral.framework.trainer`) runs its loop inside :func:`sigterm_as_interrupt`, so
-``kill`` or a scheduler's preemption takes Ctrl-C's path; it commits each epoch inside
+The trainer (:mod:`corral.framework.trainer`) runs its loop inside :func:`catch_stop_signals`, so
+``kill`` or a scheduler's preemption takes Ctrl-C's path, and a Ctrl-C whose KeyboardInterrupt an
+environment or a library swallowed (a bare ``except:``) still stops the run at the next epoch
+boundary (:meth:`SignalLatch.check`); it commits each epoch inside
 :func:`defer_interrupts`, so an epoch's state is updated wholly or not at all; and while finished
 epochs are not in a snapshot yet it runs the epoch inside :func:`finish_epoch_on_interrupt`, so a
 first signal lets the epoch finish and be saved. Outside the main thread each of them does nothing
@@ -27,22 +29,55 @@ def interrupt_for(signum: int) -> KeyboardInterrupt:
     return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
+@dataclass
+class SignalLatch:
+    """The first Ctrl-C or SIGTERM that arrived inside :func:`catch_stop_signals` (None: none yet).
+
+    It stays set when the exception the signal raised was caught on its way up, by an environment's
+    or a library's bare ``except:``; :meth:`check` raises it again where the caller can act on it."""
+
+    signum: Optional[int] = None
+
+    def check(self) -> None:
+        """Raise the interrupt of a signal that arrived (KeyboardInterrupt, or :class:`Terminated`)."""
+        if self.signum is not None:
+            raise interrupt_for(self.signum)
+
+
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
+def catch_stop_signals() -> Iterator[SignalLatch]:
     """Within the block, SIGTERM raises :class:`Terminated` (a KeyboardInterrupt), so ``kill`` or a
-    scheduler's preemption takes Ctrl-C's path: snapshot, sampler shut down, a clear line."""
+    scheduler's preemption takes Ctrl-C's path (snapshot, sampler shut down, a clear line), and
+    Ctrl-C raises KeyboardInterrupt as before (through the handler that was installed). Either
+    signal is also recorded in the :class:`SignalLatch` the block gets, so a stop the code under it
+    swallowed is not lost. A SIGINT the process ignores stays ignored."""
+    latch = SignalLatch()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield latch
         return
 
-    def handler(signum: int, frame: Any) -> None:
+    def on_sigterm(signum: int, frame: Any) -> None:
+        latch.signum = latch.signum or signum
         raise Terminated()
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    outer_sigint = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        latch.signum = latch.signum or signum
+        if callable(outer_sigint):
+            outer_sigint(signum, frame)  # Python's default raises KeyboardInterrupt
+        else:
+            raise KeyboardInterrupt
+
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_sigterm)}
+    if callable(outer_sigint) or outer_sigint == signal.SIG_DFL:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_sigint)
     try:
-        yield
+        yield latch
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            if old is not None:
+                signal.signal(sig, old)
 
 
 @dataclass
@@ -147,4 +182,5 @@ def defer_interrupts(notice: Callable[[int], str] | None = None, *, second_stops
                 raise KeyboardInterrupt
 
 
-__all__ = ["HOLD_NOTICE_AFTER_S", "StopRequest", "Terminated", "defer_interrupts", "finish_epoch_on_interrupt", "interrupt_for", "sigterm_as_interrupt"]
+__all__ = ["HOLD_NOTICE_AFTER_S", "SignalLatch", "StopRequest", "Terminated", "catch_stop_signals", "defer_interrupts",
+           "finish_epoch_on_interrupt", "interrupt_for"]

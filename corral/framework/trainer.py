@@ -33,12 +33,13 @@ from corral.framework.errors import (
 )
 from corral.framework.evaluation import evaluate, record_video, run_worker_factory
 from corral.framework.interrupts import (
+    SignalLatch,
     StopRequest,
     Terminated,
+    catch_stop_signals,
     defer_interrupts,
     finish_epoch_on_interrupt,
     interrupt_for,
-    sigterm_as_interrupt,
 )
 from corral.framework.logger import Logger, job_prefix, run_log
 from corral.framework.progress import ProgressBar
@@ -167,6 +168,7 @@ class Trainer:
         #: The epoch a resumed run continued from (None: not resumed).
         self.resumed_epoch: int | None = None
         self._committed = (0, 0)  # (epochs, env steps) of the last committed epoch
+        self._signals = SignalLatch()  # the stop signals of the train() call under way (catch_stop_signals)
         self._warned_overshoot = False
         if self.config.torch_threads > 0:
             # Small networks are fastest single-threaded, and extra threads spin against workers.
@@ -263,9 +265,10 @@ class Trainer:
         self._committed = (self.epoch, self.total_env_steps)
         error: BaseException | None = None
         try:
-            with sigterm_as_interrupt():
+            with catch_stop_signals() as self._signals:
                 self.hooks.corral_run_start(trainer=self, cfg=self.run_config)
                 while (reason := self.limit_reached(epochs_limit, steps_limit)) is None:
+                    self._signals.check()  # a Ctrl-C that code under the last epoch swallowed
                     if not self._has_unsaved_epochs():
                         self._run_epoch(batch_size)
                         continue
@@ -368,6 +371,8 @@ class Trainer:
         t0 = time.perf_counter()
         self.phase = "sampling"
         episodes = self.algo.sample(epoch, batch_size)
+        # An environment's bare `except:` may have swallowed a Ctrl-C's KeyboardInterrupt: stop anyway.
+        self._signals.check()
         if isinstance(episodes, EpisodeBatch) and (bad := nonfinite_values(episodes)) is not None:
             raise EnvironmentValueError(
                 f"the environment {self.env!r} returned values no algorithm can learn from ({bad}); the run "
@@ -717,5 +722,5 @@ def _try_state(sampler: Any) -> Any:
 
 __all__ = [
     "PHASES", "StopRequest", "Terminated", "finish_epoch_on_interrupt", "Trainer", "TrainerConfig", "TrainingInterrupted", "defer_interrupts", "episode_stats",
-    "diverged_values", "find_snapshot", "sigterm_as_interrupt",
+    "diverged_values", "find_snapshot", "catch_stop_signals", "SignalLatch",
 ]

@@ -192,7 +192,10 @@ def launch(settings: RayLauncherSettings, hydra_context: HydraContext, task_func
     configs = {idx: cfg for idx, cfg, _ in jobs}
     was_running = ray.is_initialized()
     started = _connect(ray, settings)
-    remote_job = ray.remote(_run_job_on_ray)
+    # max_calls=1: each job in a fresh worker process that exits when the job ends, so nothing a job
+    # changed in its process (threads, seeds, registries) reaches the next one, and what the job's
+    # libraries clean up at exit (W&B's temporary directories, for one) is cleaned up.
+    remote_job = ray.remote(max_calls=1)(_run_job_on_ray)
     if was_running and settings.runtime_env:  # a runtime started by someone else: the jobs carry it
         remote_job = remote_job.options(runtime_env=settings.runtime_env)
     singleton_ref = ray.put(Singleton.get_state())

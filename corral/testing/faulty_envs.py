@@ -6,6 +6,8 @@ registered with gymnasium on import:
 - ``corral/RaisingCartPole-v1``: raises ``EnvironmentFailure`` in ``step`` number ``fail_at``.
 - ``corral/SuicideCartPole-v1``: SIGKILLs its own process in ``step`` number ``fail_at``.
 - ``corral/HangingCartPole-v1``: sleeps ``hang_s`` seconds in ``step`` number ``fail_at``.
+- ``corral/SwallowingCartPole-v1``: from ``step`` number ``fail_at`` on, sleeps ``hang_s`` seconds
+  per step inside an ``except KeyboardInterrupt: pass`` (code that swallows a Ctrl-C).
 - ``corral/NaNCartPole-v1``: returns NaN observations from ``step`` number ``fail_at`` on.
 - ``corral/HugeRewardCartPole-v1``: rewards times ``scale`` (1e37, finite in float32) from ``step``
   number ``fail_at`` on: an update on them diverges (its returns overflow to infinity).
@@ -121,8 +123,30 @@ class HangingCartPole(_FaultyCartPole):
         time.sleep(self.hang_s)
 
 
+class SwallowingCartPole(_FaultyCartPole):
+    """CartPole whose every step from ``fail_at`` on sleeps ``hang_s`` seconds inside a block that
+    swallows KeyboardInterrupt, as a simulator binding or a bare ``except:`` may: a Ctrl-C that
+    arrives then never reaches the code above the environment."""
+
+    def __init__(self, hang_s: float = 0.02, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.hang_s = hang_s
+
+    def fail(self) -> None:
+        """Nothing here: :meth:`step` sleeps from this step on."""
+
+    def step(self, action: Any) -> Any:
+        """CartPole's step, after ``hang_s`` seconds that swallow KeyboardInterrupt (once ``fail_at`` steps were taken)."""
+        if self.steps + 1 >= self.fail_at and self._armed():
+            try:
+                time.sleep(self.hang_s)
+            except KeyboardInterrupt:
+                pass
+        return super().step(action)
+
+
 for _name, _cls in (("Raising", RaisingCartPole), ("Suicide", SuicideCartPole), ("Hanging", HangingCartPole),
-                    ("NaN", NaNCartPole), ("HugeReward", HugeRewardCartPole)):
+                    ("NaN", NaNCartPole), ("HugeReward", HugeRewardCartPole), ("Swallowing", SwallowingCartPole)):
     _id = f"corral/{_name}CartPole-v1"
     if _id not in gym.registry:
         gym.register(id=_id, entry_point=_cls, max_episode_steps=500)

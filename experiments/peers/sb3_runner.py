@@ -313,6 +313,11 @@ def run(spec: SB3Spec, seed: int, out_dir: Path) -> Path:
         # Outside make_vec_env's Monitor: the logged training returns stay the environment's.
         env = VecNormalize(env, **spec.normalize)
     model = algo_class("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **spec.kwargs)
+    # A logger with no outputs: SB3's default makes a /tmp/SB3-<time> directory on every learn(),
+    # which nothing here reads and nothing removes (progress.csv above is the run's record).
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
     callback = Progress()
     model.learn(total_timesteps=spec.total_steps, callback=callback)
     callback.maybe_write_row()

@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 from types import ModuleType
@@ -227,9 +228,11 @@ def test_learning_py_run_again_under_its_name_replaces_its_runs(run_name: str, t
 
 def test_learning_py_with_peer_sb3_runs_both_and_compares(run_name: str, tmp_path: Path) -> None:
     pytest.importorskip("stable_baselines3")
+    sb3_dirs = set(Path(tempfile.gettempdir()).glob("SB3-*"))  # SB3's default logger makes one per learn()
     proc = learning_py("--name", run_name, "--seeds", "1", "--threshold", "475", "--results-dir", str(tmp_path),
                        "--peer", "sb3", "--", *TINY)
     assert proc.returncode == 0, proc.stderr
+    assert set(Path(tempfile.gettempdir()).glob("SB3-*")) == sb3_dirs, "the SB3 run left a directory in /tmp"
     md = (tmp_path / f"{run_name}.md").read_text()
     assert re.search(r"^\| corral \| 1 \|", md, re.M) and re.search(r"^\| sb3 \| 1 \|", md, re.M)
     assert "## corral vs sb3" in md and "ratio corral/sb3 = " in md

@@ -440,3 +440,62 @@ def test_defer_interrupts_leaves_an_ignored_sigint_ignored() -> None:
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_ctrl_c_the_environment_swallows_still_stops_the_run_after_sampling(tmp_path: Path) -> None:
+    """An environment whose step swallows KeyboardInterrupt (a bare ``except:``) gets nearly every
+    Ctrl-C of this run; the trainer still stops once the sampling returns, with the usual line and
+    exit status, and the epoch that was sampling is not committed."""
+    import time
+
+    from corral.testing.processes import started_session
+
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run}", "trainer.progress=false",
+           "env.id=corral.testing.faulty_envs:corral/SwallowingCartPole-v1", "+env.kwargs.fail_at=1",
+           "+env.kwargs.hang_s=0.01", "trainer.batch_size=100", "trainer.n_epochs=100000", "trainer.max_env_steps=null",
+           "trainer.eval_every=0", "logger=[csv]"]
+    with started_session(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        deadline = time.monotonic() + 120
+        while not (run / "snapshots" / "latest").exists():
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no snapshot within 120 s"
+            time.sleep(0.05)
+        time.sleep(0.3)  # into a later epoch's sampling: ~99 % of its time is in the swallowing sleep
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    (line,) = [x for x in err.splitlines() if x.startswith("corral: interrupted while") or x.startswith("corral: interrupted after epoch")]
+    assert "resume with trainer.resume=" in line, err
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted"
+    assert len(rows(run)) == summary["epochs"], (rows(run), summary)
+
+
+def test_catch_stop_signals_keeps_a_swallowed_signal_and_restores_the_handlers() -> None:
+    """In process: the latch holds a Ctrl-C whose KeyboardInterrupt was caught, ``check`` raises it,
+    and leaving the block puts Python's handlers back; an ignored SIGINT stays ignored."""
+    from corral.framework.interrupts import Terminated, catch_stop_signals
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with catch_stop_signals() as latch:
+            latch.check()  # nothing yet
+            try:
+                _sigint_self()
+            except KeyboardInterrupt:
+                pass  # swallowed, as a bare except: does
+            assert latch.signum == signal.SIGINT
+            with pytest.raises(KeyboardInterrupt):
+                latch.check()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        with pytest.raises(Terminated):
+            with catch_stop_signals() as latch:
+                os.kill(os.getpid(), signal.SIGTERM)
+        assert latch.signum == signal.SIGTERM
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with catch_stop_signals() as latch:
+            _sigint_self()
+        assert latch.signum is None and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

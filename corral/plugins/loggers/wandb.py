@@ -155,6 +155,13 @@ class WandbLogger(Logger):
             return
         with self.guard("finishing the run"):
             self.run.finish(exit_code=self.exit_code)
+            import wandb
+
+            if wandb.run is None:  # no run of anyone else's left in this process
+                # Stop W&B's service process now, while this process can wait for it: a process that
+                # is ended from outside (a Ray launcher's job) would leave the service's socket
+                # directory in /tmp behind. The next wandb.init starts a new service.
+                wandb.teardown()
 
 
 def build_wandb_logger(config: WandbLoggerConfig | None, *, log_dir: Path | None = None) -> WandbLogger:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -23,6 +25,27 @@ pytest.importorskip("wandb")
 
 ROOT = Path(__file__).resolve().parents[3]
 TRAIN = ROOT / "train.py"
+
+
+def wandb_temp_entries() -> set[str]:
+    """What W&B makes in the temporary directory: its media and artifact staging directories and its
+    service's socket directory (``wandb-<pid>-<pid>-<n>``)."""
+    pattern = re.compile(r"^(tmp\w+wandb-(media|artifacts)|wandb-\d+-\d+-\d+)$")
+    return {name for name in os.listdir(tempfile.gettempdir()) if pattern.match(name)}
+
+
+@pytest.fixture(autouse=True)
+def no_wandb_temp_left() -> Iterator[None]:
+    """Every run of these tests leaves nothing of W&B's in the temporary directory (under the Ray
+    launcher too, whose job processes are ended by Ray)."""
+    before = wandb_temp_entries()
+    yield
+    deadline = time.monotonic() + 10
+    while (left := wandb_temp_entries() - before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"left in {tempfile.gettempdir()}: {sorted(left)}"
+
+
 #: Two epochs of ~500 steps, an evaluation every epoch.
 TINY = ["trainer.max_env_steps=1000", "trainer.batch_size=500", "trainer.eval_every=1", "trainer.eval_episodes=1",
         "trainer.progress=false"]

@@ -15,7 +15,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from corral import EnvFactory, EnvSpec, MLPPolicy, RaySampler  # noqa: E402
-from corral.testing.processes import cmdline, descendants, started_session, wait_gone  # noqa: E402
+from corral.testing.processes import cmdline, descendants, started_session, stop_session, wait_gone  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -158,7 +158,11 @@ def test_ctrl_c_of_train_py_leaves_no_actor_or_ray_process(tmp_path: Path) -> No
     import time
 
     run = tmp_path / "run"
-    cmd = [sys.executable, str(ROOT / "train.py"), "sampler=ray", "sampler.n_workers=2", "trainer.n_epochs=100000",
+    # train.py as `python train.py ...` runs it, plus a SIGUSR2 that prints every thread's stack
+    # (faulthandler), so a run that does not stop says where it is.
+    stacks_on_sigusr2 = ("import faulthandler, runpy, signal, sys; faulthandler.register(signal.SIGUSR2, all_threads=True); "
+                         "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    cmd = [sys.executable, "-c", stacks_on_sigusr2, str(ROOT / "train.py"), "sampler=ray", "sampler.n_workers=2", "trainer.n_epochs=100000",
            "trainer.max_env_steps=null", "trainer.batch_size=400", "trainer.eval_every=0", "trainer.progress=false",
            "logger=[csv]", f"hydra.run.dir={run}"]
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
@@ -175,7 +179,14 @@ def test_ctrl_c_of_train_py_leaves_no_actor_or_ray_process(tmp_path: Path) -> No
         spawned = descendants(proc.pid)
         assert spawned, "Ray started no processes?"
         os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=90)
+        try:
+            _, err = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGUSR2)
+            time.sleep(3)
+            stop_session(proc)
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"train.py did not stop within 90 s of Ctrl-C; its stderr, with every thread's stack:\n{err[-12000:]}")
     assert proc.returncode == 130, err[-3000:]
     assert "corral: interrupted" in err
     left = wait_gone(spawned, timeout=30)
