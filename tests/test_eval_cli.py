@@ -118,7 +118,12 @@ def test_python_api_is_the_command(cartpole_run: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["lengths"] == [20, 20]
     missing = corral("eval", str(tmp_path / "nowhere"), cwd=tmp_path)
-    assert missing.returncode == 2 and "no snapshot found" in missing.stderr and "Traceback" not in missing.stderr
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip() == (f"corral eval: error: {tmp_path / 'nowhere'} does not exist: give corral eval a run "
+                                      "directory (the one with snapshots/) or a snapshot file")
+    (tmp_path / "empty").mkdir()
+    empty = corral("eval", str(tmp_path / "empty"), cwd=tmp_path)
+    assert empty.returncode == 2 and "no snapshot found in" in empty.stderr and "Traceback" not in empty.stderr
     nothing = corral("eval", cwd=tmp_path)  # the overrides are optional: only the run is asked for
     assert nothing.returncode == 2 and nothing.stderr.strip().splitlines()[-1] == (
         "corral eval: error: the following arguments are required: run"), nothing.stderr

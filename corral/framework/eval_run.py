@@ -142,6 +142,9 @@ def evaluate_run(
                               "(each worker runs the same number, and every recorded episode is counted)")
     if output:
         _check_output(Path(output), str(output))
+    if not Path(source).expanduser().exists():
+        raise ConfigError(f"{source} does not exist: give corral eval a run directory (the one with snapshots/) or "
+                          "a snapshot file")
     try:
         snapshot = find_snapshot(source)
     except SnapshotError:

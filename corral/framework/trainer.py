@@ -626,6 +626,9 @@ def find_snapshot(source: str | os.PathLike) -> Path:
     p = Path(source).expanduser()
     if p.is_file():
         return p
+    if not p.exists():
+        raise SnapshotError(f"{p} does not exist; check trainer.resume (a run directory, the one with snapshots/, or a "
+                            "snapshot file)")
     for d in (p / "snapshots", p):
         latest = d / "latest"
         if latest.is_file():

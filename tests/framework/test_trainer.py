@@ -166,10 +166,16 @@ def test_sigterm_takes_the_ctrl_c_path_and_leaves_no_worker_behind(tmp_path: Pat
 
 
 def test_resume_from_a_directory_without_snapshots_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "nothing").mkdir()
     out = train(tmp_path / "run", f"trainer.resume={tmp_path / 'nothing'}")
     assert out.returncode != 0
     assert "no snapshot found" in out.stderr
     assert "Traceback" not in out.stderr
+    missing = train(tmp_path / "run2", f"trainer.resume={tmp_path / 'nowhere'}")
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip().splitlines()[-1] == (
+        f"corral: error: {tmp_path / 'nowhere'} does not exist; check trainer.resume (a run directory, the one with "
+        "snapshots/, or a snapshot file)")
 
 
 @pytest.mark.parametrize("seed", [1])
