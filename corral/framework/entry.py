@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.config import CONFIG_NAME, register_configs
-from corral.framework.errors import ConfigError, CorralError, SweepSettingError, warnings_as_lines
+from corral.framework.errors import ConfigError, CorralError, SweepSettingError, error_report, warnings_as_lines
 from corral.framework.plugins import get_plugin_manager
 from corral.framework.precheck import MULTIRUN_FLAGS, precheck, split_flags
 
@@ -157,7 +157,7 @@ def _job(cfg: DictConfig) -> float | None:
         # A clear one-paragraph message instead of a traceback from deep inside a library.
         from corral.framework.logger import job_prefix
 
-        print(f"{job_prefix()}corral: error: {exc}", file=sys.stderr, flush=True)
+        print(error_report(exc, f"{job_prefix()}corral: error: "), file=sys.stderr, flush=True)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise SweepJobFailed.of(exc) from None
         raise SystemExit(2) from None
@@ -302,6 +302,14 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
                 what = "before training started; nothing to resume"
             resuming.say(f"\ncorral: interrupted{by} {what}")
             raise TrainingInterrupted(None, 143 if by else 130) from None
+        if not isinstance(exc, KeyboardInterrupt) and log_dir is not None:
+            # The run's log says why it stopped, whole: a worker's traceback, or a bug's.
+            from corral.framework.logger import run_log
+
+            if isinstance(exc, CorralError):
+                run_log(log_dir).error("corral: error: %s", exc)
+            else:
+                run_log(log_dir).error("corral: the run failed", exc_info=exc)
         raise
     finally:
         wall = time.perf_counter() - t0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import warnings
 from typing import Iterator, TextIO
@@ -87,6 +88,37 @@ class WorkerError(CorralError):
         if self.remote_traceback:
             text += "\n\nWorker traceback:\n" + self.remote_traceback.rstrip()
         return text
+
+    @property
+    def message(self) -> str:
+        """The error's line, without the worker's traceback."""
+        return super().__str__()
+
+    def traceback_from_caller(self) -> str | None:
+        """The worker's traceback without its leading frames in corral's own code (the sampler and
+        the worker that called the environment, the same for every run), so it starts where the
+        code that raised was entered: the environment, a wrapper, a policy of a plugin. The whole
+        traceback when every frame is corral's (then corral itself raised). None without one."""
+        if not self.remote_traceback:
+            return None
+        lines = self.remote_traceback.rstrip().splitlines()
+        frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+        package = os.path.dirname(os.path.abspath(__file__)).rsplit(os.sep, 1)[0] + os.sep
+        first_other = next((i for i in frames if not lines[i][len('  File "'):].startswith(package)), None)
+        if first_other is None or first_other == frames[0]:
+            return "\n".join(lines)
+        skipped = sum(1 for i in frames if i < first_other)
+        head = lines[:frames[0]]
+        return "\n".join([*head, f"  ... {skipped} frame(s) in corral's sampler and worker ...", *lines[first_other:]])
+
+
+def error_report(exc: BaseException, prefix: str = "corral: error: ") -> str:
+    """What a command prints for a corral error: ``prefix`` and its message. For a worker that
+    raised, the worker's traceback (:meth:`WorkerError.traceback_from_caller`) comes first and the
+    error's line last, so the line is the last thing on the screen."""
+    if isinstance(exc, WorkerError) and (tb := exc.traceback_from_caller()) is not None:
+        return f"{tb}\n{prefix}{exc.message}; the traceback above shows where it raised"
+    return f"{prefix}{exc}"
 
 
 class SnapshotError(CorralError):

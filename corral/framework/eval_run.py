@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from corral.framework.errors import ConfigError, CorralError, SnapshotError
+from corral.framework.errors import ConfigError, CorralError, SnapshotError, error_report
 
 
 @dataclasses.dataclass
@@ -369,7 +369,7 @@ def eval_command(argv: Sequence[str]) -> int:
               file=sys.stderr, flush=True)
         return 143 if by else 130
     except CorralError as exc:
-        print(f"corral eval: error: {exc}", file=sys.stderr)
+        print(error_report(exc, "corral eval: error: "), file=sys.stderr)
         return 2
     print(json.dumps(result.to_json(), indent=2) if opts.json else result.summary())
     return 0

@@ -323,24 +323,36 @@ def test_nonfinite_values_names_the_array_the_kind_and_the_first_step() -> None:
         "(first at step 1 of episode 0)")
 
 
-@pytest.mark.parametrize("sampler", ["local", "multiprocessing"])
+@pytest.mark.parametrize("sampler", ["local", "multiprocessing", "ray"])
 def test_an_environment_that_raises_is_the_same_error_on_every_sampler(tmp_path: Path, sampler: str) -> None:
-    """An environment whose ``step`` raises: the error line names the worker, the exception and what it
-    was doing, then the worker's traceback; exit status 2 and a failed summary.json, under the local
-    sampler as under a worker process. (The local sampler let the exception through: Hydra's
-    ``Error executing job`` report, the whole traceback from train.py down, and exit status 1.)"""
+    """An environment whose ``step`` raises: the worker's traceback from where corral's worker called
+    the environment (the frames of corral's sampler and worker left out), then, last, the error line
+    naming the worker, the exception and what it was doing; exit status 2, a failed summary.json,
+    and the whole traceback in corral.log. The same under the local sampler, a worker process and
+    a Ray actor. (The error line came first and the whole traceback after it, so the screen ended
+    in corral's own frames; Ray's had its colour codes and its actor header; corral.log did not say
+    why the run failed.)"""
+    if sampler == "ray":
+        pytest.importorskip("ray")
     proc = train(tmp_path, f"hydra.run.dir={tmp_path / 'run'}", *SMALL, "trainer.n_epochs=2", "env=gym",
                  "env.id=corral.testing.faulty_envs:corral/RaisingCartPole-v1", "+env.kwargs.fail_at=30",
                  f"sampler={sampler}")
     assert proc.returncode == 2, proc.stderr[-3000:]
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("corral: error:")]
-    assert len(errors) == 1 and re.fullmatch(
-        r"corral: error: worker \d+( \(pid \d+\))? raised EnvironmentFailure: RaisingCartPole failed on purpose at "
-        r"step 30 while sampling \(obtain_samples\)", errors[0]), proc.stderr[-3000:]
-    after = proc.stderr.split(errors[0], 1)[1]
-    assert after.startswith("\n\nWorker traceback:\nTraceback (most recent call last):"), proc.stderr[-3000:]
+    lines = proc.stderr.rstrip().splitlines()
+    errors = [line for line in lines if line.startswith("corral: error:")]
+    assert errors == [lines[-1]] and re.fullmatch(
+        r"corral: error: (ray sampler: )?worker \d+( \(pid \d+\))? raised EnvironmentFailure: RaisingCartPole failed on "
+        r"purpose at step 30 while sampling \(obtain_samples\); the traceback above shows where it raised",
+        errors[0]), proc.stderr[-3000:]
+    shown = proc.stderr[proc.stderr.index("Traceback (most recent call last):"):proc.stderr.index(errors[0])]
+    assert re.match(r"Traceback \(most recent call last\):\n  \.\.\. \d frame\(s\) in corral's sampler and worker \.\.\.\n"
+                    r'  File ".*gymnasium', shown), shown
+    assert shown.rstrip().endswith("EnvironmentFailure: RaisingCartPole failed on purpose at step 30"), shown
+    assert "collect_share" not in shown and "\x1b[" not in shown and "ray::" not in shown, shown
     assert "Error executing job" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "failed"
+    log = (tmp_path / "run" / "corral.log").read_text()
+    assert errors[0].split("; the traceback above")[0] in log and "collect_share" in log and "faulty_envs.py" in log
 
 
 @pytest.mark.parametrize("sampler", ["local", "multiprocessing", "ray"])

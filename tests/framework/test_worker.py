@@ -189,3 +189,41 @@ def test_state_dict_is_a_snapshot_not_a_view() -> None:
     b1.load_state_dict(state)
     b2.load_state_dict(frozen)
     assert b1.rollout().equals(b2.rollout())
+
+
+def test_a_worker_traceback_is_shown_from_where_corral_called_out() -> None:
+    """``WorkerError.traceback_from_caller`` leaves out the leading frames in corral's package (the
+    sampler and the worker, the same in every run) and keeps the rest; a traceback of corral's
+    frames only (corral itself raised) is kept whole; ``error_report`` puts it before the line."""
+    import os
+
+    import corral
+    from corral.framework.errors import WorkerError, error_report
+
+    here = os.path.dirname(corral.__file__)
+    tb = ("Traceback (most recent call last):\n"
+          f'  File "{here}/plugins/samplers/local.py", line 1, in _in_worker\n    return call()\n'
+          f'  File "{here}/plugins/workers/default.py", line 2, in rollout\n    self.step_episode()\n'
+          '  File "/somewhere/else/my_env.py", line 3, in step\n    raise ValueError("boom")\n'
+          "ValueError: boom")
+    error = WorkerError("worker 0 raised ValueError: boom while sampling (obtain_samples)", remote_traceback=tb)
+    shown = error.traceback_from_caller()
+    assert shown == ("Traceback (most recent call last):\n  ... 2 frame(s) in corral's sampler and worker ...\n"
+                     '  File "/somewhere/else/my_env.py", line 3, in step\n    raise ValueError("boom")\nValueError: boom')
+    assert error_report(error) == (f"{shown}\ncorral: error: worker 0 raised ValueError: boom while sampling "
+                                   "(obtain_samples); the traceback above shows where it raised")
+    only_corral = tb.replace("/somewhere/else", f"{here}/plugins/workers")
+    assert WorkerError("x", remote_traceback=only_corral).traceback_from_caller() == only_corral
+    assert WorkerError("x").traceback_from_caller() is None and error_report(WorkerError("x")) == "corral: error: x"
+
+
+def test_ray_actor_tracebacks_read_as_python_tracebacks() -> None:
+    """Ray's text of an actor's exception: colour codes, an actor header and stray caret lines."""
+    from corral.plugins.samplers.ray import ray_traceback
+
+    text = ("\x1b[36mray::_RayWorker.sample()\x1b[39m (pid=1, ip=1.2.3.4, actor_id=ab, repr=<w>)\n"
+            "           ^^^^^^^^^^^^\n           ^^^^^^^^^\n"
+            '  File "/x/ray.py", line 90, in sample\n    return f()\n    ^^^\nValueError: boom')
+    assert ray_traceback(text) == ('Traceback (most recent call last):\n  File "/x/ray.py", line 90, in sample\n'
+                                   "    return f()\n    ^^^\nValueError: boom")
+    assert ray_traceback("ValueError: boom") == "ValueError: boom"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -34,7 +35,15 @@ from corral.framework.errors import ConfigError, WorkerError
 from corral.framework.logger import current_run_log, log_corral_records_as_lines
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, collect_share, split_steps
-from corral.framework.worker import UpdateFailure, WorkerFactory, apply_updates, import_fix, update_error
+from corral.framework.worker import (
+    UpdateFailure,
+    WorkerFactory,
+    apply_updates,
+    exception_summary,
+    import_fix,
+    update_error,
+    worker_raised,
+)
 from corral.parallel.ray_runtime import check_runtime_env, join_cluster, missing_module_in
 
 log = logging.getLogger(__name__)
@@ -236,7 +245,7 @@ class RaySampler(Sampler):
             try:
                 out.append(ray.get(ref))
             except Exception as exc:  # noqa: BLE001 - the factory raised inside the actor
-                raise self._worker_error(i, exc, "failed to start") from None
+                raise self._worker_error(i, exc, "failed to start", "starting") from None
         return out
 
     def _await(self, refs: Mapping[Any, int], timeout: float, activity: str) -> dict[int, Any]:
@@ -252,7 +261,7 @@ class RaySampler(Sampler):
             try:
                 results[refs[ref]] = ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - mapped to WorkerError
-                first = first or self._worker_error(refs[ref], exc, f"failed while {activity}")
+                first = first or self._worker_error(refs[ref], exc, f"failed while {activity}", activity)
         if first is not None:
             self._cancel({r: refs[r] for r in pending})
             raise first
@@ -312,7 +321,7 @@ class RaySampler(Sampler):
                     if isinstance(cause, ConfigError):  # a setting the worker cannot run with: as under local
                         self._cancel(pending, settle_s=min(self.timeout, 5.0))
                         raise ConfigError(str(cause)) from None
-                    error, failed = self._worker_error(i, exc, "failed"), [i]
+                    error, failed = self._worker_error(i, exc, "failed", _ACTIVITY[method]), [i]
                     if self._is_update_failure(exc):  # deterministic: a restart would replay it
                         self._cancel(pending, settle_s=min(self.timeout, 5.0))
                         raise error from None
@@ -377,7 +386,7 @@ class RaySampler(Sampler):
         """Whether ``exc`` (from an actor call) is an update that could not be applied."""
         return isinstance(getattr(exc, "cause", None), UpdateFailure) or missing_module_in(exc) is not None
 
-    def _worker_error(self, i: int, exc: BaseException, what: str) -> WorkerError:
+    def _worker_error(self, i: int, exc: BaseException, what: str, activity: str) -> WorkerError:
         ray = self._ray
         pid = self.locations[i][0] if i < len(getattr(self, "locations", [])) else None
         cause = getattr(exc, "cause", None)
@@ -393,11 +402,9 @@ class RaySampler(Sampler):
                 worker_number=i, remote_traceback=str(exc),
             )
         if isinstance(exc, ray.exceptions.RayTaskError):
-            return WorkerError(
-                f"ray sampler: worker {i} (pid {pid}) raised {type(exc.cause).__name__}: {exc.cause}",
-                worker_number=i,
-                remote_traceback=str(exc),
-            )
+            # The words of every sampler (worker_raised), under the sampler's name as Ray's other errors.
+            error = worker_raised(i, exception_summary(exc.cause), activity, ray_traceback(str(exc)), pid)
+            return WorkerError(f"ray sampler: {error.message}", worker_number=i, remote_traceback=error.remote_traceback)
         if isinstance(exc, ray.exceptions.RayActorError):
             return WorkerError(
                 f"ray sampler: worker {i} (pid {pid}) died: the actor process exited or was killed "
@@ -443,6 +450,23 @@ class RaySampler(Sampler):
         self._actors = []
         if self._started_ray:
             ray.shutdown()
+
+
+#: What an actor call of each kind is doing, in the words of the other samplers' errors.
+_ACTIVITY = {"sample": "sampling (obtain_samples)", "exact": "sampling (obtain_exact_episodes)"}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def ray_traceback(text: str) -> str:
+    """Ray's text of an actor's exception as a Python traceback: its colour codes removed, its
+    ``ray::Actor.method() (pid=..., ip=..., actor_id=..., repr=...)`` header replaced by Python's
+    first line, and the caret lines Ray leaves under that header dropped."""
+    lines = _ANSI.sub("", text).splitlines()
+    if lines and lines[0].startswith("ray::"):
+        lines = ["Traceback (most recent call last):", *lines[1:]]
+        while len(lines) > 1 and lines[1].strip() and not lines[1].strip().strip("^~"):
+            del lines[1]
+    return "\n".join(lines)
 
 
 @hookimpl
