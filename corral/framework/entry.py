@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -160,9 +161,27 @@ def _job(cfg: DictConfig) -> float | None:
         print(error_report(exc, f"{job_prefix()}corral: error: "), file=sys.stderr, flush=True)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise SweepJobFailed.of(exc) from None
+        remove_refused_attempt(Path(HydraConfig.get().runtime.output_dir))
         raise SystemExit(2) from None
     except TrainingInterrupted as exc:  # Ctrl-C (or SIGTERM) stops a sweep too
         raise SystemExit(exc.exit_code) from None
+
+
+def remove_refused_attempt(run_dir: Path) -> None:
+    """Remove what Hydra made for a run that was refused before it wrote anything (a resume whose
+    overrides would change the run, a branch that cannot start): a directory holding only Hydra's
+    ``.hydra/`` record of the command and an empty ``corral.log``. A directory with anything else
+    in it is left as it is."""
+    try:
+        entries = {p.name for p in run_dir.iterdir()}
+        log = run_dir / "corral.log"
+        if not entries <= {".hydra", "corral.log"} or (log.exists() and log.stat().st_size):
+            return
+        shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
+        log.unlink(missing_ok=True)
+        run_dir.rmdir()
+    except OSError:  # gone already, or not ours to remove: nothing else to do
+        pass
 
 
 class SweepJobFailed(CompactHydraException):

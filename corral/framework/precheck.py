@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from corral.framework.config import CONFIG_MODULE, CONFIG_NAME
 from corral.framework.errors import ConfigError
-from corral.framework.resume import check_branch_dir, holds_run
+from corral.framework.resume import check_branch_dir, check_resume_source, holds_run
 
 
 def _key(override: str) -> str:
@@ -76,6 +76,7 @@ def precheck(args: Sequence[str]) -> None:
     if any(a in OTHER_CONFIG_FLAGS for a in flags):
         return
     if any(_key(a) == "trainer.resume" for a in args):  # composed from the run's own config when it starts
+        check_resume_source(args)
         check_branch_dir(args)
         return
     from hydra import compose, initialize_config_module

@@ -136,6 +136,18 @@ def holds_run(path: Path) -> bool:
     return (path / "summary.json").is_file() or (path / "snapshots").is_dir()
 
 
+def check_resume_source(argv: Sequence[str]) -> None:
+    """Raise a one-line :class:`ConfigError` when ``trainer.resume=<path>`` names nothing, before
+    Hydra makes a directory for the run (a sweep over several sources is left to its jobs)."""
+    source = resume_arg(argv)
+    if source is None or any(c in source for c in ",()$") or any(a in ("-m", "--multirun") for a in argv):
+        return
+    path = Path(source).expanduser().absolute()
+    if not path.exists():
+        raise ConfigError(f"trainer.resume={source}: {path} does not exist; give the run's directory (the one with "
+                          "snapshots/) or a snapshot file")
+
+
 def check_branch_dir(argv: Sequence[str]) -> None:
     """Raise a one-line :class:`ConfigError` when ``trainer.resume=<run> hydra.run.dir=<dir>`` would
     branch into a ``<dir>`` that holds another run: the branch's copied history would not replace
@@ -288,5 +300,5 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-__all__ = ["ResumePlan", "absolute_resume", "check_branch_dir", "check_overrides", "copy_history", "finished_message", "holds_run", "in_place_overrides", "plan",
+__all__ = ["ResumePlan", "absolute_resume", "check_branch_dir", "check_resume_source", "check_overrides", "copy_history", "finished_message", "holds_run", "in_place_overrides", "plan",
            "resume_arg", "run_dir_of"]

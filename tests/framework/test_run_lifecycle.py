@@ -84,6 +84,17 @@ def test_resume_refuses_overrides_it_cannot_honour(finished, tmp_path: Path) -> 
     assert "sampler.n_workers=3 (the run has 1" in err
     assert "Traceback" not in err
     assert (run / "progress.csv").read_text() == before
+    # Into a branch directory: refused the same way, and the directory Hydra made for it is gone
+    # (it was left holding only .hydra/ and an empty corral.log).
+    branch = tmp_path / "branch"
+    proc = train(tmp_path, f"trainer.resume={run}", f"hydra.run.dir={branch}", "algo=vpg")
+    assert proc.returncode == 2 and "algo=vpg (the run has algo=ppo)" in proc.stderr, proc.stderr[-3000:]
+    assert not branch.exists()
+    # A source that does not exist: one line before Hydra makes any directory.
+    proc = train(tmp_path, f"trainer.resume={tmp_path / 'nowhere'}", f"hydra.run.dir={branch}")
+    assert proc.returncode == 2 and not branch.exists(), proc.stderr[-3000:]
+    assert proc.stderr.strip() == (f"corral: error: trainer.resume={tmp_path / 'nowhere'}: {tmp_path / 'nowhere'} does "
+                                   "not exist; give the run's directory (the one with snapshots/) or a snapshot file")
 
 
 def test_resuming_a_finished_run_says_how_to_train_longer(finished, tmp_path: Path) -> None:

@@ -174,8 +174,9 @@ def test_resume_from_a_directory_without_snapshots_is_a_clear_error(tmp_path: Pa
     missing = train(tmp_path / "run2", f"trainer.resume={tmp_path / 'nowhere'}")
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert missing.stderr.strip().splitlines()[-1] == (
-        f"corral: error: {tmp_path / 'nowhere'} does not exist; check trainer.resume (a run directory, the one with "
-        "snapshots/, or a snapshot file)")
+        f"corral: error: trainer.resume={tmp_path / 'nowhere'}: {tmp_path / 'nowhere'} does not exist; give the run's "
+        "directory (the one with snapshots/) or a snapshot file")
+    assert not (tmp_path / "run2").exists()
 
 
 @pytest.mark.parametrize("seed", [1])
