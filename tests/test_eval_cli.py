@@ -371,3 +371,16 @@ def test_trust_is_passed_to_the_snapshot_loader(cartpole_run: Path, tmp_path: Pa
     assert refused.returncode == 2 and "--trust" in refused.stderr and "Traceback" not in refused.stderr
     trusted = corral("eval", str(copy), "--episodes", "1", "--trust", cwd=tmp_path)
     assert trusted.returncode == 0, trusted.stderr
+
+
+def test_an_unknown_command_is_one_line_with_the_commands(tmp_path: Path) -> None:
+    """``corral <no command>`` is one line naming the commands (and the nearest one); overrides given
+    without ``train`` say how to train with them. (It printed the whole usage after the line.)"""
+    typo = corral("evla", "run", cwd=tmp_path)
+    assert typo.returncode == 2 and typo.stderr == (
+        "corral: error: unknown command 'evla' (did you mean `corral eval`?); the commands are train, plugins, results, "
+        "plot and eval (`corral --help` says what each does)\n")
+    overrides = corral("algo=vpg", "seed=2", cwd=tmp_path)
+    assert overrides.returncode == 2 and overrides.stderr == (
+        "corral: error: 'algo=vpg' is an override, not a command; to train with it: corral train algo=vpg seed=2\n")
+    assert not any(tmp_path.iterdir())  # nothing ran

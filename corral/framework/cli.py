@@ -67,8 +67,26 @@ def _dispatch(argv: Sequence[str] | None) -> Any:
         except (FileNotFoundError, ValueError, ImportError) as exc:  # ImportError: a missing extra
             print(f"corral {command}: error: {exc}", file=sys.stderr)
             return 2
-    print(f"corral: unknown command {command!r}\n\n{USAGE}", end="", file=sys.stderr)
+    print(unknown_command_message(args), file=sys.stderr)
     return 2
+
+
+COMMANDS = ("train", "plugins", "results", "plot", "eval")
+
+
+def unknown_command_message(args: Sequence[str]) -> str:
+    """The one line for ``corral <args>`` whose first word is no command: the commands, the nearest
+    one, and ``corral train ...`` for a command line of overrides (``corral algo=vpg``)."""
+    import difflib
+
+    command = args[0]
+    if "=" in command:
+        return (f"corral: error: {command!r} is an override, not a command; to train with it: "
+                f"corral train {' '.join(args)}")
+    close = difflib.get_close_matches(command, COMMANDS, n=1)
+    near = f" (did you mean `corral {close[0]}`?)" if close else ""
+    return (f"corral: error: unknown command {command!r}{near}; the commands are {', '.join(COMMANDS[:-1])} and "
+            f"{COMMANDS[-1]} (`corral --help` says what each does)")
 
 
 def plugins_command(argv: Sequence[str]) -> int:
