@@ -79,7 +79,7 @@ def _batch(obs_dim: int, act_dim: int) -> tuple[EpisodeBatch, np.ndarray]:
 
 def _both_updated(vf_coef: float, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, PPO, MLPPolicy]:
     """SB3's and corral's PPO after one update on the same batch from the same weights."""
-    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.logger import Logger
 
     torch.manual_seed(0)
     env = gym.make("Pendulum-v1")
@@ -92,7 +92,7 @@ def _both_updated(vf_coef: float, monkeypatch: pytest.MonkeyPatch) -> tuple[Any,
                    gae_lambda=0.95, clip_range=0.2, ent_coef=0.0, vf_coef=0.5, max_grad_norm=0.5, device="cpu",
                    policy_kwargs={"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": nn.Tanh,
                                   "log_std_init": 0.0})
-    peer.set_logger(configure(None, []))
+    peer.set_logger(Logger(folder=None, output_formats=[]))  # configure() would make a /tmp/SB3-<time> directory
     net = peer.policy
     with torch.no_grad():
         for theirs, ours in zip(_linears(net.mlp_extractor.policy_net) + [net.action_net]
