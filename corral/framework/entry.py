@@ -158,7 +158,7 @@ def _job(cfg: DictConfig) -> float | None:
         # A clear one-paragraph message instead of a traceback from deep inside a library.
         from corral.framework.logger import job_prefix
 
-        print(error_report(exc, f"{job_prefix()}corral: error: "), file=sys.stderr, flush=True)
+        print(error_report(exc, lead=job_prefix()), file=sys.stderr, flush=True)
         if HydraConfig.get().mode == RunMode.MULTIRUN:
             raise SweepJobFailed.of(exc) from None
         remove_refused_attempt(Path(HydraConfig.get().runtime.output_dir))

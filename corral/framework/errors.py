@@ -112,13 +112,15 @@ class WorkerError(CorralError):
         return "\n".join([*head, f"  ... {skipped} frame(s) in corral's sampler and worker ...", *lines[first_other:]])
 
 
-def error_report(exc: BaseException, prefix: str = "corral: error: ") -> str:
-    """What a command prints for a corral error: ``prefix`` and its message. For a worker that
-    raised, the worker's traceback (:meth:`WorkerError.traceback_from_caller`) comes first and the
-    error's line last, so the line is the last thing on the screen."""
+def error_report(exc: BaseException, prefix: str = "corral: error: ", lead: str = "") -> str:
+    """What a command prints for a corral error: ``lead``, ``prefix`` and its message. For a worker
+    that raised, the worker's traceback (:meth:`WorkerError.traceback_from_caller`, each line after
+    ``lead``, e.g. a sweep job's ``[job 3] ``) comes first and the error's line last, so the line is
+    the last thing on the screen."""
     if isinstance(exc, WorkerError) and (tb := exc.traceback_from_caller()) is not None:
-        return f"{tb}\n{prefix}{exc.message}; the traceback above shows where it raised"
-    return f"{prefix}{exc}"
+        shown = "\n".join(f"{lead}{line}" for line in tb.splitlines())
+        return f"{shown}\n{lead}{prefix}{exc.message}; the traceback above shows where it raised"
+    return f"{lead}{prefix}{exc}"
 
 
 class SnapshotError(CorralError):

@@ -212,6 +212,8 @@ def test_a_worker_traceback_is_shown_from_where_corral_called_out() -> None:
                      '  File "/somewhere/else/my_env.py", line 3, in step\n    raise ValueError("boom")\nValueError: boom')
     assert error_report(error) == (f"{shown}\ncorral: error: worker 0 raised ValueError: boom while sampling "
                                    "(obtain_samples); the traceback above shows where it raised")
+    assert error_report(error, lead="[job 3] ").splitlines() == [f"[job 3] {line}" for line in
+                                                                 error_report(error).splitlines()]
     only_corral = tb.replace("/somewhere/else", f"{here}/plugins/workers")
     assert WorkerError("x", remote_traceback=only_corral).traceback_from_caller() == only_corral
     assert WorkerError("x").traceback_from_caller() is None and error_report(WorkerError("x")) == "corral: error: x"
