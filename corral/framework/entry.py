@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -282,7 +283,12 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
     built = None
     stats: dict[str, float] = {}
     status, error = "failed", None
+    from corral.framework.interrupts import hold_while_stopping, stopping_notice
     from corral.framework.trainer import Terminated, TrainingInterrupted, catch_stop_signals
+
+    # Once an interrupt or an error is on its way up, a further Ctrl-C waits while the workers are shut
+    # down, summary.json is written and the closing line printed (hold_while_stopping, left at the end).
+    stopping = contextlib.ExitStack()
 
     try:
         with catch_stop_signals():  # SIGTERM while building or in the final evaluation: Ctrl-C's path too
@@ -300,13 +306,19 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
                     best = built.trainer.best_eval_return
                     final = stats["eval/return_mean"]
                     built.trainer.best_eval_return = final if best is None else max(best, final)
+            except BaseException:
+                stopping.enter_context(hold_while_stopping(stopping_notice))  # until the record is written
+                raise
             finally:
                 built.close()
             status = "completed"
     except BaseException as exc:
+        stopping.enter_context(hold_while_stopping(stopping_notice))  # (a second one holds nothing more)
         # An exception may name its own status (an Optuna trial stopped by its pruner: "pruned").
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(getattr(exc, "summary_status", "failed"))
         error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, KeyboardInterrupt) and isinstance(exc.__context__, TrainingInterrupted):
+            raise exc.__context__ from None  # pressed again while stopping: the trainer's line has said where
         if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, TrainingInterrupted):
             # outside the epochs: while starting (nothing to resume) or in the final evaluation (nothing lost)
             trainer = built.trainer if built is not None else None
@@ -331,17 +343,18 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
                 run_log(log_dir).error("corral: the run failed", exc_info=exc)
         raise
     finally:
-        wall = time.perf_counter() - t0
-        if status != "finished":
-            if built is not None and not stats:  # failed or interrupted: the last committed epoch's row
-                stats = dict(built.trainer.last_stats)
-            summary = None
-            # a resume stopped before its snapshot was loaded leaves the run's summary as it was
-            untouched = plan is not None and (built is None or built.trainer.resumed_epoch is None)
-            if log_dir is not None and not untouched:
-                summary = _write_summary(cfg, log_dir, built, stats, status, started, wall, error, previous, plan)
-            if built is not None:
-                _closing_line(built.trainer, status, stats, summary, wall, log_dir)
+        with stopping:
+            wall = time.perf_counter() - t0
+            if status != "finished":
+                if built is not None and not stats:  # failed or interrupted: the last committed epoch's row
+                    stats = dict(built.trainer.last_stats)
+                summary = None
+                # a resume stopped before its snapshot was loaded leaves the run's summary as it was
+                untouched = plan is not None and (built is None or built.trainer.resumed_epoch is None)
+                if log_dir is not None and not untouched:
+                    summary = _write_summary(cfg, log_dir, built, stats, status, started, wall, error, previous, plan)
+                if built is not None:
+                    _closing_line(built.trainer, status, stats, summary, wall, log_dir)
     objective = stats.get("eval/return_mean", stats.get("train/return_mean"))
     return objective
 

@@ -182,5 +182,42 @@ def defer_interrupts(notice: Callable[[int], str] | None = None, *, second_stops
                 raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def hold_while_stopping(notice: Callable[[int], str]) -> Iterator[None]:
+    """For the cleanup of a run that is already stopping (an interrupt or an error on its way up):
+    a further Ctrl-C or SIGTERM prints ``notice(signum)`` and is dropped, so the workers are still
+    shut down and the run's record written (a second Ctrl-C pressed right after the first used to
+    cut that short, leaving Ray's processes behind); one more after that interrupts the cleanup.
+    A signal the process ignores stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        if held:
+            raise interrupt_for(signum)
+        held.append(signum)
+        print(notice(signum), file=sys.stderr, flush=True)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig, old in previous.items():
+        if old != signal.SIG_IGN:
+            signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            if old is not None and signal.getsignal(sig) is handler:
+                signal.signal(sig, old)
+
+
+def stopping_notice(signum: int) -> str:
+    """What a signal during a stopping run's cleanup says (see :func:`hold_while_stopping`)."""
+    name, again = ("SIGTERM", "send SIGTERM again") if signum == signal.SIGTERM else ("Ctrl-C", "press Ctrl-C again")
+    return (f"corral: {name}: already stopping, and finishing that first (workers shut down, files written; a few "
+            f"seconds); {again} to leave at once")
+
+
 __all__ = ["HOLD_NOTICE_AFTER_S", "SignalLatch", "StopRequest", "Terminated", "catch_stop_signals", "defer_interrupts",
-           "finish_epoch_on_interrupt", "interrupt_for"]
+           "finish_epoch_on_interrupt", "hold_while_stopping", "interrupt_for", "stopping_notice"]

@@ -9,6 +9,7 @@ from abc import ABCMeta, abstractmethod
 from typing import Any, Mapping
 
 from corral.framework.batch import EpisodeBatch
+from corral.framework.interrupts import hold_while_stopping, stopping_notice
 from corral.framework.worker import Worker, WorkerFactory
 
 
@@ -145,8 +146,13 @@ class Sampler(metaclass=_BuiltThenHooked):
     def __enter__(self) -> "Sampler":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown_worker()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.shutdown_worker()
+            return
+        # Leaving on an exception (a Ctrl-C, an error): a further Ctrl-C waits for the workers to go.
+        with hold_while_stopping(stopping_notice):
+            self.shutdown_worker()
 
 
 __all__ = ["Sampler", "split_steps", "collect_share"]

@@ -39,7 +39,9 @@ from corral.framework.interrupts import (
     catch_stop_signals,
     defer_interrupts,
     finish_epoch_on_interrupt,
+    hold_while_stopping,
     interrupt_for,
+    stopping_notice,
 )
 from corral.framework.logger import Logger, job_prefix, run_log
 from corral.framework.progress import ProgressBar
@@ -306,11 +308,13 @@ class Trainer:
             if self._progress is not None:
                 self._progress.close()
                 self._progress = None
-            try:
-                self.hooks.corral_run_end(trainer=self, error=error)
-            finally:
-                if error is not None:
-                    self.shutdown()
+            # Stopping on an interrupt or an error: a further Ctrl-C waits for the workers to be shut down.
+            with hold_while_stopping(stopping_notice) if error is not None else contextlib.nullcontext():
+                try:
+                    self.hooks.corral_run_end(trainer=self, error=error)
+                finally:
+                    if error is not None:
+                        self.shutdown()
         return self.last_stats
 
     def _has_unsaved_epochs(self) -> bool:
