@@ -189,27 +189,8 @@ def hold_while_stopping(notice: Callable[[int], str]) -> Iterator[None]:
     shut down and the run's record written (a second Ctrl-C pressed right after the first used to
     cut that short, leaving Ray's processes behind); one more after that interrupts the cleanup.
     A signal the process ignores stays ignored."""
-    if threading.current_thread() is not threading.main_thread():
+    with finish_epoch_on_interrupt(notice):  # the same rule: the first is recorded and said, a second raises
         yield
-        return
-    held: list[int] = []
-
-    def handler(signum: int, frame: Any) -> None:
-        if held:
-            raise interrupt_for(signum)
-        held.append(signum)
-        print(notice(signum), file=sys.stderr, flush=True)
-
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig, old in previous.items():
-        if old != signal.SIG_IGN:
-            signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            if old is not None and signal.getsignal(sig) is handler:
-                signal.signal(sig, old)
 
 
 def stopping_notice(signum: int) -> str:

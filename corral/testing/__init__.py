@@ -40,6 +40,7 @@ _EXPORTS = {
     "process_alive": "corral.testing.processes",
     "shm_entries": "corral.testing.processes",
     "wait_gone": "corral.testing.processes",
+    "wait_for_path": "corral.testing.processes",
     "started_session": "corral.testing.processes",
     "stop_session": "corral.testing.processes",
     "interruptible": "corral.testing.processes",

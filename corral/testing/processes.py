@@ -20,6 +20,7 @@ import signal
 import subprocess
 import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 
@@ -105,6 +106,18 @@ def wait_gone(pids: Iterable[int], timeout: float = 15.0) -> set[int]:
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.1)
+
+
+def wait_for_path(proc: subprocess.Popen, path: Path, timeout: float = 180.0) -> None:
+    """Poll until ``path`` exists (a run's first snapshot, say) while ``proc`` runs; an
+    AssertionError with the end of its stderr when it exits first, or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            err = proc.communicate()[1] if proc.stderr is not None else ""
+            raise AssertionError(f"the process exited ({proc.returncode}) before {path} existed: {(err or '')[-3000:]}")
+        assert time.monotonic() < deadline, f"no {path} within {timeout:.0f} s"
+        time.sleep(0.05)
 
 
 def shm_entries() -> set[str]:
@@ -227,4 +240,4 @@ def started_session(cmd: Sequence[str], **popen_kwargs: Any) -> Iterator[subproc
 
 __all__ = ["child_processes", "cmdline", "default_signal_dispositions", "descendants", "interruptible", "process_alive",
            "proc_stat", "remove_shm_of", "session_processes", "shm_entries", "started_session", "stop_session",
-           "wait_gone"]
+           "wait_for_path", "wait_gone"]

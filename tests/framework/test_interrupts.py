@@ -449,7 +449,7 @@ def test_a_ctrl_c_the_environment_swallows_still_stops_the_run_after_sampling(tm
     exit status, and the epoch that was sampling is not committed."""
     import time
 
-    from corral.testing.processes import started_session
+    from corral.testing.processes import started_session, wait_for_path
 
     run = tmp_path / "run"
     cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run}", "trainer.progress=false",
@@ -457,11 +457,7 @@ def test_a_ctrl_c_the_environment_swallows_still_stops_the_run_after_sampling(tm
            "+env.kwargs.hang_s=0.01", "trainer.batch_size=100", "trainer.n_epochs=100000", "trainer.max_env_steps=null",
            "trainer.eval_every=0", "logger=[csv]"]
     with started_session(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        deadline = time.monotonic() + 120
-        while not (run / "snapshots" / "latest").exists():
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "no snapshot within 120 s"
-            time.sleep(0.05)
+        wait_for_path(proc, run / "snapshots" / "latest", timeout=120)
         time.sleep(0.3)  # into a later epoch's sampling: ~99 % of its time is in the swallowing sleep
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
@@ -512,7 +508,7 @@ def test_a_second_ctrl_c_right_after_the_first_still_shuts_the_workers_down(tmp_
         pytest.importorskip("ray")
     import time
 
-    from corral.testing.processes import cmdline, descendants, started_session, wait_gone
+    from corral.testing.processes import cmdline, descendants, started_session, wait_for_path, wait_gone
 
     run = tmp_path / "run"
     cmd = [sys.executable, str(ROOT / "train.py"), f"sampler={sampler}", "sampler.n_workers=2", "trainer.n_epochs=100000",
@@ -520,11 +516,7 @@ def test_a_second_ctrl_c_right_after_the_first_still_shuts_the_workers_down(tmp_
            "logger=[csv]", f"hydra.run.dir={run}"]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     with started_session(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
-        deadline = time.monotonic() + 180
-        while not (run / "snapshots" / "latest").exists():
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "no snapshot within 180 s"
-            time.sleep(0.05)
+        wait_for_path(proc, run / "snapshots" / "latest", timeout=180)
         time.sleep(0.5)
         spawned = descendants(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)

@@ -109,17 +109,13 @@ def default_signals() -> None:
 def signal_after_first_snapshot(run: Path, sig: int, *overrides: str) -> tuple[subprocess.Popen, str, set[int]]:
     """Start ``train.py`` into ``run``, wait (at most 180 s) for its first snapshot, send ``sig``;
     return the finished process, its stderr and the pids of its child processes at that moment."""
-    from corral.testing import descendants
+    from corral.testing import descendants, wait_for_path
 
     cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run}", *SMALL, "trainer.n_epochs=1000", *overrides]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_signals)
     try:
-        deadline = time.monotonic() + 180
-        while not (run / "snapshots" / "latest").exists():
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "no snapshot within 180 s"
-            time.sleep(0.05)
+        wait_for_path(proc, run / "snapshots" / "latest", timeout=180)
         children = descendants(proc.pid)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)

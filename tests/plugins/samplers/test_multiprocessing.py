@@ -35,7 +35,7 @@ from corral import (
     WorkerFactory,
 )
 from corral.parallel.shared_memory import segment_prefix
-from corral.testing.processes import child_processes, interruptible, started_session, wait_gone
+from corral.testing.processes import child_processes, interruptible, started_session, wait_for_path, wait_gone
 
 ROOT = Path(__file__).resolve().parents[3]
 SHM = Path("/dev/shm")
@@ -377,11 +377,7 @@ def check_ctrl_c(sampler: str, tmp_path: Path) -> None:
     with started_session([*train_command(sampler), "trainer.n_epochs=100000", "trainer.max_env_steps=null",
                           f"hydra.run.dir={run}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True) as proc:
-        deadline = time.monotonic() + 120
-        while not (run / "snapshots" / "latest").exists():
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "no snapshot within 120 s"
-            time.sleep(0.05)
+        wait_for_path(proc, run / "snapshots" / "latest", timeout=120)
         children = child_processes(proc.pid)
         workers = [p for p, command in children.items() if "spawn_main" in command]
         assert len(workers) == 2, children

@@ -15,7 +15,14 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from corral import EnvFactory, EnvSpec, MLPPolicy, RaySampler  # noqa: E402
-from corral.testing.processes import cmdline, descendants, started_session, stop_session, wait_gone  # noqa: E402
+from corral.testing.processes import (  # noqa: E402
+    cmdline,
+    descendants,
+    started_session,
+    stop_session,
+    wait_for_path,
+    wait_gone,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -171,11 +178,7 @@ def test_ctrl_c_of_train_py_leaves_no_actor_or_ray_process(tmp_path: Path) -> No
     # (started_session: SIGINT at its default disposition however the suite was launched, and
     # nothing left running whatever happens.)
     with started_session(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
-        deadline = time.monotonic() + 180
-        while not (run / "snapshots" / "latest").exists():
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "no snapshot within 180 s"
-            time.sleep(0.05)
+        wait_for_path(proc, run / "snapshots" / "latest", timeout=180)
         spawned = descendants(proc.pid)
         assert spawned, "Ray started no processes?"
         os.killpg(proc.pid, signal.SIGINT)
