@@ -313,7 +313,8 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
                 built.close()
             status = "completed"
     except BaseException as exc:
-        stopping.enter_context(hold_while_stopping(stopping_notice))  # (a second one holds nothing more)
+        # Again: catch_stop_signals put the handlers back as it was left, undoing the hold entered inside it.
+        stopping.enter_context(hold_while_stopping(stopping_notice))
         # An exception may name its own status (an Optuna trial stopped by its pruner: "pruned").
         status = "interrupted" if isinstance(exc, KeyboardInterrupt) else str(getattr(exc, "summary_status", "failed"))
         error = f"{type(exc).__name__}: {exc}"
