@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, ContextManager, Optional
 
 import hydra
@@ -316,7 +317,7 @@ def test_precheck_gives_hydras_errors_corrals_style(args: list[str], message: st
     assert "HYDRA_FULL_ERROR" not in str(info.value)
 
 
-def test_precheck_lists_the_available_options_and_skips_flags_and_resume() -> None:
+def test_precheck_lists_the_available_options_and_skips_flags_and_resume(tmp_path: Path) -> None:
     from corral.framework.precheck import precheck
 
     prepare([])
@@ -331,7 +332,9 @@ def test_precheck_lists_the_available_options_and_skips_flags_and_resume() -> No
                                           r"no job has started\)$"):
         precheck(["-m", "seed=1,2", "algo=ppo,vpg", "algo.learning_rate=-1"])  # every job's config, before any job
     precheck(["--cfg", "job", "algo.learning_rate=-1"])  # flags: Hydra's business
-    precheck(["trainer.resume=/nowhere", "algo.learning_rate=-1"])  # resume: the run's own config
+    precheck([f"trainer.resume={tmp_path}", "algo.learning_rate=-1"])  # resume: the run's own config
+    with pytest.raises(ConfigError, match=r"^trainer.resume=/nowhere: /nowhere does not exist; "):
+        precheck(["trainer.resume=/nowhere"])  # but a source that is not there: before Hydra makes a directory
     precheck(["hydra.run.dir=/tmp/x", "algo=vpg"])
 
 
