@@ -3,7 +3,7 @@
 The trainer (:mod:`corral.framework.trainer`) runs its loop inside :func:`catch_stop_signals`, so
 ``kill`` or a scheduler's preemption takes Ctrl-C's path, and a Ctrl-C whose KeyboardInterrupt an
 environment or a library swallowed (a bare ``except:``) still stops the run at the next epoch
-boundary (:meth:`SignalLatch.check`); it commits each epoch inside
+boundary (:meth:`StopRequest.check`); it commits each epoch inside
 :func:`defer_interrupts`, so an epoch's state is updated wholly or not at all; and while finished
 epochs are not in a snapshot yet it runs the epoch inside :func:`finish_epoch_on_interrupt`, so a
 first signal lets the epoch finish and be saved. Outside the main thread each of them does nothing
@@ -30,11 +30,11 @@ def interrupt_for(signum: int) -> KeyboardInterrupt:
 
 
 @dataclass
-class SignalLatch:
-    """The first Ctrl-C or SIGTERM that arrived inside :func:`catch_stop_signals` (None: none yet).
-
-    It stays set when the exception the signal raised was caught on its way up, by an environment's
-    or a library's bare ``except:``; :meth:`check` raises it again where the caller can act on it."""
+class StopRequest:
+    """The first Ctrl-C or SIGTERM a block recorded (None: none yet): the signal that asked training
+    to stop after the current epoch (:func:`finish_epoch_on_interrupt`), or one whose exception the
+    code under :func:`catch_stop_signals` caught on its way up (an environment's or a library's bare
+    ``except:``); :meth:`check` raises it again where the caller can act on it."""
 
     signum: Optional[int] = None
 
@@ -45,13 +45,13 @@ class SignalLatch:
 
 
 @contextlib.contextmanager
-def catch_stop_signals() -> Iterator[SignalLatch]:
+def catch_stop_signals() -> Iterator[StopRequest]:
     """Within the block, SIGTERM raises :class:`Terminated` (a KeyboardInterrupt), so ``kill`` or a
     scheduler's preemption takes Ctrl-C's path (snapshot, sampler shut down, a clear line), and
     Ctrl-C raises KeyboardInterrupt as before (through the handler that was installed). Either
-    signal is also recorded in the :class:`SignalLatch` the block gets, so a stop the code under it
+    signal is also recorded in the :class:`StopRequest` the block gets, so a stop the code under it
     swallowed is not lost. A SIGINT the process ignores stays ignored."""
-    latch = SignalLatch()
+    latch = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield latch
         return
@@ -78,13 +78,6 @@ def catch_stop_signals() -> Iterator[SignalLatch]:
         for sig, old in previous.items():
             if old is not None:
                 signal.signal(sig, old)
-
-
-@dataclass
-class StopRequest:
-    """The signal that asked training to stop after the current epoch (None: none yet)."""
-
-    signum: Optional[int] = None
 
 
 @contextlib.contextmanager
@@ -200,5 +193,5 @@ def stopping_notice(signum: int) -> str:
             f"seconds); {again} to leave at once")
 
 
-__all__ = ["HOLD_NOTICE_AFTER_S", "SignalLatch", "StopRequest", "Terminated", "catch_stop_signals", "defer_interrupts",
+__all__ = ["HOLD_NOTICE_AFTER_S", "StopRequest", "Terminated", "catch_stop_signals", "defer_interrupts",
            "finish_epoch_on_interrupt", "hold_while_stopping", "interrupt_for", "stopping_notice"]

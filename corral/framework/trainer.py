@@ -33,7 +33,6 @@ from corral.framework.errors import (
 )
 from corral.framework.evaluation import evaluate, record_video, run_worker_factory
 from corral.framework.interrupts import (
-    SignalLatch,
     StopRequest,
     Terminated,
     catch_stop_signals,
@@ -170,7 +169,7 @@ class Trainer:
         #: The epoch a resumed run continued from (None: not resumed).
         self.resumed_epoch: int | None = None
         self._committed = (0, 0)  # (epochs, env steps) of the last committed epoch
-        self._signals = SignalLatch()  # the stop signals of the train() call under way (catch_stop_signals)
+        self._signals = StopRequest()  # the stop signals of the train() call under way (catch_stop_signals)
         self._warned_overshoot = False
         if self.config.torch_threads > 0:
             # Small networks are fastest single-threaded, and extra threads spin against workers.
@@ -729,5 +728,5 @@ def _try_state(sampler: Any) -> Any:
 
 __all__ = [
     "PHASES", "StopRequest", "Terminated", "finish_epoch_on_interrupt", "Trainer", "TrainerConfig", "TrainingInterrupted", "defer_interrupts", "episode_stats",
-    "diverged_values", "find_snapshot", "catch_stop_signals", "SignalLatch",
+    "diverged_values", "find_snapshot", "catch_stop_signals",
 ]
