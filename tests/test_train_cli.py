@@ -144,7 +144,10 @@ def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path: Path, site
                          "quote the value (key='...') or see https://hydra.cc/docs/1.2/advanced/override_grammar/basic"),
     (False, "hydra.job.chdir=abc", "corral: error: hydra.job.chdir=abc: Value 'abc' is not a valid bool (type str)"),
     (True, "hydra.sweeper.max_batch_size=abc",
-     "corral: error: hydra.sweeper.max_batch_size=abc: Value 'abc' of type 'str' could not be converted to Integer"),
+     "corral: error: hydra.sweeper.max_batch_size=abc: hydra.sweeper.max_batch_size takes a whole number, not 'abc'"),
+    # OmegaConf's words were "Value '2.0' of type 'float' could not be converted to Integer"
+    (False, "trainer.torch_threads=2e0", "corral: error: trainer.torch_threads=2e0: trainer.torch_threads takes a whole "
+                                         "number, not 2e0 (read as 2.0); write trainer.torch_threads=2"),
     # these four were Hydra's two or three lines, or (the deletion) a run with the default in silence
     (False, "+trainer.n_epochs=3", "corral: error: Could not append to config. An item is already at "
                                    "'trainer.n_epochs'; set it with 'trainer.n_epochs=3' (no '+'), or add or override "
@@ -163,7 +166,7 @@ def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path: Path, site
     (True, "trainer.progress=true,off", "corral: error: trainer.progress must be true or false, got off (OmegaConf "
                                         "would read it as false without a word); give trainer.progress=true or "
                                         "trainer.progress=false (a value of the sweep trainer.progress=True,off)"),
-], ids=["unreadable-run-dir", "unreadable-sweep-value", "hydra-type", "hydra-type-sweep", "plus-on-a-setting",
+], ids=["unreadable-run-dir", "unreadable-sweep-value", "hydra-type", "hydra-type-sweep", "float-for-int", "plus-on-a-setting",
         "no-value", "unclosed-list", "deleted-setting", "bool-as-number", "bool-as-word-sweep"])
 def test_an_override_hydra_cannot_read_or_type_is_one_line_before_anything(
     tmp_path: Path, sites: dict[str, Path], multirun: bool, override: str, line: str
@@ -175,6 +178,35 @@ def test_an_override_hydra_cannot_read_or_type_is_one_line_before_anything(
     assert proc.returncode == 2, output(proc)
     assert proc.stderr.strip().splitlines() == [line], output(proc)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+def test_a_key_given_twice_is_one_warning_line_naming_the_value_used(tmp_path: Path, sites: dict[str, Path],
+                                                                     multirun: bool) -> None:
+    """Hydra keeps the last of two values for one key and drops the first without a word (``seed=1
+    seed=2`` trained seed 2 only, ``sampler=ray sampler=local`` ran locally). A layered command line
+    (``$COMMON seed=2``) is a fair use, so it is a warning, not an error."""
+    if multirun:
+        args = ["-m", f"hydra.sweep.dir={tmp_path / 'sweep'}", "seed=1", "seed=3"]
+        line = ("corral: warning: seed is given twice (seed=1, then seed=3); the sweep uses the last, seed=3 (to run "
+                "each: seed=1,3)")
+    else:
+        args = [f"hydra.run.dir={tmp_path / 'run'}", "seed=1", "seed=2", "seed=3"]
+        line = ("corral: warning: seed is given 3 times (seed=1, then seed=2, then seed=3); the run uses the last, "
+                "seed=3 (to run each: train.py -m seed=1,2,3)")
+    proc = run([sys.executable, str(TRAIN), *args, *SMALL], tmp_path, sites)
+    assert proc.returncode == 0, output(proc)
+    assert proc.stderr.splitlines()[0] == line, output(proc)
+    assert proc.stderr.count("corral: warning:") == 1, output(proc)
+    run_dir = tmp_path / ("sweep/0" if multirun else "run")
+    assert "seed: 3" in (run_dir / ".hydra" / "config.yaml").read_text().splitlines()
+    assert not (tmp_path / "sweep" / "1").exists()
+
+
+def test_a_key_given_twice_beside_a_mistake_is_still_one_error_line(tmp_path: Path, sites: dict[str, Path]) -> None:
+    proc = train(tmp_path, sites, "hydra.job.name=a", "hydra.job.name=b", *SMALL, "trainer.n_epochs=0")
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip().splitlines() == ["corral: error: trainer.n_epochs must be >= 1, got 0"], output(proc)
 
 
 @pytest.mark.parametrize("flag", [["--cfg", "job"], ["--help"]])
@@ -238,10 +270,10 @@ def test_a_sweep_its_launcher_or_sweeper_cannot_run_is_one_line_before_any_job(
 
 @pytest.mark.parametrize(("overrides", "line"), [
     (["env.max_episode_length=50,nope"],
-     "corral: error: env.max_episode_length=nope: Value 'nope' of type 'str' could not be converted to Integer "
+     "corral: error: env.max_episode_length=nope: env.max_episode_length takes a whole number, not 'nope' "
      "(a value of the sweep env.max_episode_length=50,nope)"),
     (["seed=1,2", "algo.n_epochs=range(1,3)", "trainer.torch_threads=1,x"],
-     "corral: error: trainer.torch_threads=x: Value 'x' of type 'str' could not be converted to Integer "
+     "corral: error: trainer.torch_threads=x: trainer.torch_threads takes a whole number, not 'x' "
      "(a value of the sweep trainer.torch_threads=1,x)"),
 ])
 def test_a_sweep_value_of_the_wrong_type_is_one_line_before_any_job(
@@ -302,7 +334,7 @@ def test_a_sweep_naming_an_unknown_option_stops_before_any_job(tmp_path: Path, s
         # worker=default has no n_envs: say so, and which workers have it
         (["worker.n_envs=abc"], "corral: error: worker.n_envs is not a setting: worker=default has no setting 'n_envs'"),
         (["worker=vec", "worker.n_envs=abc"],
-         "corral: error: worker.n_envs=abc: Value 'abc' of type 'str' could not be converted to Integer\n"),
+         "corral: error: worker.n_envs=abc: worker.n_envs takes a whole number, not 'abc'\n"),
         (["worker=vec", "worker.n_envs=0"], "corral: error: worker.n_envs must be >= 1, got 0\n"),
     ],
 )

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from corral.framework.errors import ConfigError, CorralError, SnapshotError, error_report
+from corral.framework.precheck import repeated_key_warnings
 
 
 @dataclasses.dataclass
@@ -237,7 +238,7 @@ def check_eval_type(override: str, cfg: Any) -> None:
 
     from corral.framework.config import CorralConfig
     from corral.framework.plugins import get_plugin_manager
-    from corral.framework.precheck import true_false_message
+    from corral.framework.precheck import true_false_message, type_message
 
     key = override.partition("=")[0]
     kind, _, rest = key.partition(".")
@@ -253,7 +254,7 @@ def check_eval_type(override: str, cfg: Any) -> None:
     try:
         OmegaConf.merge(OmegaConf.structured(schema), {name: value})
     except OmegaConfBaseException as exc:
-        raise ConfigError(f"{override}: {str(exc).splitlines()[0]}") from None
+        raise ConfigError(type_message(override, str(exc).splitlines()[0])) from None
     hint = typing.get_type_hints(schema).get(name)
     written = override.partition("=")[2]
     accepted = ("true", "false") if hint is bool else ("true", "false", "null")
@@ -279,6 +280,8 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
     bad = [o for o in overrides if "=" not in o or o.startswith(("+", "~"))]
     if bad:
         raise ConfigError(f"overrides must be key=value changes of the run's config, got {bad}")
+    for line in repeated_key_warnings(overrides, "the evaluation", sweep=None):
+        print(f"corral eval: warning: {line}", file=sys.stderr, flush=True)
     for override in overrides:
         check_eval_override(override, cfg)
     for override in overrides:

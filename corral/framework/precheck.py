@@ -23,6 +23,8 @@ line resumes a run (``trainer.resume``: the run's own config is used, see
 from __future__ import annotations
 
 import math
+import re
+import sys
 from typing import Any, Callable, Iterator, Sequence
 
 from corral.framework.config import CONFIG_MODULE, CONFIG_NAME
@@ -75,9 +77,11 @@ def precheck(args: Sequence[str]) -> None:
     multirun = bool(flags) and all(a in MULTIRUN_FLAGS for a in flags)
     if any(a in OTHER_CONFIG_FLAGS for a in flags):
         return
+    repeated = repeated_key_warnings(overrides, "the sweep" if multirun else "the run", "" if multirun else "train.py -m ")
     if any(_key(a) == "trainer.resume" for a in args):  # composed from the run's own config when it starts
         check_resume_source(args)
         check_branch_dir(args)
+        _print_warnings(repeated)
         return
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
@@ -102,6 +106,7 @@ def precheck(args: Sequence[str]) -> None:
                 check_sweep_values(overrides)
                 check_sweep_plugins(overrides, hydra_cfg)
                 check_sweep_jobs(overrides, hydra_cfg, options_of)
+                _print_warnings(repeated)
                 return
             try:
                 cfg = compose(config_name=CONFIG_NAME, overrides=[o for o in overrides if _composes_job(o)])
@@ -115,7 +120,40 @@ def precheck(args: Sequence[str]) -> None:
     finally:
         GlobalHydra.instance().clear()
     validate(cfg)  # every value, and whether the choices fit together (the plugins' corral_validate_config)
+    _print_warnings(repeated)
     warn_ignored(cfg, given_keys(overrides))
+
+
+def _print_warnings(messages: Sequence[str]) -> None:
+    for message in messages:
+        print(f"corral: warning: {message}", file=sys.stderr, flush=True)
+
+
+def repeated_keys(overrides: Sequence[str]) -> dict[str, list[str]]:
+    """The overrides of each key that more than one override sets (``seed=1 seed=2`` gives
+    ``{"seed": ["seed=1", "seed=2"]}``), in their order: Hydra keeps the last and drops the others.
+    A deletion (``~key``) is not counted."""
+    given: dict[str, list[str]] = {}
+    for override in overrides:
+        if "=" in override and not override.startswith("~"):
+            given.setdefault(_key(override), []).append(override)
+    return {key: found for key, found in given.items() if len(found) > 1}
+
+
+def repeated_key_warnings(overrides: Sequence[str], user: str = "the run", sweep: str | None = "train.py -m ") -> list[str]:
+    """One line for each key that several ``overrides`` set: which one ``user`` gets (the last, as
+    Hydra keeps), and, unless ``sweep`` is None or the key is Hydra's own or ``trainer.resume``, how to
+    run each value (``sweep`` + ``seed=1,2``). A layered command line (``$COMMON seed=2``) is fine,
+    and stays quiet only where it sets each key once."""
+    lines = []
+    for key, found in repeated_keys(overrides).items():
+        count = "twice" if len(found) == 2 else f"{len(found)} times"
+        every = ",".join([found[0], *(o.split("=", 1)[1] for o in found[1:])])
+        hint = ""
+        if sweep is not None and key != "trainer.resume" and not key.startswith(("hydra.", "hydra/")):
+            hint = f" (to run each: {sweep}{every})"
+        lines.append(f"{key} is given {count} ({', then '.join(found)}); {user} uses the last, {found[-1]}{hint}")
+    return lines
 
 
 def _names_plugin(key: str) -> bool:
@@ -665,7 +703,7 @@ def hydra_message(exc: BaseException) -> str:
     cause = exc.__cause__
     if text.startswith("Error merging override ") and cause is not None:
         reason = str(getattr(cause, "msg", None) or cause).strip().splitlines()[0]
-        return f"{text.removeprefix('Error merging override ')}: {reason}"
+        return type_message(text.removeprefix("Error merging override "), reason)
     override = getattr(exc, "override", None)
     if override and str(override) not in text:  # a parse error: name the override that does not parse
         text = f"{override}: {text}"
@@ -675,7 +713,39 @@ def hydra_message(exc: BaseException) -> str:
     lines = [line for line in lines if line not in links]
     if links and lines:
         lines[0] += f" ({links[0].removeprefix('See ').removesuffix(' for details')})"
+    if len(lines) == 1 and override and lines[0].startswith(f"{override}: "):
+        return type_message(str(override), lines[0].removeprefix(f"{override}: "))
     return "\n".join(lines).strip()
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "split_flags", "true_false_message", "unknown_option_message"]
+_NOT_CONVERTED = re.compile(r"Value '(.*)' of type '(\w+)' could not be converted to (Integer|Float)")
+
+
+def type_message(override: str, reason: str) -> str:
+    """``<override>: <reason>``, where OmegaConf's ``Value '1000.0' of type 'float' could not be
+    converted to Integer`` becomes what the setting takes and, for a whole number written as a
+    float (``trainer.batch_size=1e3``), how to write it (``write trainer.batch_size=1000``)."""
+    found = _NOT_CONVERTED.fullmatch(reason.strip())
+    if found is None:
+        return f"{override}: {reason}"
+    value, kind, target = found.groups()
+    key = _key(override)
+    wanted = "a whole number" if target == "Integer" else "a number"
+    if kind == "float":
+        shown = value
+    elif kind in ("ListConfig", "list"):
+        shown = f"a list ({value})"
+    elif kind in ("DictConfig", "dict"):
+        shown = f"a mapping ({value})"
+    else:
+        shown = repr(value)
+    written = override.split("=", 1)[1] if "=" in override else value
+    if shown == value and written != value:
+        shown = f"{written} (read as {value})"
+    hint = ""
+    if kind == "float" and target == "Integer" and abs(float(value)) < 2**53 and float(value).is_integer():
+        hint = f"; write {key}={int(float(value))}"
+    return f"{override}: {key} takes {wanted}, not {shown}{hint}"
+
+
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "repeated_key_warnings", "repeated_keys", "split_flags", "true_false_message", "type_message", "unknown_option_message"]

@@ -301,7 +301,7 @@ def test_a_duck_typed_agent_is_named_at_build(corral_inline_plugin: Any, tmp_pat
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["algo.learning_rate=abc"], "algo.learning_rate=abc: Value 'abc' of type 'str' could not be converted to Float"),
+    (["algo.learning_rate=abc"], "algo.learning_rate=abc: algo.learning_rate takes a number, not 'abc'"),
     (["algo.discount=[1"], "algo.discount=[1: no viable alternative at input '[1'"),
     (["algo.learning_rate=-1", "seed=3"], "algo.learning_rate must be > 0, got -1.0"),
 ])
@@ -501,3 +501,32 @@ def test_no_bad_value_of_any_setting_escapes_as_a_traceback(preset: list[str]) -
         except Exception as exc:  # noqa: BLE001 - what the test looks for
             escaped.append(f"{override}: {type(exc).__name__}: {exc}")
     assert len(keys) > 20 and escaped == []
+
+
+def test_repeated_keys_counts_settings_not_deletions() -> None:
+    from corral.framework.precheck import repeated_key_warnings, repeated_keys
+
+    given = ["seed=1", "+algo.extra=1", "~logger.csv", "logger.csv.flush_every=2", "algo.extra=2", "seed=2"]
+    assert repeated_keys(given) == {"seed": ["seed=1", "seed=2"], "algo.extra": ["+algo.extra=1", "algo.extra=2"]}
+    assert repeated_keys(["seed=1", "algo=ppo", "~logger.csv", "logger.csv.x=1"]) == {}
+    assert repeated_key_warnings(["trainer.resume=a", "trainer.resume=b", "hydra.run.dir=c", "hydra.run.dir=d"]) == [
+        "trainer.resume is given twice (trainer.resume=a, then trainer.resume=b); the run uses the last, trainer.resume=b",
+        "hydra.run.dir is given twice (hydra.run.dir=c, then hydra.run.dir=d); the run uses the last, hydra.run.dir=d"]
+
+
+@pytest.mark.parametrize(("override", "reason", "says"), [
+    ("trainer.batch_size=1e3", "Value '1000.0' of type 'float' could not be converted to Integer",
+     "trainer.batch_size=1e3: trainer.batch_size takes a whole number, not 1e3 (read as 1000.0); write "
+     "trainer.batch_size=1000"),
+    ("trainer.batch_size=1e30", "Value '1e+30' of type 'float' could not be converted to Integer",
+     "trainer.batch_size=1e30: trainer.batch_size takes a whole number, not 1e30 (read as 1e+30)"),
+    ("seed=2.5", "Value '2.5' of type 'float' could not be converted to Integer",
+     "seed=2.5: seed takes a whole number, not 2.5"),
+    ("+algo.lr=[1]", "Value '[1]' of type 'ListConfig' could not be converted to Float",
+     "+algo.lr=[1]: algo.lr takes a number, not a list ([1])"),
+    ("algo.lr=x", "Value 'x' is not a valid bool (type str)", "algo.lr=x: Value 'x' is not a valid bool (type str)"),
+])
+def test_type_message_says_what_the_setting_takes(override: str, reason: str, says: str) -> None:
+    from corral.framework.precheck import type_message
+
+    assert type_message(override, reason) == says
