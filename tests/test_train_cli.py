@@ -686,11 +686,15 @@ def test_corral_plugins_and_train_py_name_a_plugin_name_nothing_has(tmp_path: Pa
 
 # ------------------------------------------------------------------------------------ corral train
 def test_corral_train_works_like_train_py(tmp_path: Path, sites: dict[str, Path]) -> None:
-    proc = run([*corral_command(), "train", *SMALL, f"hydra.run.dir={tmp_path / 'run'}"], tmp_path, sites)
+    proc = run([*corral_command(), "train", *SMALL, "seed=1", "seed=2", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path,
+               sites)
     assert proc.returncode == 0, output(proc)
     assert (tmp_path / "run" / "progress.csv").stat().st_size > 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["epochs"] == 1 and summary["config"]["algo"]["name"] == "ppo"
+    assert summary["epochs"] == 1 and summary["config"]["algo"]["name"] == "ppo" and summary["config"]["seed"] == 2
+    # its advice names the command that was typed
+    assert proc.stderr.splitlines()[0] == ("corral: warning: seed is given twice (seed=1, then seed=2); the run uses "
+                                           "the last, seed=2 (to run each: corral train -m seed=1,2)"), output(proc)
 
 
 def test_multirun_sweep(tmp_path: Path, sites: dict[str, Path]) -> None:

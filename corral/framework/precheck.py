@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from corral.framework.config import CONFIG_MODULE, CONFIG_NAME
@@ -77,7 +78,8 @@ def precheck(args: Sequence[str]) -> None:
     multirun = bool(flags) and all(a in MULTIRUN_FLAGS for a in flags)
     if any(a in OTHER_CONFIG_FLAGS for a in flags):
         return
-    repeated = repeated_key_warnings(overrides, "the sweep" if multirun else "the run", "" if multirun else "train.py -m ")
+    command = "corral train" if Path(sys.argv[0]).name.startswith("corral") else "train.py"
+    repeated = repeated_key_warnings(overrides, "the sweep" if multirun else "the run", "" if multirun else f"{command} -m ")
     if any(_key(a) == "trainer.resume" for a in args):  # composed from the run's own config when it starts
         check_resume_source(args)
         check_branch_dir(args)
