@@ -145,8 +145,8 @@ def repeated_keys(overrides: Sequence[str]) -> dict[str, list[str]]:
 def repeated_key_warnings(overrides: Sequence[str], user: str = "the run", sweep: str | None = "train.py -m ") -> list[str]:
     """One line for each key that several ``overrides`` set: which one ``user`` gets (the last, as
     Hydra keeps), and, unless ``sweep`` is None or the key is Hydra's own or ``trainer.resume``, how to
-    run each value (``sweep`` + ``seed=1,2``). A layered command line (``$COMMON seed=2``) is fine,
-    and stays quiet only where it sets each key once."""
+    run each value (``sweep`` + ``seed=1,2``). A warning, not an error: a layered command line
+    (``$COMMON seed=2``, where ``$COMMON`` sets ``seed`` too) is a fair use of Hydra's rule."""
     lines = []
     for key, found in repeated_keys(overrides).items():
         count = "twice" if len(found) == 2 else f"{len(found)} times"

@@ -24,6 +24,13 @@ SMALL = [
 ]
 
 
+def small(*changes: str) -> list[str]:
+    """SMALL with ``changes`` in place of its own values of the same keys, each key given once (a key
+    given twice is a warning line of its own)."""
+    changed = {change.split("=", 1)[0]: change for change in changes}
+    return [changed.pop(o.split("=", 1)[0], o) for o in SMALL] + list(changed.values())
+
+
 def train(run_dir: Path, *overrides: str, timeout: float = 240) -> subprocess.CompletedProcess:
     """Run ``python train.py`` as a user would, in its own run directory."""
     cmd = [sys.executable, str(ROOT / "train.py"), f"hydra.run.dir={run_dir}", *overrides]
@@ -242,18 +249,18 @@ def warning_lines(proc: subprocess.CompletedProcess) -> list[str]:
 def test_an_epoch_far_larger_than_the_batch_size_is_said_once(tmp_path: Path) -> None:
     """trainer.batch_size is a minimum; whole episodes of 999 steps on 4 environments make every epoch
     ten times that, and the run says so once instead of training on ten times the data in silence."""
-    proc = train(tmp_path / "long", *SMALL, "env=mountaincar_continuous", "trainer.n_epochs=2")
+    proc = train(tmp_path / "long", *small("env=mountaincar_continuous", "trainer.n_epochs=2"))
     assert proc.returncode == 0, proc.stderr
     assert warning_lines(proc) == [
         "corral: warning: epoch 0 collected 3,996 environment steps for trainer.batch_size=400 (10.0x): the workers "
         "return whole episodes (this epoch 4, up to 999 steps long) and an epoch ends when the last one it started "
         "does; raise trainer.batch_size, or run fewer environments at once (worker.n_envs, sampler.n_workers)"
     ], proc.stderr
-    short = train(tmp_path / "short", *SMALL, "trainer.n_epochs=2")  # CartPole: ~1x
+    short = train(tmp_path / "short", *small("trainer.n_epochs=2"))  # CartPole: ~1x
     assert short.returncode == 0 and "corral: warning" not in short.stderr, short.stderr
     # fragments: 1 worker x 1 environment x 300 steps per call, for a batch of 100
-    fragments = train(tmp_path / "fragments", *SMALL, "trainer.n_epochs=2", "trainer.batch_size=100", "worker=fragment",
-                      "worker.n_envs=1", "worker.timesteps_per_call=300")
+    fragments = train(tmp_path / "fragments", *small("trainer.n_epochs=2", "trainer.batch_size=100", "worker=fragment",
+                                                  "worker.n_envs=1", "worker.timesteps_per_call=300"))
     assert warning_lines(fragments) == [
         "corral: warning: epoch 0 collected 300 environment steps for trainer.batch_size=100 (3.0x): each worker "
         "returns a fragment of a fixed size per call (worker.timesteps_per_call steps per environment), more than its "
@@ -264,7 +271,7 @@ def test_an_epoch_far_larger_than_the_batch_size_is_said_once(tmp_path: Path) ->
 def test_a_step_limit_below_one_epoch_is_said_before_training(tmp_path: Path) -> None:
     """``trainer.max_env_steps=300`` with a batch of 400: the first epoch alone passes the limit, and the
     run stopped at 400-odd steps without a word about why it trained on more than was asked."""
-    proc = train(tmp_path / "run", *SMALL, "trainer.max_env_steps=300", "trainer.n_epochs=null")
+    proc = train(tmp_path / "run", *small("trainer.max_env_steps=300", "trainer.n_epochs=null"))
     assert proc.returncode == 0, proc.stderr
     assert warning_lines(proc) == [
         "corral: warning: trainer.max_env_steps=300 is below trainer.batch_size=400, the steps of one epoch at least: "
