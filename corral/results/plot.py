@@ -102,6 +102,28 @@ def choose_metric(runs: Iterable[RunRecord]) -> str:
     return "eval/return_mean" if runs else "train/return_mean"
 
 
+def columns_hint(runs: Iterable[RunRecord], metric: str = "", shown: int = 12) -> str:
+    """What the runs' ``progress.csv`` files offer to plot, for a message about a ``metric`` none has:
+    the nearest column name (`` (did you mean eval/return_mean?)``), then ``; the runs' columns are
+    train/return_mean, ...: give one with --metric``, or a note that no run has a ``progress.csv``
+    (the csv logger was off)."""
+    import csv
+    import difflib
+
+    columns: dict[str, None] = {}
+    for run in runs:
+        if run.progress_path.is_file():
+            with open(run.progress_path, newline="") as f:
+                columns.update(dict.fromkeys(next(csv.reader(f), [])))
+    names = [c for c in columns if c not in ("epoch", "env_steps")]
+    if not names:
+        return " (no run has a progress.csv with columns: is the csv logger on?)"
+    more = f", ... ({len(names)} in all)" if len(names) > shown else ""
+    near = difflib.get_close_matches(metric, names, n=1, cutoff=0.6) if metric else []
+    guess = f" (did you mean {near[0]}?)" if near else ""
+    return f"{guess}; the runs' columns are {', '.join(names[:shown])}{more}: give one with --metric"
+
+
 def learning_curves(runs: Sequence[RunRecord], metric: str, ignore: Iterable[str] = ("seed",)) -> list[Curve]:
     """One :class:`Curve` per group of ``runs`` (grouped by the swept keys, ``ignore`` merged)."""
     _, groups = group_runs(runs, ignore)
@@ -180,11 +202,11 @@ def plot_dir(root: str | Path, out: str | Path | None = None, metric: str | None
     skipped += [f"{r.path} ({'no ' + metric + ' in its' if r.progress_path.is_file() else 'no'} progress.csv)"
                 for r in runs if str(r.path) not in drawn]
     if not curves:
-        raise ValueError(f"no run under {root} has {metric!r} in its progress.csv (is the csv logger on?)")
+        raise ValueError(f"no run under {root} has {metric!r} in its progress.csv{columns_hint(runs, metric)}")
     path = output_path(out, root)
     n_lines = draw(curves, path, metric, title if title is not None else str(root))
     return PlotResult(path=path, metric=metric, curves=curves, n_lines=n_lines, skipped=skipped)
 
 
-__all__ = ["Curve", "DEFAULT_PNG", "PlotResult", "choose_metric", "draw", "group_curve", "learning_curves",
+__all__ = ["Curve", "DEFAULT_PNG", "PlotResult", "choose_metric", "columns_hint", "draw", "group_curve", "learning_curves",
            "mean_curve", "output_path", "plot_dir", "read_curve"]

@@ -92,8 +92,18 @@ def test_errors(tmp_path: Path) -> None:
     assert str(info.value) == (f"no completed run (a directory with summary.json) under {sweep} (1 failed, 1 unreadable, "
                                f"1 unfinished; `corral results {sweep}` lists them)")
     make_run(tmp_path, 0, ["seed=1"], [(100.0, 1.0, "")])
-    with pytest.raises(ValueError, match="no_such_column"):
+    with pytest.raises(ValueError) as info:
         plot_dir(tmp_path, metric="no_such_column")
+    assert str(info.value) == (f"no run under {tmp_path} has 'no_such_column' in its progress.csv; the runs' columns are "
+                               "train/return_mean, eval/return_mean: give one with --metric")
+    with pytest.raises(ValueError) as info:  # a typo: the nearest column first
+        plot_dir(tmp_path, metric="eval/retrun_mean")
+    assert str(info.value).startswith(f"no run under {tmp_path} has 'eval/retrun_mean' in its progress.csv (did you mean "
+                                      "eval/return_mean?); the runs' columns are")
+    (tmp_path / "0" / "progress.csv").unlink()
+    with pytest.raises(ValueError) as info:
+        plot_dir(tmp_path, metric="eval/return_mean")
+    assert str(info.value).endswith("in its progress.csv (no run has a progress.csv with columns: is the csv logger on?)")
 
 
 def test_the_output_is_written_where_the_line_says(tmp_path: Path) -> None:
