@@ -166,8 +166,26 @@ def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path: Path, site
     (True, "trainer.progress=true,off", "corral: error: trainer.progress must be true or false, got off (OmegaConf "
                                         "would read it as false without a word); give trainer.progress=true or "
                                         "trainer.progress=false (a value of the sweep trainer.progress=True,off)"),
-], ids=["unreadable-run-dir", "unreadable-sweep-value", "hydra-type", "hydra-type-sweep", "float-for-int", "plus-on-a-setting",
-        "no-value", "unclosed-list", "deleted-setting", "bool-as-number", "bool-as-word-sweep"])
+    # these six were Hydra's two to six lines ("Could not override 'nope'. To append to your config use +nope=1 ...")
+    (False, "nope=1", "corral: error: nope is not a setting: the top-level settings are seed and the groups trainer, "
+                      "algo, env, policy, sampler, worker, logger, normalize, experiment"),
+    (True, "nope=1", "corral: error: nope is not a setting: the top-level settings are seed and the groups trainer, "
+                     "algo, env, policy, sampler, worker, logger, normalize, experiment"),
+    (False, "hydra.launcher.n_jobs=4", "corral: error: hydra.launcher.n_jobs=4: Hydra's config has no "
+                                       "hydra.launcher.n_jobs (Key 'n_jobs' not in 'BasicLauncherConf'); `python "
+                                       "train.py --cfg hydra` shows its settings (a launcher's or sweeper's come with "
+                                       "choosing it, e.g. hydra/launcher=joblib)"),
+    (True, "hydra.nope=1", "corral: error: hydra.nope=1: Hydra's config has no hydra.nope (Key 'nope' not in "
+                           "'HydraConf'); `python train.py --cfg hydra` shows its settings (a launcher's or sweeper's "
+                           "come with choosing it, e.g. hydra/launcher=joblib)"),
+    (False, "logger.wandb.project=x", "corral: error: logger.wandb.project=x: logger wandb is not among the run's "
+                                      "loggers (csv); add it: logger=[csv,wandb] logger.wandb.project=x"),
+    (True, "logger.wandb.project=x,y", "corral: error: logger.wandb.project=x: logger wandb is not among the run's "
+                                       "loggers (csv); add it: logger=[csv,wandb] logger.wandb.project=x (the sweep's "
+                                       "job seed=1 logger.wandb.project=x; no job has started)"),
+], ids=["unreadable-run-dir", "unreadable-sweep-value", "hydra-type", "hydra-type-sweep", "float-for-int",
+        "plus-on-a-setting", "no-value", "unclosed-list", "deleted-setting", "bool-as-number", "bool-as-word-sweep",
+        "unknown-key", "unknown-key-sweep", "hydra-key", "hydra-key-sweep", "unused-logger", "unused-logger-sweep"])
 def test_an_override_hydra_cannot_read_or_type_is_one_line_before_anything(
     tmp_path: Path, sites: dict[str, Path], multirun: bool, override: str, line: str
 ) -> None:

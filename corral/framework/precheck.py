@@ -117,6 +117,10 @@ def precheck(args: Sequence[str]) -> None:
                 check_bool_values(overrides, cfg)
             except MissingConfigException as exc:
                 raise ConfigError(_missing_message(exc, options_of)) from None
+            except HydraException as exc:
+                if (unknown := not_overridable(exc)) is not None:
+                    raise ConfigError(unknown_key_error(*unknown, overrides, exc)) from None
+                raise
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(hydra_message(exc)) from None
     finally:
@@ -310,7 +314,10 @@ def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) 
 
     from corral.framework.compose import validate
 
-    if hydra_cfg is None or not str(OmegaConf.select(hydra_cfg, "sweeper._target_", default="")).endswith("BasicSweeper"):
+    if hydra_cfg is None:  # the fixed overrides do not compose: say why in one line, before Hydra does in its format
+        fixed_error(overrides)
+        return
+    if not str(OmegaConf.select(hydra_cfg, "sweeper._target_", default="")).endswith("BasicSweeper"):
         return
     if OmegaConf.select(hydra_cfg, "sweeper.params", default=None):
         return  # a preset's own sweep: its jobs are the sweeper's to make
@@ -344,9 +351,32 @@ def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) 
         try:
             validate(compose(config_name=CONFIG_NAME, overrides=[*fixed, *job]))
         except (HydraException, OmegaConfBaseException) as exc:
-            raise ConfigError(f"{hydra_message(exc)}{where}") from None
+            unknown = not_overridable(exc)
+            message = unknown_key_error(*unknown, [*fixed, *job], exc) if unknown else hydra_message(exc)
+            raise ConfigError(f"{message}{where}") from None
         except ConfigError as exc:
             raise ConfigError(f"{exc}{where}") from None
+
+
+def fixed_error(overrides: Sequence[str]) -> None:
+    """Raise one-line :class:`ConfigError` when a sweep's fixed overrides (those that are not sweeps)
+    do not compose (``-m seed=1,2 nope=1``), with the words a single run gets; nothing when they do."""
+    from hydra import compose
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except (HydraException, OmegaConfBaseException):
+        return  # _parse says what does not parse
+    fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
+    try:
+        compose(config_name=CONFIG_NAME, overrides=fixed, return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException) as exc:
+        unknown = not_overridable(exc)
+        job = [o for o in fixed if _composes_job(o)]
+        raise ConfigError(unknown_key_error(*unknown, job, exc) if unknown else hydra_message(exc)) from None
 
 
 def hydra_config(overrides: Sequence[str]) -> Any:
@@ -366,7 +396,51 @@ def hydra_config(overrides: Sequence[str]) -> Any:
     except (HydraException, OmegaConfBaseException) as exc:
         if isinstance(exc.__cause__, ValidationError) or isinstance(exc, ValidationError):
             raise ConfigError(hydra_message(exc)) from None  # e.g. hydra.sweeper.max_batch_size=abc
+        if (unknown := not_overridable(exc)) is not None and _is_hydra(unknown[0]):
+            raise ConfigError(hydra_message(exc)) from None  # hydra.launcher.n_jobs=2 with the basic launcher
         return None
+
+
+def not_overridable(exc: BaseException) -> tuple[str, str] | None:
+    """``(key, override)`` when ``exc`` is Hydra's ``Could not override 'key'. To append to your
+    config use +override``: a key the composed config does not have (``nope=1``,
+    ``logger.wandb.project=x`` without the wandb logger, ``hydra.launcher.n_jobs=2`` with the basic
+    launcher); else None."""
+    text = str(exc).strip()
+    head, _, rest = text.partition("\n")
+    append = "To append to your config use +"
+    if not (head.startswith("Could not override '") and head.endswith("'.") and rest.startswith(append)):
+        return None
+    return head[len("Could not override '"):-2], rest[len(append):].split("\n", 1)[0].strip()
+
+
+def unknown_key_error(key: str, override: str, overrides: Sequence[str], exc: BaseException) -> str:
+    """The one line for ``override``, whose ``key`` the composed config does not have: a logger the
+    run does not use (``logger.wandb.project=x``: how to add it), else corral's own message for the
+    key added with ``+`` (``nope is not a setting: the top-level settings are ...``), else Hydra's
+    reason in one line (:func:`hydra_message`). Call inside an initialised Hydra."""
+    from hydra import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from corral.framework.compose import validate
+    from corral.framework.plugins import get_plugin_manager
+
+    job = [o for o in overrides if _composes_job(o) and o != override]
+    parts = key.split(".")
+    try:
+        if len(parts) > 2 and parts[0] == "logger" and get_plugin_manager().registry.entries.get(("logger", parts[1])):
+            chosen = list(compose(config_name=CONFIG_NAME, overrides=job).logger)
+            return (f"{override}: logger {parts[1]} is not among the run's loggers ({', '.join(chosen) or 'none'}); "
+                    f"add it: logger=[{','.join([*chosen, parts[1]])}] {override}")
+        added = compose(config_name=CONFIG_NAME, overrides=[*job, f"+{override}"])
+        check_plugin_names([*job, f"+{override}"], added, lambda other: compose(config_name=CONFIG_NAME, overrides=other))
+        validate(added)
+    except ConfigError as error:
+        return str(error)
+    except (HydraException, OmegaConfBaseException):
+        pass
+    return hydra_message(exc)
 
 
 def check_output_dir(overrides: Sequence[str], multirun: bool, hydra_cfg: Any) -> None:
@@ -703,6 +777,13 @@ def hydra_message(exc: BaseException) -> str:
                 f"({reason}); an override is key=value "
                 "(see https://hydra.cc/docs/1.2/advanced/override_grammar/basic)")
     cause = exc.__cause__
+    if (unknown := not_overridable(exc)) is not None:
+        key, written = unknown
+        reason = str(cause).strip().splitlines()[0] if cause is not None else f"no key {key}"
+        if _is_hydra(key):
+            return (f"{written}: Hydra's config has no {key} ({reason}); `python train.py --cfg hydra` shows "
+                    "its settings (a launcher's or sweeper's come with choosing it, e.g. hydra/launcher=joblib)")
+        return f"{written}: the config has no {key} ({reason}); to add a new key, write +{written}"
     if text.startswith("Error merging override ") and cause is not None:
         reason = str(getattr(cause, "msg", None) or cause).strip().splitlines()[0]
         return type_message(text.removeprefix("Error merging override "), reason)
@@ -750,4 +831,4 @@ def type_message(override: str, reason: str) -> str:
     return f"{override}: {key} takes {wanted}, not {shown}{hint}"
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "first_job_number", "given_keys", "hydra_config", "hydra_message", "precheck", "repeated_key_warnings", "repeated_keys", "split_flags", "true_false_message", "type_message", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "first_job_number", "fixed_error", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "split_flags", "true_false_message", "type_message", "unknown_key_error", "unknown_option_message"]
