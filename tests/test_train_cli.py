@@ -221,6 +221,20 @@ def test_a_key_given_twice_is_one_warning_line_naming_the_value_used(tmp_path: P
     assert not (tmp_path / "sweep" / "1").exists()
 
 
+def test_a_sweeps_setting_in_a_single_run_is_one_warning_line_each(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """``hydra/launcher=joblib hydra.launcher.n_jobs=2`` without ``-m`` ran one job as if they were not
+    there: a launcher, a sweeper and a sweep directory are read by a multirun only."""
+    proc = train(tmp_path, sites, *SMALL, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                 f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    assert proc.returncode == 0, output(proc)
+    tail = ("has no effect without -m: Hydra's launcher, sweeper and sweep directory are a multirun's; add -m to run "
+            "a sweep")
+    assert [line for line in proc.stderr.splitlines() if "warning" in line] == [
+        f"corral: warning: hydra/launcher=joblib {tail}", f"corral: warning: hydra.launcher.n_jobs=2 {tail}",
+        f"corral: warning: hydra.sweep.dir={tmp_path / 'sweep'} {tail}"], output(proc)
+    assert (tmp_path / "run" / "summary.json").is_file() and not (tmp_path / "sweep").exists()
+
+
 def test_a_key_given_twice_beside_a_mistake_is_still_one_error_line(tmp_path: Path, sites: dict[str, Path]) -> None:
     proc = train(tmp_path, sites, "hydra.job.name=a", "hydra.job.name=b", *SMALL, "trainer.n_epochs=0")
     assert proc.returncode == 2, output(proc)

@@ -126,13 +126,25 @@ def precheck(args: Sequence[str]) -> None:
     finally:
         GlobalHydra.instance().clear()
     validate(cfg)  # every value, and whether the choices fit together (the plugins' corral_validate_config)
-    _print_warnings(repeated)
+    _print_warnings(repeated + sweep_only_warnings(overrides))
     warn_ignored(cfg, given_keys(overrides))
 
 
 def _print_warnings(messages: Sequence[str]) -> None:
     for message in messages:
         print(f"corral: warning: {message}", file=sys.stderr, flush=True)
+
+
+#: Hydra's settings that only a multirun (``-m``) reads: its launcher, its sweeper, its sweep directory.
+SWEEP_ONLY = ("hydra/launcher", "hydra/sweeper", "hydra.launcher.", "hydra.sweeper.", "hydra.sweep.")
+
+
+def sweep_only_warnings(overrides: Sequence[str]) -> list[str]:
+    """One line for each override of a single run (no ``-m``) that only a multirun reads
+    (``hydra/launcher=joblib``, ``hydra.sweep.dir=...``): Hydra accepts it and changes nothing."""
+    return [f"{override} has no effect without -m: Hydra's launcher, sweeper and sweep directory are a multirun's; "
+            "add -m to run a sweep" for override in overrides
+            if "=" in override and (_key(override) in SWEEP_ONLY[:2] or _key(override).startswith(SWEEP_ONLY[2:]))]
 
 
 def repeated_keys(overrides: Sequence[str]) -> dict[str, list[str]]:
@@ -831,4 +843,4 @@ def type_message(override: str, reason: str) -> str:
     return f"{override}: {key} takes {wanted}, not {shown}{hint}"
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "first_job_number", "fixed_error", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "split_flags", "true_false_message", "type_message", "unknown_key_error", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "first_job_number", "fixed_error", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_key_error", "unknown_option_message"]
