@@ -117,10 +117,6 @@ def precheck(args: Sequence[str]) -> None:
                 check_bool_values(overrides, cfg)
             except MissingConfigException as exc:
                 raise ConfigError(_missing_message(exc, options_of)) from None
-            except HydraException as exc:
-                if (unknown := not_overridable(exc)) is not None:
-                    raise ConfigError(unknown_key_error(*unknown, overrides, exc)) from None
-                raise
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(hydra_message(exc)) from None
     finally:
@@ -326,10 +322,7 @@ def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) 
 
     from corral.framework.compose import validate
 
-    if hydra_cfg is None:  # the fixed overrides do not compose: say why in one line, before Hydra does in its format
-        fixed_error(overrides)
-        return
-    if not str(OmegaConf.select(hydra_cfg, "sweeper._target_", default="")).endswith("BasicSweeper"):
+    if hydra_cfg is None or not str(OmegaConf.select(hydra_cfg, "sweeper._target_", default="")).endswith("BasicSweeper"):
         return
     if OmegaConf.select(hydra_cfg, "sweeper.params", default=None):
         return  # a preset's own sweep: its jobs are the sweeper's to make
@@ -363,39 +356,17 @@ def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) 
         try:
             validate(compose(config_name=CONFIG_NAME, overrides=[*fixed, *job]))
         except (HydraException, OmegaConfBaseException) as exc:
-            unknown = not_overridable(exc)
-            message = unknown_key_error(*unknown, [*fixed, *job], exc) if unknown else hydra_message(exc)
-            raise ConfigError(f"{message}{where}") from None
+            raise ConfigError(f"{composition_error(exc, [*fixed, *job])}{where}") from None
         except ConfigError as exc:
             raise ConfigError(f"{exc}{where}") from None
-
-
-def fixed_error(overrides: Sequence[str]) -> None:
-    """Raise one-line :class:`ConfigError` when a sweep's fixed overrides (those that are not sweeps)
-    do not compose (``-m seed=1,2 nope=1``), with the words a single run gets; nothing when they do."""
-    from hydra import compose
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except (HydraException, OmegaConfBaseException):
-        return  # _parse says what does not parse
-    fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
-    try:
-        compose(config_name=CONFIG_NAME, overrides=fixed, return_hydra_config=True)
-    except (HydraException, OmegaConfBaseException) as exc:
-        unknown = not_overridable(exc)
-        job = [o for o in fixed if _composes_job(o)]
-        raise ConfigError(unknown_key_error(*unknown, job, exc) if unknown else hydra_message(exc)) from None
 
 
 def hydra_config(overrides: Sequence[str]) -> Any:
     """Hydra's own config (the ``hydra`` node) composed from the overrides that are not sweeps, for
     :func:`check_output_dir` and :func:`check_sweep_plugins`; None when it does not compose (Hydra
-    or each job reports why). A ``hydra.*`` value of the wrong type (``hydra.job.chdir=abc``) is a
-    one-line :class:`ConfigError`."""
+    or each job reports why). A ``hydra.*`` value of the wrong type (``hydra.job.chdir=abc``) and a
+    key the config does not have (``nope=1``, ``hydra.launcher.n_jobs=2`` with the basic launcher,
+    also beside a sweep) are a one-line :class:`ConfigError` (:func:`composition_error`)."""
     from hydra import compose
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
@@ -403,13 +374,16 @@ def hydra_config(overrides: Sequence[str]) -> Any:
 
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
-        fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
+    except (HydraException, OmegaConfBaseException):
+        return None  # _parse says what does not parse
+    fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
+    try:
         return compose(config_name=CONFIG_NAME, overrides=fixed, return_hydra_config=True).hydra
     except (HydraException, OmegaConfBaseException) as exc:
         if isinstance(exc.__cause__, ValidationError) or isinstance(exc, ValidationError):
             raise ConfigError(hydra_message(exc)) from None  # e.g. hydra.sweeper.max_batch_size=abc
-        if (unknown := not_overridable(exc)) is not None and _is_hydra(unknown[0]):
-            raise ConfigError(hydra_message(exc)) from None  # hydra.launcher.n_jobs=2 with the basic launcher
+        if not_overridable(exc) is not None:
+            raise ConfigError(composition_error(exc, [o for o in fixed if _composes_job(o)])) from None
         return None
 
 
@@ -426,11 +400,12 @@ def not_overridable(exc: BaseException) -> tuple[str, str] | None:
     return head[len("Could not override '"):-2], rest[len(append):].split("\n", 1)[0].strip()
 
 
-def unknown_key_error(key: str, override: str, overrides: Sequence[str], exc: BaseException) -> str:
-    """The one line for ``override``, whose ``key`` the composed config does not have: a logger the
-    run does not use (``logger.wandb.project=x``: how to add it), else corral's own message for the
-    key added with ``+`` (``nope is not a setting: the top-level settings are ...``), else Hydra's
-    reason in one line (:func:`hydra_message`). Call inside an initialised Hydra."""
+def composition_error(exc: BaseException, overrides: Sequence[str]) -> str:
+    """The one line for a composition error of ``overrides``: for a key the config does not have
+    (:func:`not_overridable`) a logger the run does not use (``logger.wandb.project=x``: how to add
+    it), else corral's own message for the key added with ``+`` (``nope is not a setting: the
+    top-level settings are ...``); else, and for ``hydra.*`` keys, Hydra's reason in one line
+    (:func:`hydra_message`). Call inside an initialised Hydra."""
     from hydra import compose
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -438,6 +413,10 @@ def unknown_key_error(key: str, override: str, overrides: Sequence[str], exc: Ba
     from corral.framework.compose import validate
     from corral.framework.plugins import get_plugin_manager
 
+    unknown = not_overridable(exc)
+    if unknown is None or _is_hydra(unknown[0]):
+        return hydra_message(exc)
+    key, override = unknown
     job = [o for o in overrides if _composes_job(o) and o != override]
     parts = key.split(".")
     try:
@@ -843,4 +822,4 @@ def type_message(override: str, reason: str) -> str:
     return f"{override}: {key} takes {wanted}, not {shown}{hint}"
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "first_job_number", "fixed_error", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_key_error", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]
