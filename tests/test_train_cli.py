@@ -235,6 +235,17 @@ def test_a_sweeps_setting_in_a_single_run_is_one_warning_line_each(tmp_path: Pat
     assert (tmp_path / "run" / "summary.json").is_file() and not (tmp_path / "sweep").exists()
 
 
+def test_a_single_runs_directory_in_a_sweep_is_one_warning_line(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """``-m seed=1,2 hydra.run.dir=x`` put the jobs under ``multirun/<date>/<time>`` without a word: a
+    sweep's jobs go under ``hydra.sweep.dir``."""
+    proc = run([sys.executable, str(TRAIN), "-m", "seed=1", *SMALL, "hydra.run.dir=mine"], tmp_path, sites)
+    assert proc.returncode == 0, output(proc)
+    assert [line for line in proc.stderr.splitlines() if "warning" in line] == [
+        "corral: warning: hydra.run.dir=mine has no effect with -m: a sweep's jobs go under hydra.sweep.dir, one "
+        "directory each; give hydra.sweep.dir=mine instead"], output(proc)
+    assert not (tmp_path / "mine").exists() and len(list((tmp_path / "multirun").glob("*/*/0/summary.json"))) == 1
+
+
 def test_a_key_given_twice_beside_a_mistake_is_still_one_error_line(tmp_path: Path, sites: dict[str, Path]) -> None:
     proc = train(tmp_path, sites, "hydra.job.name=a", "hydra.job.name=b", *SMALL, "trainer.n_epochs=0")
     assert proc.returncode == 2, output(proc)

@@ -108,7 +108,7 @@ def precheck(args: Sequence[str]) -> None:
                 check_sweep_values(overrides)
                 check_sweep_plugins(overrides, hydra_cfg)
                 check_sweep_jobs(overrides, hydra_cfg, options_of)
-                _print_warnings(repeated)
+                _print_warnings(repeated + run_only_warnings(overrides))
                 return
             try:
                 cfg = compose(config_name=CONFIG_NAME, overrides=[o for o in overrides if _composes_job(o)])
@@ -141,6 +141,18 @@ def sweep_only_warnings(overrides: Sequence[str]) -> list[str]:
     return [f"{override} has no effect without -m: Hydra's launcher, sweeper and sweep directory are a multirun's; "
             "add -m to run a sweep" for override in overrides
             if "=" in override and (_key(override) in SWEEP_ONLY[:2] or _key(override).startswith(SWEEP_ONLY[2:]))]
+
+
+#: Hydra's settings that only a single run (no ``-m``) reads: its run directory.
+RUN_ONLY = ("hydra.run.",)
+
+
+def run_only_warnings(overrides: Sequence[str]) -> list[str]:
+    """One line for each override of a multirun (``-m``) that only a single run reads
+    (``hydra.run.dir=...``): Hydra accepts it and puts the jobs under ``hydra.sweep.dir`` instead."""
+    return [f"{override} has no effect with -m: a sweep's jobs go under hydra.sweep.dir, one directory each; "
+            f"give hydra.sweep.dir={override.split('=', 1)[1]} instead" for override in overrides
+            if "=" in override and _key(override).startswith(RUN_ONLY)]
 
 
 def repeated_keys(overrides: Sequence[str]) -> dict[str, list[str]]:
@@ -822,4 +834,4 @@ def type_message(override: str, reason: str) -> str:
     return f"{override}: {key} takes {wanted}, not {shown}{hint}"
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]

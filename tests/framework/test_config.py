@@ -514,6 +514,16 @@ def test_repeated_keys_counts_settings_not_deletions() -> None:
         "hydra.run.dir is given twice (hydra.run.dir=c, then hydra.run.dir=d); the run uses the last, hydra.run.dir=d"]
 
 
+def test_a_single_runs_and_a_sweeps_own_hydra_settings_are_told_apart() -> None:
+    from corral.framework.precheck import run_only_warnings, sweep_only_warnings
+
+    given = ["hydra.run.dir=r", "hydra.sweep.dir=s", "hydra/launcher=joblib", "hydra.job.chdir=true", "seed=1"]
+    assert run_only_warnings(given) == [
+        "hydra.run.dir=r has no effect with -m: a sweep's jobs go under hydra.sweep.dir, one directory each; give "
+        "hydra.sweep.dir=r instead"]
+    assert [line.split(" ", 1)[0] for line in sweep_only_warnings(given)] == ["hydra.sweep.dir=s", "hydra/launcher=joblib"]
+
+
 @pytest.mark.parametrize(("override", "reason", "says"), [
     ("trainer.batch_size=1e3", "Value '1000.0' of type 'float' could not be converted to Integer",
      "trainer.batch_size=1e3: trainer.batch_size takes a whole number, not 1e3 (read as 1000.0); write "
