@@ -178,6 +178,12 @@ def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path: Path, site
     (True, "hydra.nope=1", "corral: error: hydra.nope=1: Hydra's config has no hydra.nope (Key 'nope' not in "
                            "'HydraConf'); `python train.py --cfg hydra` shows its settings (a launcher's or sweeper's "
                            "come with choosing it, e.g. hydra/launcher=joblib)"),
+    (False, "+hydra.job.nope=1", "corral: error: +hydra.job.nope=1: Hydra's config has no hydra.job.nope (Key 'nope' "
+                                 "not in 'JobConf'), and nothing would read a key added to it; `python train.py --cfg "
+                                 "hydra` shows its settings"),
+    (True, "+hydra.nope=1", "corral: error: +hydra.nope=1: Hydra's config has no hydra.nope (Key 'nope' not in "
+                            "'HydraConf'), and nothing would read a key added to it; `python train.py --cfg hydra` "
+                            "shows its settings"),
     (False, "logger.wandb.project=x", "corral: error: logger.wandb.project=x: logger wandb is not among the run's "
                                       "loggers (csv); add it: logger=[csv,wandb] logger.wandb.project=x"),
     (True, "logger.wandb.project=x,y", "corral: error: logger.wandb.project=x: logger wandb is not among the run's "
@@ -185,7 +191,8 @@ def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path: Path, site
                                        "job seed=1 logger.wandb.project=x; no job has started)"),
 ], ids=["unreadable-run-dir", "unreadable-sweep-value", "hydra-type", "hydra-type-sweep", "float-for-int",
         "plus-on-a-setting", "no-value", "unclosed-list", "deleted-setting", "bool-as-number", "bool-as-word-sweep",
-        "unknown-key", "unknown-key-sweep", "hydra-key", "hydra-key-sweep", "unused-logger", "unused-logger-sweep"])
+        "unknown-key", "unknown-key-sweep", "hydra-key", "hydra-key-sweep", "added-hydra-key",
+        "added-hydra-key-sweep", "unused-logger", "unused-logger-sweep"])
 def test_an_override_hydra_cannot_read_or_type_is_one_line_before_anything(
     tmp_path: Path, sites: dict[str, Path], multirun: bool, override: str, line: str
 ) -> None:

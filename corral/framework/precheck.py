@@ -102,6 +102,7 @@ def precheck(args: Sequence[str]) -> None:
             _parse(overrides)  # Hydra's own settings too (compose below leaves them out)
             hydra_cfg = hydra_config(overrides)  # composed once, for the two checks below
             check_output_dir(overrides, multirun, hydra_cfg)
+            check_added_hydra_keys(overrides, hydra_cfg)
             if multirun:
                 check_sweep_lists(overrides, options_of)
                 check_no_hydra_sweep(overrides)
@@ -397,6 +398,34 @@ def hydra_config(overrides: Sequence[str]) -> Any:
         if not_overridable(exc) is not None:
             raise ConfigError(composition_error(exc, [o for o in fixed if _composes_job(o)])) from None
         return None
+
+
+def check_added_hydra_keys(overrides: Sequence[str], hydra_cfg: Any) -> None:
+    """Raise a one-line :class:`ConfigError` for a key added to Hydra's own settings with ``+``
+    (``+hydra.nope=1``, ``+hydra.job.nope=1``) where Hydra's config is a fixed schema: Hydra takes it
+    and nothing reads it. A key added under a mapping Hydra reads as one (``+hydra.job.env_set.FOO=1``,
+    ``+hydra.callbacks.x._target_=...``) is fine."""
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    if hydra_cfg is None:
+        return
+    for override in overrides:
+        key = _key(override)
+        if not (override.startswith("+") and "=" in override and key.startswith("hydra.")):
+            continue
+        *parents, name = key.split(".")[1:]
+        node = hydra_cfg
+        for part in parents:
+            node = node.get(part) if isinstance(node, DictConfig) else None
+        schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+        if schema is None or not dataclasses.is_dataclass(schema):
+            continue
+        if name not in {field.name for field in dataclasses.fields(schema)}:
+            raise ConfigError(f"{override}: Hydra's config has no {key} (Key '{name}' not in '{schema.__name__}'), "
+                              "and nothing would read a key added to it; `python train.py --cfg hydra` shows its "
+                              "settings")
 
 
 def not_overridable(exc: BaseException) -> tuple[str, str] | None:
@@ -834,4 +863,4 @@ def type_message(override: str, reason: str) -> str:
     return f"{override}: {key} takes {wanted}, not {shown}{hint}"
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]

@@ -514,6 +514,16 @@ def test_repeated_keys_counts_settings_not_deletions() -> None:
         "hydra.run.dir is given twice (hydra.run.dir=c, then hydra.run.dir=d); the run uses the last, hydra.run.dir=d"]
 
 
+def test_a_key_added_to_hydras_fixed_settings_is_an_error_and_one_added_to_a_mapping_is_not() -> None:
+    from corral.framework.precheck import precheck
+
+    prepare([])
+    for given in (["+hydra.nope=1"], ["+hydra.job.nope=1"], ["++hydra.run.nope=x"], ["-m", "seed=1,2", "+hydra.nope=1"]):
+        with pytest.raises(ConfigError, match=r"^\S*hydra\.\S*nope=\S+: Hydra's config has no hydra\.(\w+\.)?nope "):
+            precheck(given)
+    precheck(["+hydra.job.env_set.CORRAL_X=1", "++hydra.job.chdir=false", "trainer.n_epochs=1"])
+
+
 def test_a_single_runs_and_a_sweeps_own_hydra_settings_are_told_apart() -> None:
     from corral.framework.precheck import run_only_warnings, sweep_only_warnings
 
