@@ -12,6 +12,7 @@ import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -131,13 +132,18 @@ def learning_curves(runs: Sequence[RunRecord], metric: str, ignore: Iterable[str
     return [c for c in curves if c is not None]
 
 
-def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = "") -> int:
-    """Draw ``curves`` (mean line, +- std band) into the PNG ``path``; return the number of lines drawn."""
+def _matplotlib() -> ModuleType:
+    """matplotlib, or an ImportError that names the extra that installs it."""
     try:
         import matplotlib
     except ImportError:
         raise ImportError(f"corral plot needs matplotlib: {PLOT_EXTRA} (or pip install matplotlib)") from None
+    return matplotlib
 
+
+def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = "") -> int:
+    """Draw ``curves`` (mean line, +- std band) into the PNG ``path``; return the number of lines drawn."""
+    matplotlib = _matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -168,13 +174,20 @@ def output_path(out: str | Path | None, root: Path) -> Path:
     """Where ``corral plot -o OUT`` writes: ``OUT`` itself, ``OUT/learning_curves.png`` when ``OUT`` is a
     directory (or ends with a slash), ``OUT.png`` when it has no suffix (what matplotlib would
     write), ``<root>/learning_curves.png`` without ``-o``. Raises ValueError, naming the reason, when
-    its directory cannot be created."""
+    its directory cannot be created or matplotlib writes no such file type (``-o curves.txt``)."""
+    _matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
     if out is None:
         path = root / DEFAULT_PNG
     elif Path(out).is_dir() or str(out).endswith(("/", os.sep)):
         path = Path(out) / DEFAULT_PNG
     else:
         path = Path(out) if Path(out).suffix else Path(f"{out}.png")
+    if path.suffix[1:].lower() not in formats:
+        raise ValueError(f"-o {out}: matplotlib writes no {path.suffix} files; give -o a name ending in .png, .svg or "
+                         f".pdf (it also writes {', '.join('.' + f for f in sorted(formats) if f not in ('png', 'svg', 'pdf'))})")
     if (problem := directory_problem(path.absolute().parent)) is not None:
         raise ValueError(f"cannot write {path}: {problem}; give -o a file in a directory you can write to")
     return path
@@ -187,6 +200,7 @@ def plot_dir(root: str | Path, out: str | Path | None = None, metric: str | None
     ``out``: see :func:`output_path`; ``metric`` defaults to :func:`choose_metric`.
     """
     root = Path(root)
+    path = output_path(out, root)  # a file that cannot be written: before the runs are read
     found = find_runs(root)
     runs = [r for r in found if r.status == "completed"]
     unfinished = unfinished_job_dirs(root)
@@ -203,7 +217,6 @@ def plot_dir(root: str | Path, out: str | Path | None = None, metric: str | None
                 for r in runs if str(r.path) not in drawn]
     if not curves:
         raise ValueError(f"no run under {root} has {metric!r} in its progress.csv{columns_hint(runs, metric)}")
-    path = output_path(out, root)
     n_lines = draw(curves, path, metric, title if title is not None else str(root))
     return PlotResult(path=path, metric=metric, curves=curves, n_lines=n_lines, skipped=skipped)
 

@@ -125,3 +125,16 @@ def test_the_output_is_written_where_the_line_says(tmp_path: Path) -> None:
         plot_dir(runs, out=tmp_path / "a_file" / "p.png")
     assert str(refused.value) == (f"cannot write {tmp_path / 'a_file' / 'p.png'}: {tmp_path / 'a_file'} is a file, not "
                                   "a directory; give -o a file in a directory you can write to")
+
+
+def test_a_file_type_matplotlib_cannot_write_is_one_line_before_anything_is_written(tmp_path: Path) -> None:
+    """``-o curves.txt`` reached matplotlib's ``Format 'txt' is not supported (...)``, which did not
+    say it was ``-o``; a suffix in capitals is matplotlib's too."""
+    runs = tmp_path / "runs"
+    make_run(runs, 0, ["seed=1"], [(100.0, 1.0, ""), (200.0, 2.0, "")])
+    with pytest.raises(ValueError) as refused:
+        plot_dir(runs, out=tmp_path / "curves.txt")
+    assert str(refused.value).startswith(f"-o {tmp_path / 'curves.txt'}: matplotlib writes no .txt files; give -o a "
+                                         "name ending in .png, .svg or .pdf (it also writes .avif, .eps, ")
+    assert not (tmp_path / "curves.txt").exists()
+    assert plot_dir(runs, out=tmp_path / "curves.SVG").path.read_text().lstrip().startswith("<?xml")
