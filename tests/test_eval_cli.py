@@ -125,8 +125,8 @@ def test_python_api_is_the_command(cartpole_run: Path, tmp_path: Path) -> None:
     empty = corral("eval", str(tmp_path / "empty"), cwd=tmp_path)
     assert empty.returncode == 2 and "no snapshot found in" in empty.stderr and "Traceback" not in empty.stderr
     nothing = corral("eval", cwd=tmp_path)  # the overrides are optional: only the run is asked for
-    assert nothing.returncode == 2 and nothing.stderr.strip().splitlines()[-1] == (
-        "corral eval: error: the following arguments are required: run"), nothing.stderr
+    assert nothing.returncode == 2 and nothing.stderr == (
+        "corral eval: error: the following arguments are required: run (`corral eval --help` shows the usage)\n")
 
 
 @pytest.mark.parametrize(("override", "says"), [
@@ -382,6 +382,21 @@ def test_trust_is_passed_to_the_snapshot_loader(cartpole_run: Path, tmp_path: Pa
     assert refused.returncode == 2 and "--trust" in refused.stderr and "Traceback" not in refused.stderr
     trusted = corral("eval", str(copy), "--episodes", "1", "--trust", cwd=tmp_path)
     assert trusted.returncode == 0, trusted.stderr
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["eval", "run", "--episodes", "x"], "corral eval: error: argument --episodes: invalid int value: 'x'"),
+    (["eval", "run", "--nope"], "corral eval: error: unrecognized arguments: --nope"),
+    (["results"], "corral results: error: the following arguments are required: dir"),
+    (["plot", "runs", "--metric"], "corral plot: error: argument --metric: expected one argument"),
+    (["plugins", "--jsn"], "corral plugins: error: unrecognized arguments: --jsn"),
+])
+def test_a_commands_argument_mistake_is_one_line_that_points_at_help(tmp_path: Path, args: list[str], line: str) -> None:
+    """argparse printed its whole usage block (three lines for ``corral eval``) before the mistake."""
+    proc = corral(*args, cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr == f"{line} (`corral {args[0]} --help` shows the usage)\n", proc.stderr
+    assert proc.stdout == "" and not any(tmp_path.iterdir())
+    assert corral(args[0], "--help", cwd=tmp_path).stdout.startswith(f"usage: corral {args[0]} ")
 
 
 def test_an_unknown_command_is_one_line_with_the_commands(tmp_path: Path) -> None:

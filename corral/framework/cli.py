@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Any, Sequence
+
+from corral.framework.arguments import CommandParser
 
 USAGE = """usage: corral <command> [args]
 
@@ -91,7 +92,7 @@ def unknown_command_message(args: Sequence[str]) -> str:
 
 def plugins_command(argv: Sequence[str]) -> int:
     """``corral plugins``: a table (or ``--json``) of components and failed plugins."""
-    parser = argparse.ArgumentParser(prog="corral plugins", description="List corral's registered components.")
+    parser = CommandParser(prog="corral plugins", description="List corral's registered components.")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when a plugin failed to load or registers nothing, an option name clashed, "
@@ -162,7 +163,7 @@ def _checked_ignore(command: str, root: str, given: list[str] | None) -> list[st
 
 def results_command(argv: Sequence[str]) -> int:
     """``corral results <dir>``: the grouped table of every run under a run or multirun directory."""
-    parser = argparse.ArgumentParser(prog="corral results", description="Summarise the runs under a directory.")
+    parser = CommandParser(prog="corral results", description="Summarise the runs under a directory.")
     parser.add_argument("dir", help="a run directory or a multirun (sweep) directory")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--ignore", nargs="*", help="override keys merged within a group (default: seed)")
@@ -189,7 +190,7 @@ def results_command(argv: Sequence[str]) -> int:
 
 def plot_command(argv: Sequence[str]) -> int:
     """``corral plot <dir>``: learning curves of the runs under a directory as a PNG."""
-    parser = argparse.ArgumentParser(prog="corral plot",
+    parser = CommandParser(prog="corral plot",
                                      description="Plot learning curves of the runs under a directory.")
     parser.add_argument("dir", help="a run directory or a multirun (sweep) directory")
     parser.add_argument("-o", "--out", help="PNG to write (default: <dir>/learning_curves.png)")

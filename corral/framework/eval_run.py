@@ -13,7 +13,6 @@ action clipping, deterministic actions unless ``--stochastic``, on the evaluatio
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import io
@@ -25,6 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from corral.framework.arguments import CommandParser
 from corral.framework.errors import ConfigError, CorralError, SnapshotError, error_report
 from corral.framework.precheck import repeated_key_warnings
 
@@ -339,7 +339,7 @@ def _other_env(cfg: Any, env_id: str, spec: Any) -> Any:
 
 def eval_command(argv: Sequence[str]) -> int:
     """``corral eval``: parse the command line, evaluate, print mean ± std, write ``eval.json``."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="corral eval", description="Evaluate a trained run: its snapshot's policy, through the run's workers.")
     parser.add_argument("run", help="a run directory, its snapshots/ directory or a snapshot file")
     parser.add_argument("overrides", nargs="*", default=[], help="key=value changes of the run's env.*, worker.* or seed")
