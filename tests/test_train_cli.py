@@ -268,6 +268,27 @@ def test_an_unknown_option_with_a_hydra_flag_is_one_line(tmp_path: Path, sites: 
     assert proc.stdout == "", output(proc)
 
 
+FLAGS = "`train.py --help` lists its flags, and a setting is key=value"
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--nope", "seed=2"], f"unrecognized arguments: --nope; {FLAGS}"),
+    (["--cfg"], f"argument --cfg/-c: expected one argument; {FLAGS}"),
+    (["--cfg", "jobs"], f"argument --cfg/-c: invalid choice: 'jobs' (choose from 'job', 'hydra', 'all'); {FLAGS}"),
+    (["-m", "seed=1,2", "--cfg", "job"], "-m and --cfg cannot be given together: each says what train.py does (run, "
+                                        "sweep, show the config, show information); give one of them"),
+    (["--info", "nope"], "nope: Hydra cannot read this override (missing EQUAL at '<EOF>'); an override is key=value "
+                         "(see https://hydra.cc/docs/1.2/advanced/override_grammar/basic)"),
+], ids=["unknown-flag", "no-value", "wrong-value", "two-modes", "info-with-a-word"])
+def test_a_flag_mistake_is_one_line(tmp_path: Path, sites: dict[str, Path], args: list[str], line: str) -> None:
+    """Hydra printed its usage block (seven lines) for a flag it does not know, and a traceback for
+    ``-m --cfg job`` and for ``--info nope`` (``nope`` is an override to it)."""
+    proc = run([sys.executable, str(TRAIN), *args], tmp_path, sites)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip().splitlines() == [f"corral: error: {line}"], output(proc)
+    assert proc.stdout == "" and not any(tmp_path.glob("*/")), output(proc)
+
+
 @pytest.mark.parametrize(
     ("overrides", "line"),
     [

@@ -26,7 +26,7 @@ import math
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 from corral.framework.config import CONFIG_MODULE, CONFIG_NAME
 from corral.framework.errors import ConfigError
@@ -76,9 +76,10 @@ def precheck(args: Sequence[str]) -> None:
     (:func:`check_sweep_values`), and its launcher's and sweeper's (:func:`check_sweep_plugins`)."""
     flags, overrides = split_flags(args)
     multirun = bool(flags) and all(a in MULTIRUN_FLAGS for a in flags)
+    command = "corral train" if Path(sys.argv[0]).name.startswith("corral") else "train.py"
+    check_flags(args, command)
     if any(a in OTHER_CONFIG_FLAGS for a in flags):
         return
-    command = "corral train" if Path(sys.argv[0]).name.startswith("corral") else "train.py"
     repeated = repeated_key_warnings(overrides, "the sweep" if multirun else "the run", "" if multirun else f"{command} -m ")
     if any(_key(a) == "trainer.resume" for a in args):  # composed from the run's own config when it starts
         check_resume_source(args)
@@ -97,9 +98,9 @@ def precheck(args: Sequence[str]) -> None:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             options_of = _options_lister(GlobalHydra.instance().config_loader(), overrides)
             check_choices(overrides, options_of)
+            _parse(overrides)  # also beside a flag: `--info nope` is the override nope to Hydra
             if flags and not multirun:  # --cfg, --help, ...: Hydra shows what was asked, of options that exist
                 return
-            _parse(overrides)  # Hydra's own settings too (compose below leaves them out)
             hydra_cfg = hydra_config(overrides)  # composed once, for the two checks below
             check_output_dir(overrides, multirun, hydra_cfg)
             check_added_hydra_keys(overrides, hydra_cfg)
@@ -125,6 +126,35 @@ def precheck(args: Sequence[str]) -> None:
     validate(cfg)  # every value, and whether the choices fit together (the plugins' corral_validate_config)
     _print_warnings(repeated + sweep_only_warnings(overrides))
     warn_ignored(cfg, given_keys(overrides))
+
+
+#: Hydra's flags that say what ``train.py`` does: one of them at most (Hydra's rule).
+MODE_FLAGS = {"run": "--run", "multirun": "-m", "cfg": "--cfg", "info": "--info", "shell_completion": "--shell-completion"}
+
+
+def check_flags(args: Sequence[str], command: str = "train.py") -> None:
+    """Raise a one-line :class:`ConfigError` for a flag Hydra's parser does not take (``--nope``,
+    ``--cfg nope``, ``--cfg`` without its value) and for two flags that each say what to do
+    (``-m --cfg job``): Hydra printed its whole usage block, or a traceback, for them."""
+    import argparse
+
+    from hydra._internal.utils import get_args_parser
+
+    if "--version" in args:  # Hydra's parser prints the version and exits: Hydra's business
+        return
+    parser = get_args_parser()
+
+    def refuse(message: str) -> NoReturn:
+        raise ConfigError(f"{' '.join(message.split())}; `{command} --help` lists its flags, and a setting is key=value")
+
+    parser.error = refuse  # type: ignore[method-assign]
+    parsed: argparse.Namespace = parser.parse_args(list(args))
+    if parsed.help or parsed.hydra_help:
+        return
+    given = [flag for dest, flag in MODE_FLAGS.items() if getattr(parsed, dest) not in (None, False)]
+    if len(given) > 1:
+        raise ConfigError(f"{' and '.join(given)} cannot be given together: each says what {command} does (run, "
+                          "sweep, show the config, show information); give one of them")
 
 
 def _print_warnings(messages: Sequence[str]) -> None:
@@ -863,4 +893,4 @@ def type_message(override: str, reason: str) -> str:
     return f"{override}: {key} takes {wanted}, not {shown}{hint}"
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "MODE_FLAGS", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_flags", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]
