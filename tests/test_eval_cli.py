@@ -132,7 +132,16 @@ def test_python_api_is_the_command(cartpole_run: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(("override", "says"), [
     ("algo.clip_range=0.3", "algo.clip_range=0.3 would not change the evaluation: corral eval takes overrides of env.*, "
                             "worker.* and seed only"),
-    ("sampler.n_workers=4", "sampler.n_workers=4 would not change the evaluation"),  # --n-workers does that
+    ("sampler.n_workers=4", "sampler.n_workers=4: corral eval takes its sampler from its own options, not the run's: "
+                            "give --n-workers 4"),
+    ("sampler=ray", "sampler=ray: corral eval takes its sampler from its own options, not the run's: give --sampler ray"),
+    ("+env.kwargs.x=1", "+env.kwargs.x=1: corral eval changes values of the run's config and adds no key with +; write "
+                        "env.kwargs.x=1 (env.kwargs takes a new key without +)"),
+    ("~env.kwargs", "~env.kwargs: corral eval changes values of the run's config and deletes none; leave it out"),
+    ("word", "word: an override is key=value, a change of the run's env.*, worker.* or seed"),
+    # train.py's line said to choose worker=vec for it, which corral eval refuses (the line above)
+    ("worker.n_envs=4", "worker.n_envs is not a setting: worker=default has no setting 'n_envs' (it has no settings) "
+                        "(`corral plugins` lists every option's settings)"),
     ("trainer.eval_episodes=3", "trainer.eval_episodes=3 would not change the evaluation"),  # --episodes does
     ("normalize.obs=true", "normalize.obs=true would not change the evaluation"),
     ("policy.hidden_sizes=[32]", "policy.hidden_sizes=[32] would not change the evaluation"),

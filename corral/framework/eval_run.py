@@ -210,6 +210,16 @@ def _check_output(path: Path, given: str | None = None) -> None:
 EVAL_OVERRIDABLE = ("env.", "worker.")
 
 
+def _not_a_change(given: str) -> str:
+    """Why ``given`` (``+key=value``, ``~key``, a word) is not an override of ``corral eval``, and what to write."""
+    if given.startswith("~"):
+        return "corral eval changes values of the run's config and deletes none; leave it out"
+    if given.startswith("+") and "=" in given:
+        return (f"corral eval changes values of the run's config and adds no key with +; write {given.lstrip('+')} "
+                "(env.kwargs takes a new key without +)")
+    return "an override is key=value, a change of the run's env.*, worker.* or seed"
+
+
 def check_eval_override(override: str, cfg: Any) -> None:
     """Raise a one-line :class:`ConfigError` for a ``key=value`` that would not change an
     evaluation of the run whose config is ``cfg`` (so it is never accepted and then ignored)."""
@@ -219,6 +229,10 @@ def check_eval_override(override: str, cfg: Any) -> None:
                           "the policy's observation and action spaces fit it)")
     if key == "seed" or key.startswith(EVAL_OVERRIDABLE):
         return
+    if key in ("sampler", "sampler.name", "sampler.n_workers"):
+        flag = "--n-workers" if key.endswith("n_workers") else "--sampler"
+        raise ConfigError(f"{override}: corral eval takes its sampler from its own options, not the run's: give "
+                          f"{flag} {value}")
     current = cfg[key].get("name") if "." not in key and key in cfg and hasattr(cfg[key], "keys") else None
     if current is not None:
         raise ConfigError(f"{override}: corral eval cannot change the run's {key} option (it was trained with "
@@ -236,6 +250,7 @@ def check_eval_type(override: str, cfg: Any) -> None:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from corral.framework.checks import unknown_key_message
     from corral.framework.config import CorralConfig
     from corral.framework.plugins import get_plugin_manager
     from corral.framework.precheck import true_false_message, type_message
@@ -248,8 +263,11 @@ def check_eval_type(override: str, cfg: Any) -> None:
     else:
         name = rest.split(".")[0]
         schema, path = get_plugin_manager().registry.get(kind, cfg[kind].name).config, f"{kind}.{name}"
-    if schema is None or name not in {f.name for f in dataclasses.fields(schema)}:
-        return  # an unknown key: the build's check names it with the option's settings
+    if schema is None:
+        return
+    fields = [f.name for f in dataclasses.fields(schema)]
+    if name not in fields:  # train.py's line, without its advice to choose another option (eval keeps the run's)
+        raise ConfigError(unknown_key_message(kind, f"{kind}={cfg[kind].name}", name, fields))
     value = OmegaConf.select(cfg, path)
     try:
         OmegaConf.merge(OmegaConf.structured(schema), {name: value})
@@ -277,9 +295,9 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
         if not hydra_cfg.is_file():
             raise ConfigError(f"{snapshot} holds no config and {hydra_cfg} does not exist; corral eval cannot rebuild the run")
         cfg = OmegaConf.load(hydra_cfg)
-    bad = [o for o in overrides if "=" not in o or o.startswith(("+", "~"))]
-    if bad:
-        raise ConfigError(f"overrides must be key=value changes of the run's config, got {bad}")
+    for override in overrides:
+        if override.startswith(("+", "~")) or "=" not in override:
+            raise ConfigError(f"{override}: {_not_a_change(override)}")
     for line in repeated_key_warnings(overrides, "the evaluation", sweep=None):
         print(f"corral eval: warning: {line}", file=sys.stderr, flush=True)
     for override in overrides:
