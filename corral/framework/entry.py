@@ -388,6 +388,8 @@ def _closing_line(trainer: Any, status: str, stats: dict[str, float], summary: d
     ]
     if log_dir is not None:
         parts.append(str(log_dir))
+    if status == "failed" and (saved := trainer.saved_message()) is not None:  # nothing is lost: how to go on
+        parts.append(saved)
     line = " | ".join(parts)
     print(job_prefix() + line, file=sys.stderr, flush=True)
     run_log(log_dir).info(line)

@@ -345,6 +345,16 @@ class Trainer:
             return None
         return self.snapshot_dir / f"epoch_{self.snapshot_epoch:06d}.pt"
 
+    def saved_message(self) -> str | None:
+        """After a failure: which epochs the newest snapshot holds and how to continue from it
+        (``epochs 0-9 are saved: trainer.resume=<dir> continues from them``); None without one."""
+        path = self.snapshot_path()
+        if path is None or not path.is_file() or not self.snapshot_epoch:
+            return None
+        saved = self.snapshot_epoch
+        return (f"{_epochs(0, saved - 1)} {'is' if saved == 1 else 'are'} saved: trainer.resume={self.log_dir} "
+                f"continues from {'it' if saved == 1 else 'them'}")
+
     def interrupt_message(self, terminated: bool = False) -> str:
         """The line printed when Ctrl-C or SIGTERM stops training: where it stopped and what a
         resume continues from."""

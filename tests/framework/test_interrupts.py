@@ -324,6 +324,9 @@ def test_a_run_that_fails_inside_an_epoch_counts_only_its_committed_epochs(tmp_p
     assert summary["final_train_return"] == pytest.approx(float(logged[0]["train/return_mean"]))
     closing = next(line for line in proc.stderr.splitlines() if line.startswith("corral: failed after"))
     assert closing.startswith(f"corral: failed after 1 epoch | final eval n/a | best eval n/a | {steps:,} env steps")
+    # nothing is lost, and the line says how to go on (it said only that the run failed)
+    assert closing.endswith(f" | {run} | epoch 0 is saved: trainer.resume={run} continues from it"), closing
+    assert (run / "snapshots" / "latest").read_text().strip() == "epoch_000001.pt"
 
 
 def test_interrupt_before_the_first_epoch_ends_says_there_is_nothing_to_resume(tmp_path: Path, driver: Path) -> None:
