@@ -299,6 +299,15 @@ def test_a_flag_mistake_is_one_line(tmp_path: Path, sites: dict[str, Path], args
          "corral: error: hydra.sweeper.n_trials must be an integer >= 1, got 0"),
         (["hydra/sweeper=optuna", "hydra.sweeper.n_jobs=-2", "seed=1,2"],
          "corral: error: hydra.sweeper.n_jobs must be an integer >= 1, got -2"),
+        # the sampler and pruner are built before any job (Hydra's four lines once the sweep had started)
+        (["experiment=ppo_cartpole_optuna", "hydra.sweeper.sampler.seed=abc"],
+         "corral: error: hydra.sweeper.sampler: optuna.samplers.TPESampler cannot be built from its settings "
+         "(TypeError: Cannot cast scalar from dtype('<U3') to dtype('int64') according to the rule 'safe'); check "
+         "hydra.sweeper.sampler.*"),
+        (["experiment=ppo_cartpole_optuna", "hydra.sweeper.pruner={_target_:optuna.pruners.MedianPruner,n_startup_trials:-1}"],
+         "corral: error: hydra.sweeper.pruner: optuna.pruners.MedianPruner cannot be built from its settings "
+         "(ValueError: Number of startup trials cannot be negative, but got n_startup_trials=-1.); check "
+         "hydra.sweeper.pruner.*"),
         (["hydra/launcher=ray", "hydra.launcher.max_concurrent_jobs=0", "seed=1,2"],
          "corral: error: hydra.launcher.max_concurrent_jobs must be >= 1 or null, got 0"),
         # Optuna's search space and settings: each was a traceback from Optuna or Hydra, or a failed trial each

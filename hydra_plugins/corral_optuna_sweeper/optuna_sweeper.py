@@ -104,6 +104,27 @@ def search_space(params: dict[str, str] | None, arguments: Sequence[str]) -> tup
     return space, list(fixed.values())
 
 
+def _check_buildable(part: str, spec: Any) -> None:
+    """Raise a one-line :class:`ConfigError` when the sweeper's ``sampler`` or ``pruner`` node (a
+    ``_target_`` and its arguments) cannot be built (``hydra.sweeper.sampler.seed=abc``, a pruner's
+    argument out of its range): Hydra reported it in four lines once the sweep had started."""
+    if not isinstance(spec, (dict, DictConfig)) or "_target_" not in spec:
+        return
+    import warnings
+
+    from hydra.utils import instantiate
+
+    try:
+        with warnings.catch_warnings():  # an experimental option's warning: the sweep's own build gives it
+            warnings.simplefilter("ignore")
+            instantiate(spec)
+    except Exception as exc:  # noqa: BLE001 - whatever the class raises is the user's setting's problem
+        cause = exc.__cause__ if exc.__cause__ is not None else exc
+        reason = " ".join(str(cause).split()) or type(cause).__name__
+        raise ConfigError(f"hydra.sweeper.{part}: {spec['_target_']} cannot be built from its settings "
+                          f"({type(cause).__name__}: {reason}); check hydra.sweeper.{part}.*") from None
+
+
 def _space_of(cfg: Any, overrides: Sequence[str]) -> dict[str, Any]:
     """The search space of a composed ``hydra.sweeper`` node and the command line's job overrides."""
     params = cfg.get("params")
@@ -168,6 +189,8 @@ class CorralOptunaSweeper(Sweeper):
         if not directions or any(str(d).lower() not in ("maximize", "minimize") for d in directions):
             raise ConfigError(f"hydra.sweeper.direction must be maximize or minimize (train.py's objective is the "
                               f"final evaluation return: maximize), got {direction!r}")
+        for part in ("sampler", "pruner"):
+            _check_buildable(part, cfg.get(part))
 
     @classmethod
     def first_job_number(cls, cfg: Any) -> int:
