@@ -388,12 +388,30 @@ def _is_numeric(hint: Any) -> bool:
     return bool(args) and all(_is_numeric(a) for a in args)
 
 
+def check_minimums(node: Mapping[str, Any], prefix: str, minimums: Mapping[str, int],
+                   nullable: Collection[str] = ()) -> None:
+    """Raise a one-line :class:`ConfigError` for the first whole-number setting of ``node`` (a
+    third-party plugin's settings, e.g. a Hydra launcher's, with no :func:`check` of their own) below
+    its minimum: ``hydra.launcher.timeout_min must be >= 1, got -1``; ``None`` is allowed for the
+    keys in ``nullable`` (``... must be >= 1 or null, got 0``)."""
+    for key, minimum in minimums.items():
+        if key not in node:
+            continue
+        value = node.get(key)
+        if value is None and key in nullable:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            null = " or null" if key in nullable else ""
+            raise ConfigError(f"{prefix}.{key} must be a whole number >= {minimum}{null}, got {value!r}")
+
+
 __all__ = [
     "CHECK_KEY",
     "INSIDE_RUN_DIR",
     "Check",
     "check",
     "check_defaults",
+    "check_minimums",
     "check_values",
     "checked",
     "composed_ignored",

@@ -34,12 +34,20 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, filter_overrides
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from corral.framework.checks import check_minimums
 from corral.framework.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 #: CPUs of a job's trainer (the process that runs train.py's work for the job).
 DRIVER_CPUS = 1
+#: The least each whole-number setting may be: submitit passed a 0 or a negative on to the job, which
+#: failed (``timeout_min=-1``) or ran with it (``cpus_per_task=0``).
+SETTING_MINIMUMS = {"timeout_min": 1, "cpus_per_task": 1, "gpus_per_node": 0, "tasks_per_node": 1, "mem_gb": 1,
+                    "nodes": 1, "max_num_timeout": 0, "signal_delay_s": 0, "array_parallelism": 1, "cpus_per_gpu": 1,
+                    "gpus_per_task": 1}
+#: The settings that may be null (submitit's or corral's default for them).
+NULLABLE = ("cpus_per_task", "gpus_per_node", "mem_gb", "cpus_per_gpu", "gpus_per_task")
 
 
 def job_cpus(job_cfg: DictConfig | dict) -> int:
@@ -84,6 +92,7 @@ class _SizedJobs(BaseSubmititLauncher):
         if cls._EXECUTOR == "slurm" and shutil.which("srun") is None:
             raise ConfigError(f"{option} submits each job to SLURM, and this machine has no `srun` on PATH: run the "
                               "sweep on a SLURM login node, or rehearse it here with hydra/launcher=submitit_local")
+        check_minimums(cfg, "hydra.launcher", SETTING_MINIMUMS, nullable=NULLABLE)
 
     def _executor(self, cpus: int | None) -> Any:
         """A submitit executor with this preset's parameters and ``cpus_per_task=cpus``."""

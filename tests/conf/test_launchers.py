@@ -175,3 +175,26 @@ def test_ctrl_c_stops_the_jobs_and_keeps_finished_summaries(tmp_path: Path) -> N
     assert table.splitlines()[2].startswith("| 1000                  | 2 |")
     skipped = [line for line in table.splitlines() if line.startswith("skipped:")]
     assert sorted(line.split()[1].rsplit("/", 1)[1] for line in skipped) == ["1", "3"]
+
+
+@pytest.mark.parametrize(("setting", "line"), [
+    ("hydra.launcher.n_jobs=0", "hydra.launcher.n_jobs must be a whole number other than 0 (the jobs run at once; -1: "
+                                "one per CPU core), got 0"),  # joblib's traceback
+    ("hydra.launcher.backend=threading", "hydra.launcher.backend=threading: the launcher always runs the jobs in loky "
+                                         "worker processes, so it would not change how the sweep runs; leave it out"),
+    ("hydra.launcher.prefer=threads", "hydra.launcher.prefer=threads: joblib ignores prefer when the backend is given "
+                                      "(the launcher gives loky), so it would not change how the sweep runs; leave it "
+                                      "out"),
+    ("hydra.launcher.batch_size=0", "hydra.launcher.batch_size must be a whole number >= 1 or auto, got '0'"),
+], ids=["n_jobs", "backend", "prefer", "batch_size"])
+def test_a_setting_joblib_would_refuse_or_ignore_is_one_line_before_any_job(tmp_path: Path, setting: str,
+                                                                            line: str) -> None:
+    """``n_jobs=0`` was joblib's traceback once the sweep had started; ``backend=threading`` and
+    ``prefer=threads`` ran the jobs in loky processes as if they were not there (the launcher sets the
+    backend itself)."""
+    proc = subprocess.run([sys.executable, str(TRAIN), "-m", "seed=1,2", "hydra/launcher=joblib", setting, *TINY,
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [f"corral: error: {line}"], proc.stderr[-3000:]
+    assert not (tmp_path / "sweep").exists()

@@ -57,6 +57,21 @@ def test_submitit_local_runs_each_job_as_a_submitit_process_sized_by_its_sampler
     assert len({s["pid"] for s in summaries.values()} | {os.getpid()}) == 3
 
 
+@pytest.mark.parametrize(("setting", "line"), [
+    ("hydra.launcher.timeout_min=-1", "hydra.launcher.timeout_min must be a whole number >= 1, got -1"),
+    ("hydra.launcher.cpus_per_task=0", "hydra.launcher.cpus_per_task must be a whole number >= 1 or null, got 0"),
+])
+def test_a_setting_out_of_range_is_one_line_before_any_job(tmp_path: Path, setting: str, line: str) -> None:
+    """``timeout_min=-1`` made every job fail with submitit's 'No error stream produced' lines;
+    ``cpus_per_task=0`` was passed on to each job."""
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", "seed=1", "hydra/launcher=submitit_local",
+                           setting, *TINY, f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [f"corral: error: {line}"], proc.stderr[-3000:]
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_job_cpus_follow_the_sampler() -> None:
     assert job_cpus(compose_config(["sampler=local"])) == 1
     assert job_cpus(compose_config(["sampler=multiprocessing", "sampler.n_workers=4"])) == 4

@@ -11,6 +11,7 @@ import pytest
 from corral import Check, check
 from corral.framework.checks import (
     check_defaults,
+    check_minimums,
     check_values,
     describe_field,
     field_problems,
@@ -246,3 +247,17 @@ def test_relation_problems_are_what_the_config_classs_own_post_init_says() -> No
     assert relation_problems(Window, {"low": 6, "high": 5, "name": "w"}) == [
         "window.high (5) must be at least window.low (6)"]  # keys that are not fields (the option's name) are dropped
     assert relation_problems(Window, {"high": 10**7}) == []  # anything else: left to whoever builds it
+
+
+def test_check_minimums_names_the_setting_its_least_value_and_null() -> None:
+    limits = {"timeout_min": 1, "cpus_per_task": 1, "gpus_per_node": 0}
+    check_minimums({"timeout_min": 5, "cpus_per_task": None, "gpus_per_node": 0}, "hydra.launcher", limits,
+                   nullable=("cpus_per_task",))
+    check_minimums({}, "hydra.launcher", limits)  # a setting the node does not have is not checked
+    for node, says in (({"timeout_min": 0}, "hydra.launcher.timeout_min must be a whole number >= 1, got 0"),
+                       ({"timeout_min": True}, "hydra.launcher.timeout_min must be a whole number >= 1, got True"),
+                       ({"timeout_min": None}, "hydra.launcher.timeout_min must be a whole number >= 1, got None"),
+                       ({"cpus_per_task": 0}, "hydra.launcher.cpus_per_task must be a whole number >= 1 or null, got 0")):
+        with pytest.raises(ConfigError) as info:
+            check_minimums(node, "hydra.launcher", limits, nullable=("cpus_per_task",))
+        assert str(info.value) == says
