@@ -12,7 +12,7 @@ import functools
 import inspect
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -102,7 +102,7 @@ def check_source(source: Any, backend: str, what: str) -> None:
     check_backend(backend)
     ident = _env_id(source)
     if ident is not None:
-        check_backend(backend, ident[0])
+        check_backend(backend, *ident)
         return
     if backend in ("native", "envpool"):
         own = _own_vector_env(source, 1)
@@ -133,12 +133,21 @@ class BuiltVectorEnv:
     backend: str  # what was really built (``own`` for a source's own VectorEnv)
 
 
-def check_backend(backend: str, env_id: str | None = None) -> None:
+#: EnvPool settings that ``worker=vector`` sets itself, and the setting a user gives instead.
+ENVPOOL_SET_BY_WORKER = {"num_envs": "worker.n_envs", "batch_size": "worker.n_envs", "seed": "seed",
+                         "num_threads": "worker.num_threads"}
+#: EnvPool settings of every environment that are its own plumbing, not the environment's.
+_ENVPOOL_PLUMBING = ("max_num_players", "thread_affinity_offset", "base_path", "env_seed", "gym_reset_return_info",
+                     "version")
+
+
+def check_backend(backend: str, env_id: str | None = None, kwargs: Mapping[str, Any] | None = None) -> None:
     """Raise a one-line :class:`ConfigError` when ``worker.backend`` is not one of :data:`BACKENDS`,
     or cannot make the gymnasium id ``env_id``: ``native`` for an id without a vector entry point,
-    ``envpool`` without EnvPool or for an id EnvPool lacks. An id gymnasium does not know is left to
-    whoever makes the environment. ``worker=vector``'s config check and :func:`build_vector_env`
-    both call it, so they say the same."""
+    ``envpool`` without EnvPool, for an id EnvPool lacks, or with an ``env.kwargs`` key (``kwargs``)
+    EnvPool's environment does not take (gymnasium's ``Pendulum-v1`` takes ``g``, EnvPool's does not).
+    An id gymnasium does not know is left to whoever makes the environment. ``worker=vector``'s
+    config check and :func:`build_vector_env` both call it, so they say the same."""
     if backend not in BACKENDS:
         raise ConfigError(f"worker.backend={backend!r} is not one of {', '.join(BACKENDS)}")
     if env_id is None:
@@ -160,6 +169,16 @@ def check_backend(backend: str, env_id: str | None = None) -> None:
         if env_id not in envpool.list_all_envs():
             raise ConfigError(f"EnvPool has no environment {env_id!r}; use worker.backend=sync for it "
                               f"(EnvPool's ids: {', '.join(envpool.list_all_envs())})")
+        fields = envpool.make_spec(env_id).config._fields
+        for key in kwargs or {}:
+            if key in ENVPOOL_SET_BY_WORKER:
+                raise ConfigError(f"env.kwargs.{key}: worker=vector sets EnvPool's {key} itself; give "
+                                  f"{ENVPOOL_SET_BY_WORKER[key]} instead")
+            if key not in fields:
+                takes = [f for f in fields if f not in ENVPOOL_SET_BY_WORKER and f not in _ENVPOOL_PLUMBING]
+                raise ConfigError(f"env.kwargs.{key}: EnvPool's {env_id} does not take {key!r} (it takes "
+                                  f"{', '.join(takes)}); gymnasium's own keyword arguments need worker.backend=sync "
+                                  "(or async)")
 
 
 def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_length: int | None,
@@ -203,7 +222,7 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
     if backend == "envpool":
         assert ident is not None
         env_id, kwargs = ident
-        check_backend(backend, env_id)
+        check_backend(backend, env_id, kwargs)
         import envpool
 
         own_limit = kwargs.get("max_episode_steps") or envpool.make_spec(env_id).config.max_episode_steps

@@ -553,6 +553,29 @@ def test_composition_and_the_worker_refuse_a_backend_in_the_same_words(backend: 
     assert str(built.value) == str(composed.value)
 
 
+@needs_envpool
+def test_an_env_kwarg_envpool_does_not_take_is_one_line_at_composition_and_in_the_worker() -> None:
+    """gymnasium's Pendulum-v1 takes ``g``; EnvPool's does not: the worker failed with EnvPool's
+    ``Config.__new__() got an unexpected keyword argument 'g'`` under a line about an "environment
+    update"."""
+    from corral.framework.compose import validate
+    from corral.testing import compose_config
+
+    says = ("env.kwargs.g: EnvPool's Pendulum-v1 does not take 'g' (it takes max_episode_steps); gymnasium's own "
+            "keyword arguments need worker.backend=sync (or async)")
+    with pytest.raises(ConfigError) as composed:
+        validate(compose_config(["env=pendulum", "env.kwargs.g=5.0", "worker=vector", "worker.backend=envpool"]))
+    assert str(composed.value) == says
+    with pytest.raises(ConfigError) as built:
+        make_worker(EnvFactory("Pendulum-v1", {"g": 5.0}), backend="envpool")
+    assert str(built.value) == says
+    with pytest.raises(ConfigError, match=r"^env.kwargs.num_envs: worker=vector sets EnvPool's num_envs itself; give "
+                                          r"worker.n_envs instead$"):
+        make_worker(EnvFactory("Pendulum-v1", {"num_envs": 3}), backend="envpool")
+    validate(compose_config(["env=pendulum", "env.kwargs.max_episode_steps=50", "worker=vector",
+                             "worker.backend=envpool"]))
+
+
 # ------------------------------------------------------------------- the contract through the action proxy
 class TestNativeContractUnderProxy(TestNativeContract):
     """The worker contract with the worker's agent an action-server proxy (the agent the action_server and
