@@ -262,8 +262,10 @@ def apply_updates(worker: Worker, env_update: Any, agent_update: Any) -> None:
 _UPDATE_HINTS = {
     "agent update": "an agent update must be a corral.Policy or parameters from the same policy's "
                     "get_param_values() (same names and shapes)",
-    "environment update": "an environment update must be a gymnasium.Env, an EnvFactory or a callable "
-                          "that accepts the worker's environment",
+    # An update of the wrong kind is a ConfigError of its own (Worker.update_env): what raised here is the
+    # environment being made, or the callable applied to it.
+    "environment update": "making the environment, or applying the update to it, raised it: check the "
+                          "environment, env.kwargs and the update",
 }
 
 

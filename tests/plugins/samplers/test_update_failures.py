@@ -105,6 +105,9 @@ def test_failing_environment_update_raises_the_same_worker_error(name: str, poli
         assert text.startswith(f"{name} sampler: worker "), text
         assert "could not apply the environment update: AttributeError" in text, text
         assert "set_task_that_does_not_exist" in text and "nothing was sampled with it" in text, text
+        # what raised: the callable applied to the environment (it said "an update must be a callable ...")
+        assert text.endswith("(making the environment, or applying the update to it, raised it: check the "
+                             "environment, env.kwargs and the update)"), text
         assert sampler.total_env_steps == 0
     finally:
         sampler.shutdown_worker()
