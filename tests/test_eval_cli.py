@@ -372,6 +372,16 @@ def test_video_every_records_to_the_run_and_tensorboard_without_changing_trainin
     assert float(video[1]["eval/return_min"]) <= len(frames) <= float(video[1]["eval/return_max"]) + 1
 
 
+def test_a_run_shorter_than_eval_every_records_its_final_evaluation(tmp_path: Path) -> None:
+    """Two epochs with trainer.eval_every=5: the final policy's evaluation is the run's only one, and
+    trainer.video_every=3 recorded nothing without a word."""
+    pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
+    train(tmp_path / "run", "env=cartpole", "algo=ppo", "trainer.n_epochs=2", "trainer.batch_size=300",
+          "trainer.eval_every=5", "trainer.eval_episodes=1", "trainer.video_every=3", "logger=[csv]")
+    assert [v.name for v in (tmp_path / "run" / "videos").glob("*.mp4")] == ["epoch_000002.mp4"]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["final_eval_return"] is not None
+
+
 def test_trust_is_passed_to_the_snapshot_loader(cartpole_run: Path, tmp_path: Path) -> None:
     """A snapshot with an objects part (state only pickle can hold) loads only with ``--trust``."""
     import datetime

@@ -302,7 +302,9 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
                     status = "finished"
                     return stats.get("eval/return_mean", stats.get("train/return_mean"))
                 if "eval/return_mean" not in stats and built.trainer.config.eval_every and built.trainer.epoch > 0:
-                    stats.update(built.trainer.evaluate())
+                    # the final policy's evaluation: with trainer.video_every, its video too (a run shorter
+                    # than trainer.eval_every epochs has no other evaluation to record)
+                    stats.update(built.trainer.evaluate(video=bool(built.trainer.config.video_every)))
                     best = built.trainer.best_eval_return
                     final = stats["eval/return_mean"]
                     built.trainer.best_eval_return = final if best is None else max(best, final)
