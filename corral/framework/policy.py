@@ -57,4 +57,18 @@ class Policy(ABC):
         """Restore :meth:`get_sampling_state`'s output."""
 
 
-__all__ = ["Policy"]
+def check_box_observations(option: str, space: Any) -> None:
+    """Raise a one-line :class:`~corral.framework.errors.ConfigError` when ``space`` is not a
+    gymnasium ``Box`` (a vector of numbers), which ``option`` (``policy=mlp``) needs; the message
+    says how such an environment is given one."""
+    import gymnasium as gym
+
+    from corral.framework.errors import ConfigError
+
+    if not isinstance(space, gym.spaces.Box):
+        raise ConfigError(f"{option} needs a Box observation space (numbers), got {space}; an environment plugin can "
+                          "wrap the environment in gymnasium.wrappers.FlattenObservation (one-hot for Discrete) "
+                          "to give it one (docs/plugins.md)")
+
+
+__all__ = ["Policy", "check_box_observations"]

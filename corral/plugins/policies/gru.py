@@ -30,7 +30,7 @@ from corral import hookimpl
 from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
-from corral.framework.policy import Policy
+from corral.framework.policy import Policy, check_box_observations
 from corral.parallel.slot_noise import SlotNoiseMixin
 from corral.plugins.policies.mlp import reject_log_std
 from corral.rl.networks import flat_dim, numpy_to_params, params_to_numpy, rowwise_linear
@@ -59,8 +59,7 @@ class GRUPolicy(SlotNoiseMixin, Policy, nn.Module):
     def __init__(self, env_spec: EnvSpec, hidden_size: int = 64, init_log_std: float = 0.0) -> None:
         nn.Module.__init__(self)
         obs_space, act_space = env_spec.observation_space, env_spec.action_space
-        if not isinstance(obs_space, gym.spaces.Box):
-            raise ConfigError(f"policy=gru needs a Box observation space, got {obs_space}")
+        check_box_observations("policy=gru", obs_space)
         if hidden_size < 1:
             raise ConfigError(f"policy.hidden_size must be >= 1, got {hidden_size}")
         self.obs_dim = flat_dim(obs_space.shape)

@@ -15,7 +15,7 @@ from corral import hookimpl
 from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
-from corral.framework.policy import Policy
+from corral.framework.policy import Policy, check_box_observations
 from corral.parallel.slot_noise import SlotNoiseMixin
 from corral.rl import networks
 from corral.rl.device_forward import GraphedDeviceForward
@@ -121,8 +121,7 @@ class MLPPolicy(SlotNoiseMixin, Policy, nn.Module):
                  init_log_std: float = 0.0) -> None:
         nn.Module.__init__(self)
         obs_space, act_space = env_spec.observation_space, env_spec.action_space
-        if not isinstance(obs_space, gym.spaces.Box):
-            raise ConfigError(f"policy=mlp needs a Box observation space, got {obs_space}; flatten it with a wrapper")
+        check_box_observations("policy=mlp", obs_space)
         self.obs_dim = flat_dim(obs_space.shape)
         self.discrete = isinstance(act_space, gym.spaces.Discrete)
         if isinstance(act_space, gym.spaces.Discrete):

@@ -32,7 +32,7 @@ from corral import hookimpl
 from corral.framework.checks import check
 from corral.framework.env import EnvSpec, child_seed
 from corral.framework.errors import ConfigError
-from corral.framework.policy import Policy
+from corral.framework.policy import Policy, check_box_observations
 from corral.meta.context_encoder import MIN_VARIANCE, ContextEncoder
 from corral.plugins.policies.tanh_gaussian import TanhGaussianPolicy
 from corral.rl.networks import ACTIVATIONS, batch_invariant_forward, flat_dim, numpy_to_params, params_to_numpy
@@ -72,8 +72,7 @@ class PEARLPolicy(Policy, nn.Module):
         nn.Module.__init__(self)
         if latent_size < 1:
             raise ConfigError(f"policy.latent_size must be >= 1, got {latent_size}")
-        if not isinstance(env_spec.observation_space, gym.spaces.Box):
-            raise ConfigError(f"policy=pearl needs a Box observation space, got {env_spec.observation_space}")
+        check_box_observations("policy=pearl", env_spec.observation_space)
         self.obs_dim = flat_dim(env_spec.observation_space.shape)
         self.latent_dim = int(latent_size)
         with_z = gym.spaces.Box(-np.inf, np.inf, shape=(self.obs_dim + self.latent_dim,), dtype=np.float32)

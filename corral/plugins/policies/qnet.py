@@ -22,7 +22,7 @@ from corral import hookimpl
 from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
-from corral.framework.policy import Policy
+from corral.framework.policy import Policy, check_box_observations
 from corral.parallel.slot_noise import SlotNoiseMixin
 from corral.rl.networks import (
     ACTIVATIONS,
@@ -60,8 +60,7 @@ class QNetworkPolicy(SlotNoiseMixin, Policy, nn.Module):
                 f"policy=qnet needs a Discrete action space, got {act_space}; "
                 "for continuous (Box) actions use algo=sac policy=tanh_gaussian"
             )
-        if not isinstance(obs_space, gym.spaces.Box):
-            raise ConfigError(f"policy=qnet needs a Box observation space, got {obs_space}")
+        check_box_observations("policy=qnet", obs_space)
         self.obs_dim = flat_dim(obs_space.shape)
         self.n_actions = int(act_space.n)
         self.dueling = bool(dueling)

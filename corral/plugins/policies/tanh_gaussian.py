@@ -24,7 +24,7 @@ from corral import hookimpl
 from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
-from corral.framework.policy import Policy
+from corral.framework.policy import Policy, check_box_observations
 from corral.parallel.slot_noise import SlotNoiseMixin
 from corral.rl.networks import (
     ACTIVATIONS,
@@ -68,8 +68,7 @@ class TanhGaussianPolicy(SlotNoiseMixin, Policy, nn.Module):
                 f"policy=tanh_gaussian needs a Box (continuous) action space, got {act_space}; "
                 "for Discrete actions use algo=dqn policy=qnet"
             )
-        if not isinstance(obs_space, gym.spaces.Box):
-            raise ConfigError(f"policy=tanh_gaussian needs a Box observation space, got {obs_space}")
+        check_box_observations("policy=tanh_gaussian", obs_space)
         low, high = np.asarray(act_space.low, np.float64), np.asarray(act_space.high, np.float64)
         if not (np.isfinite(low).all() and np.isfinite(high).all()):
             raise ConfigError(

@@ -179,8 +179,12 @@ def test_sampling_state_round_trip() -> None:
 
 def test_unsupported_spaces_are_config_errors() -> None:
     box = gym.spaces.Box(-1, 1, (2,), np.float32)
-    with pytest.raises(ConfigError, match="Box observation"):
+    with pytest.raises(ConfigError) as info:
         MLPPolicy(EnvSpec(gym.spaces.Discrete(3), gym.spaces.Discrete(2)))
+    # how to give the environment one: "flatten it with a wrapper" did not say where or with what
+    assert str(info.value) == ("policy=mlp needs a Box observation space (numbers), got Discrete(3); an environment "
+                               "plugin can wrap the environment in gymnasium.wrappers.FlattenObservation (one-hot for "
+                               "Discrete) to give it one (docs/plugins.md)")
     with pytest.raises(ConfigError, match="Discrete and Box"):
         MLPPolicy(EnvSpec(box, gym.spaces.MultiBinary(2)))
 
