@@ -48,7 +48,7 @@ from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, split_steps
 from corral.framework.worker import UpdateFailure, update_error, worker_raised
 from corral.parallel.shared_memory import SharedBlobs, dump_blob
-from corral.parallel.worker_process import WorkerProcess, describe_exit, stop_processes
+from corral.parallel.worker_process import WorkerProcess, check_room_for_workers, describe_exit, stop_processes
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +138,7 @@ class MultiprocessingSampler(Sampler):
             raise ConfigError(f"sampler.timeout must be a positive number of seconds, got {timeout!r}")
         if max_restarts < 0:
             raise ConfigError(f"sampler.max_restarts must be >= 0, got {max_restarts}")
+        check_room_for_workers(self.n_workers)  # before any process: the OOM killer ends a run without a line
         self.start_method = start_method
         self.timeout = float(timeout)
         self.on_worker_failure = on_worker_failure
