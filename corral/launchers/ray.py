@@ -34,7 +34,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.errors import ConfigError
-from corral.parallel.ray_runtime import check_runtime_env, join_cluster
+from corral.parallel.ray_runtime import check_runtime_env, join_cluster, start_local_runtime
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def _connect(ray: Any, settings: RayLauncherSettings) -> bool:
         kwargs["num_cpus"] = settings.num_cpus
     if settings.object_store_memory is not None:
         kwargs["object_store_memory"] = int(settings.object_store_memory)
-    ray.init(address="local", **kwargs)
+    start_local_runtime(ray, **kwargs)
     return True
 
 

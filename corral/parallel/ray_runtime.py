@@ -4,6 +4,7 @@ worker."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -122,4 +123,25 @@ def missing_module_in(exc: BaseException) -> str | None:
     return match.group(1) if match else None
 
 
-__all__ = ["RUNTIME_ENV_KEYS", "check_cluster_address", "check_runtime_env", "join_cluster", "missing_module_in"]
+#: Ray's notice, on starting a local runtime, that it turned on its default token authentication:
+#: nothing for the user to do (the warning that it is off stays).
+_DEFAULT_AUTH_NOTICE = "Token authentication is enabled for this Ray cluster"
+
+
+def _drop_default_auth_notice(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_DEFAULT_AUTH_NOTICE)
+
+
+def start_local_runtime(ray: Any, **init_args: Any) -> None:
+    """``ray.init(address="local", **init_args)``: a fresh runtime of this process's own (never an
+    existing ``ray start`` cluster or ``RAY_ADDRESS``), without Ray's usage-stats prompt or its
+    notice that token authentication is on (Ray's default; every run printed it)."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    notices = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if _drop_default_auth_notice not in notices.filters:
+        notices.addFilter(_drop_default_auth_notice)
+    ray.init(address="local", **init_args)
+
+
+__all__ = ["RUNTIME_ENV_KEYS", "check_cluster_address", "check_runtime_env", "join_cluster", "missing_module_in",
+           "start_local_runtime"]

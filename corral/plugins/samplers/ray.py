@@ -44,7 +44,7 @@ from corral.framework.worker import (
     update_error,
     worker_raised,
 )
-from corral.parallel.ray_runtime import check_runtime_env, join_cluster, missing_module_in
+from corral.parallel.ray_runtime import check_runtime_env, join_cluster, missing_module_in, start_local_runtime
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +195,8 @@ class RaySampler(Sampler):
         else:
             need = int(self.n_workers * self.num_cpus + 0.999)
             # address="local": always a fresh runtime, never an existing `ray start` cluster or RAY_ADDRESS.
-            ray.init(address="local", num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False,
-                     log_to_driver=True, configure_logging=False, **extra)
+            start_local_runtime(ray, num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False,
+                                log_to_driver=True, configure_logging=False, **extra)
             self._started_ray = True
         return {}
 
