@@ -45,6 +45,7 @@ from corral.framework.worker import (
     worker_raised,
 )
 from corral.parallel.ray_runtime import check_runtime_env, join_cluster, missing_module_in, start_local_runtime
+from corral.parallel.worker_process import check_room_for_workers
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +195,7 @@ class RaySampler(Sampler):
             join_cluster(ray, self.address, "sampler.address", log_to_driver=True, configure_logging=False, **extra)
         else:
             need = int(self.n_workers * self.num_cpus + 0.999)
+            check_room_for_workers(self.n_workers)  # every actor is a process on this machine
             # address="local": always a fresh runtime, never an existing `ray start` cluster or RAY_ADDRESS.
             start_local_runtime(ray, num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False,
                                 log_to_driver=True, configure_logging=False, **extra)

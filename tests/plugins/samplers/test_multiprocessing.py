@@ -409,16 +409,21 @@ def test_a_script_without_a_main_guard_gets_told_what_to_do(tmp_path: Path) -> N
     assert "if __name__ == '__main__':" in proc.stderr.splitlines()[-1], proc.stderr[-2000:]
 
 
-def test_more_workers_than_the_memory_holds_is_one_line_before_any_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sampler", ["multiprocessing", "ray"])
+def test_more_workers_than_the_memory_holds_is_one_line_before_any_process(tmp_path: Path, sampler: str) -> None:
     """``sampler.n_workers=3000`` on this machine: the kernel's OOM killer ended the run (exit 137),
-    trainer included, with no line and no summary.json."""
+    trainer included, with no line and no summary.json. A local Ray runtime's actors are processes
+    on this machine too."""
     from corral.parallel.worker_process import WORKER_PROCESS_MIB, available_memory_mib
+
+    if sampler == "ray":
+        pytest.importorskip("ray")
 
     available = available_memory_mib()
     if available is None:
         pytest.skip("/proc/meminfo does not say how much memory is available")
     n_workers = int(available // WORKER_PROCESS_MIB) + 1000
-    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "sampler=multiprocessing",
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), f"sampler={sampler}",
                            f"sampler.n_workers={n_workers}", "trainer.n_epochs=1", "trainer.progress=false",
                            f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
