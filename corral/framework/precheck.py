@@ -148,7 +148,8 @@ def check_flags(args: Sequence[str], command: str = "train.py") -> None:
         raise ConfigError(f"{' '.join(message.split())}; `{command} --help` lists its flags, and a setting is key=value")
 
     parser.error = refuse  # type: ignore[method-assign]
-    parsed: argparse.Namespace = parser.parse_args(list(args))
+    flags, overrides = split_flags(args)  # the overrides first, as train.py hands them to Hydra (flags_last)
+    parsed: argparse.Namespace = parser.parse_args(overrides + flags)
     if parsed.help or parsed.hydra_help:
         return
     given = [flag for dest, flag in MODE_FLAGS.items() if getattr(parsed, dest) not in (None, False)]

@@ -524,6 +524,18 @@ def test_a_key_added_to_hydras_fixed_settings_is_an_error_and_one_added_to_a_map
     precheck(["+hydra.job.env_set.CORRAL_X=1", "++hydra.job.chdir=false", "trainer.n_epochs=1"])
 
 
+def test_hydras_flags_are_checked_wherever_they_stand_among_the_overrides() -> None:
+    from corral.framework.precheck import check_flags
+
+    check_flags(["seed=1", "-m", "algo=vpg,ppo"])  # argparse alone stops at a flag between overrides
+    check_flags(["seed=1", "--cfg", "job", "algo=vpg"])
+    check_flags(["--info", "seed=1"])
+    with pytest.raises(ConfigError, match=r"^unrecognized arguments: --nope; `corral train --help` lists its flags"):
+        check_flags(["seed=1", "--nope", "algo=vpg"], "corral train")
+    with pytest.raises(ConfigError, match=r"^--run and -m cannot be given together"):
+        check_flags(["-r", "seed=1", "-m"])
+
+
 def test_a_single_runs_and_a_sweeps_own_hydra_settings_are_told_apart() -> None:
     from corral.framework.precheck import run_only_warnings, sweep_only_warnings
 
