@@ -19,7 +19,11 @@ from corral.framework.errors import ConfigError
 
 try:
     from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
+
+    INSTALLED = True
 except ImportError:  # hydra-joblib-launcher not installed: the preset says what to install
+    INSTALLED = False
+
     class JoblibLauncher:  # type: ignore[no-redef]
         """Stand-in that explains what is missing."""
 
@@ -38,10 +42,8 @@ class CorralJoblibLauncher(JoblibLauncher):
     def check_config(cls, cfg: Any, overrides: Sequence[str] = ()) -> None:
         """Raise a one-line :class:`ConfigError` for a setting joblib would refuse once the jobs are
         launched, or one the launcher would ignore (``backend``, ``prefer``, ``require``)."""
-        try:
-            from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher as installed  # noqa: F401
-        except ImportError:
-            raise ConfigError("hydra/launcher=joblib needs hydra-joblib-launcher: pip install 'corral[sweep]'") from None
+        if not INSTALLED:
+            raise ConfigError("hydra/launcher=joblib needs hydra-joblib-launcher: pip install 'corral[sweep]'")
         n_jobs = cfg.get("n_jobs")
         if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0:
             raise ConfigError(f"hydra.launcher.n_jobs must be a whole number other than 0 (the jobs run at once; -1: "
