@@ -172,7 +172,7 @@ def sweep_only_warnings(overrides: Sequence[str]) -> list[str]:
     (``hydra/launcher=joblib``, ``hydra.sweep.dir=...``): Hydra accepts it and changes nothing."""
     return [f"{override} has no effect without -m: Hydra's launcher, sweeper and sweep directory are a multirun's; "
             "add -m to run a sweep" for override in overrides
-            if "=" in override and (_key(override) in SWEEP_ONLY[:2] or _key(override).startswith(SWEEP_ONLY[2:]))]
+            if "=" in override and _key(override).startswith(SWEEP_ONLY)]
 
 
 #: Hydra's settings that only a single run (no ``-m``) reads: its run directory.
