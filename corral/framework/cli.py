@@ -14,10 +14,10 @@ commands:
   train [overrides...]      train; the same as `python train.py [overrides...]`
   plugins [--json] [--check]
                             list every registered component and any plugin that failed to load
-  results <dir> [--json] [--ignore KEY ...]
-                            a table of a run or sweep directory: one row per group of the swept
+  results <dir> [<dir> ...] [--json] [--ignore KEY ...]
+                            a table of run or sweep directories: one row per group of the swept
                             keys, mean ± std across seeds
-  plot <dir> [-o OUT.png] [--metric COLUMN] [--ignore KEY ...]
+  plot <dir> [<dir> ...] [-o OUT.png] [--metric COLUMN] [--ignore KEY ...]
                             learning curves (mean and spread across seeds, one line per group)
   eval <run dir | snapshot> [overrides...] [--episodes N] [--stochastic] [--seed S] [--video DIR]
        [--env-id ID] [--sampler NAME] [--n-workers N] [--trust]
@@ -146,63 +146,68 @@ def plugins_command(argv: Sequence[str]) -> int:
     return 1 if (opts.check and (failed or clashes or config_problems)) else 0
 
 
-def _checked_ignore(command: str, root: str, given: list[str] | None) -> list[str]:
-    """``--ignore``'s keys (``seed`` when not given); a given key that no run under ``root``
+def _checked_ignore(command: str, roots: list[str], given: list[str] | None) -> list[str]:
+    """``--ignore``'s keys (``seed`` when not given); a given key that no run under ``roots``
     overrides is one warning line, since it would merge nothing (a typo of a swept key)."""
     if given is None:
         return ["seed"]
     from corral.results.table import unused_ignore_keys
 
-    unused, overridden = unused_ignore_keys(root, given)
+    unused, overridden = unused_ignore_keys(roots, given)
     for key in unused:
-        print(f"corral {command}: warning: --ignore {key}: no run under {root} overrides {key}, so it merges "
-              f"nothing (the runs override: {', '.join(overridden) or 'nothing'}); check the spelling",
+        print(f"corral {command}: warning: --ignore {key}: no run under {', '.join(roots)} overrides {key}, so it "
+              f"merges nothing (the runs override: {', '.join(overridden) or 'nothing'}); check the spelling",
               file=sys.stderr)
     return given
 
 
+#: How ``corral results`` and ``corral plot`` take their directories.
+DIRS_HELP = ("run directories or multirun (sweep) directories; runs with the same overrides (apart from the "
+             "--ignore keys) are one group, whichever directory holds them")
+
+
 def results_command(argv: Sequence[str]) -> int:
-    """``corral results <dir>``: the grouped table of every run under a run or multirun directory."""
-    parser = CommandParser(prog="corral results", description="Summarise the runs under a directory.")
-    parser.add_argument("dir", help="a run directory or a multirun (sweep) directory")
+    """``corral results <dir> [<dir> ...]``: the grouped table of every run under run or multirun directories."""
+    parser = CommandParser(prog="corral results", description="Summarise the runs under one or more directories.")
+    parser.add_argument("dirs", nargs="+", metavar="dir", help=DIRS_HELP)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--ignore", nargs="*", help="override keys merged within a group (default: seed)")
     opts = parser.parse_args(list(argv))
-    opts.ignore = _checked_ignore("results", opts.dir, opts.ignore)
+    opts.ignore = _checked_ignore("results", opts.dirs, opts.ignore)
 
+    from corral.results.summary import find_runs_under
     from corral.results.table import results_for_dir
 
-    table = results_for_dir(opts.dir, ignore=opts.ignore)
+    table = results_for_dir(opts.dirs, ignore=opts.ignore)
+    where = ", ".join(opts.dirs)
     if not table.rows and not table.skipped:
-        raise FileNotFoundError(f"no completed run (a directory with summary.json) under {opts.dir}")
+        raise FileNotFoundError(f"no completed run (a directory with summary.json) under {where}")
     if opts.json:
         print(json.dumps(table.to_json(), indent=2))
     else:  # with no completed run, no empty table: the runs that are not, and why
         print(table.format() if table.rows else "\n".join(f"skipped: {s}" for s in table.skipped))
     if not table.rows:  # every job failed, or an interrupted sweep before its first job finished
-        from corral.results.summary import find_runs, status_counts, unfinished_job_dirs
-
-        what = status_counts(find_runs(opts.dir), len(unfinished_job_dirs(opts.dir)))
-        print(f"corral results: error: no completed run under {opts.dir} ({what}; listed above)", file=sys.stderr)
+        what = find_runs_under(opts.dirs).status_counts()
+        print(f"corral results: error: no completed run under {where} ({what}; listed above)", file=sys.stderr)
         return 2
     return 0
 
 
 def plot_command(argv: Sequence[str]) -> int:
-    """``corral plot <dir>``: learning curves of the runs under a directory as a PNG."""
+    """``corral plot <dir> [<dir> ...]``: learning curves of the runs under directories as an image."""
     parser = CommandParser(prog="corral plot",
-                                     description="Plot learning curves of the runs under a directory.")
-    parser.add_argument("dir", help="a run directory or a multirun (sweep) directory")
-    parser.add_argument("-o", "--out", help="PNG to write (default: <dir>/learning_curves.png)")
+                           description="Plot learning curves of the runs under one or more directories.")
+    parser.add_argument("dirs", nargs="+", metavar="dir", help=DIRS_HELP)
+    parser.add_argument("-o", "--out", help="image to write (default, for one directory: <dir>/learning_curves.png)")
     parser.add_argument("--metric", help="progress.csv column (default: eval/return_mean if every run evaluated "
                                          "at least twice, else train/return_mean)")
     parser.add_argument("--ignore", nargs="*", help="override keys merged within a line (default: seed)")
     opts = parser.parse_args(list(argv))
-    opts.ignore = _checked_ignore("plot", opts.dir, opts.ignore)
+    opts.ignore = _checked_ignore("plot", opts.dirs, opts.ignore)
 
     from corral.results.plot import plot_dir
 
-    result = plot_dir(opts.dir, out=opts.out, metric=opts.metric, ignore=opts.ignore)
+    result = plot_dir(opts.dirs, out=opts.out, metric=opts.metric, ignore=opts.ignore)
     for c in result.curves:
         spread = f" ± {c.std[-1]:.1f}" if c.n_runs > 1 else ""  # one run has no spread
         print(f"{c.label}: {c.n_runs} run(s), final {result.metric} {c.mean[-1]:.1f}{spread}")

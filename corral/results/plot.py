@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from corral.results.summary import RunRecord, find_runs, status_counts, unfinished_job_dirs, why_not_completed
+from corral.results.summary import Roots, RunRecord, find_runs_under, root_paths
 from corral.results.table import group_runs
 from corral.results.writable import directory_problem
 
@@ -170,17 +170,22 @@ def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = ""
     return n_lines
 
 
-def output_path(out: str | Path | None, root: Path) -> Path:
+def output_path(out: str | Path | None, roots: Sequence[Path]) -> Path:
     """Where ``corral plot -o OUT`` writes: ``OUT`` itself, ``OUT/learning_curves.png`` when ``OUT`` is a
     directory (or ends with a slash), ``OUT.png`` when it has no suffix (what matplotlib would
-    write), ``<root>/learning_curves.png`` without ``-o``. Raises ValueError, naming the reason, when
-    its directory cannot be created or matplotlib writes no such file type (``-o curves.txt``)."""
+    write); without ``-o``, ``<root>/learning_curves.png`` for one directory ``roots``. Raises
+    ValueError, naming the reason, when its directory cannot be created, matplotlib writes no such
+    file type (``-o curves.txt``), or several directories are plotted without ``-o`` (no one of them
+    is the plot's home)."""
     _matplotlib()
     from matplotlib.backend_bases import FigureCanvasBase
 
     formats = FigureCanvasBase.get_supported_filetypes()
     if out is None:
-        path = root / DEFAULT_PNG
+        if len(roots) != 1:
+            raise ValueError(f"{len(roots)} directories are plotted together, so none of them is the plot's place; "
+                             "give -o OUT.png")
+        path = roots[0] / DEFAULT_PNG
     elif Path(out).is_dir() or str(out).endswith(("/", os.sep)):
         path = Path(out) / DEFAULT_PNG
     else:
@@ -193,31 +198,30 @@ def output_path(out: str | Path | None, root: Path) -> Path:
     return path
 
 
-def plot_dir(root: str | Path, out: str | Path | None = None, metric: str | None = None,
+def plot_dir(roots: Roots, out: str | Path | None = None, metric: str | None = None,
              ignore: Iterable[str] = ("seed",), title: str | None = None) -> PlotResult:
-    """Learning curves of every completed run under ``root`` (a run or a multirun directory) as a PNG.
+    """Learning curves of every completed run under ``roots`` (a run or a multirun directory, or
+    several: runs with the same overrides make one line whichever directory holds them) as an image.
 
     ``out``: see :func:`output_path`; ``metric`` defaults to :func:`choose_metric`.
     """
-    root = Path(root)
-    path = output_path(out, root)  # a file that cannot be written: before the runs are read
-    found = find_runs(root)
-    runs = [r for r in found if r.status == "completed"]
-    unfinished = unfinished_job_dirs(root)
-    skipped = [f"{r.path} ({why_not_completed(r)})" for r in found if r.status != "completed"]
-    skipped += [f"{p} (no summary.json: unfinished)" for p in unfinished]
+    given = root_paths(roots)
+    path = output_path(out, given)  # a file that cannot be written: before the runs are read
+    found = find_runs_under(given)
+    runs = found.completed
+    skipped = found.skipped()
     if not runs:
-        counts = status_counts(found, len(unfinished))
-        left = f" ({counts}; `corral results {root}` lists them)" if counts else ""
-        raise FileNotFoundError(f"no completed run (a directory with summary.json) under {root}{left}")
+        counts = found.status_counts()
+        left = f" ({counts}; `corral results {' '.join(map(str, given))}` lists them)" if counts else ""
+        raise FileNotFoundError(f"no completed run (a directory with summary.json) under {found.where}{left}")
     metric = metric or choose_metric(runs)
     curves = learning_curves(runs, metric, ignore)
     drawn = {run for c in curves for run in c.runs}
     skipped += [f"{r.path} ({'no ' + metric + ' in its' if r.progress_path.is_file() else 'no'} progress.csv)"
                 for r in runs if str(r.path) not in drawn]
     if not curves:
-        raise ValueError(f"no run under {root} has {metric!r} in its progress.csv{columns_hint(runs, metric)}")
-    n_lines = draw(curves, path, metric, title if title is not None else str(root))
+        raise ValueError(f"no run under {found.where} has {metric!r} in its progress.csv{columns_hint(runs, metric)}")
+    n_lines = draw(curves, path, metric, title if title is not None else found.where)
     return PlotResult(path=path, metric=metric, curves=curves, n_lines=n_lines, skipped=skipped)
 
 

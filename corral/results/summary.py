@@ -13,10 +13,11 @@ the loggers put it.
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence, Union
 
 from corral.results.writable import write_atomically
 
@@ -153,6 +154,65 @@ def unfinished_record(job_dir: str | Path) -> RunRecord:
     return RunRecord(path=job_dir, summary={"status": "unfinished"}, overrides=_overrides_from_hydra_dir(job_dir))
 
 
+#: One directory, or several, to look for runs under (``corral results A B``).
+Roots = Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]]
+
+
+@dataclass
+class FoundRuns:
+    """What lies under the directories given to ``corral results`` / ``corral plot``: every run (a
+    directory with ``summary.json``) and every job directory without one, each once, in the order
+    the directories were given, each directory's in job order."""
+
+    roots: list[Path]
+    runs: list[RunRecord]
+    unfinished: list[Path]
+
+    @property
+    def where(self) -> str:
+        """The directories, for a message: ``sweep`` or ``sweep, run2``."""
+        return ", ".join(str(r) for r in self.roots)
+
+    @property
+    def completed(self) -> list[RunRecord]:
+        """The runs whose status is ``completed``."""
+        return [r for r in self.runs if r.status == "completed"]
+
+    def skipped(self) -> list[str]:
+        """``<path> (<why>)`` for every run that did not complete and every unfinished job directory."""
+        return ([f"{r.path} ({why_not_completed(r)})" for r in self.runs if r.status != "completed"]
+                + [f"{p} (no summary.json: unfinished)" for p in self.unfinished])
+
+    def status_counts(self) -> str:
+        """``"1 failed, 2 unfinished"``: see :func:`status_counts`."""
+        return status_counts(self.runs, len(self.unfinished))
+
+
+def root_paths(roots: Roots) -> list[Path]:
+    """``roots`` (one directory or several) as a list of paths."""
+    return [Path(roots)] if isinstance(roots, (str, os.PathLike)) else [Path(r) for r in roots]
+
+
+def find_runs_under(roots: Roots) -> FoundRuns:
+    """The :class:`FoundRuns` under ``roots`` (one directory or several). A run directory given twice,
+    or found again under another of the directories, counts once. Raises ``FileNotFoundError`` naming
+    the first directory that does not exist."""
+    given = root_paths(roots)
+    runs: list[RunRecord] = []
+    unfinished: list[Path] = []
+    seen: set[Path] = set()
+    for root in given:
+        for run in find_runs(root):
+            if (key := run.path.resolve()) not in seen:
+                seen.add(key)
+                runs.append(run)
+        for job in unfinished_job_dirs(root):
+            if (key := job.resolve()) not in seen:
+                seen.add(key)
+                unfinished.append(job)
+    return FoundRuns(roots=given, runs=runs, unfinished=unfinished)
+
+
 def status_counts(runs: Iterable[RunRecord], n_unfinished: int = 0) -> str:
     """``"2 failed, 1 interrupted, 1 unfinished"``: how many of ``runs`` have each status, in the
     order first seen, then the ``n_unfinished`` job directories without a summary."""
@@ -163,10 +223,14 @@ def status_counts(runs: Iterable[RunRecord], n_unfinished: int = 0) -> str:
 __all__ = [
     "PROGRESS_FILE",
     "SUMMARY_FILE",
+    "FoundRuns",
+    "Roots",
     "RunRecord",
     "find_runs",
+    "find_runs_under",
     "parse_overrides",
     "read_run",
+    "root_paths",
     "status_counts",
     "unfinished_job_dirs",
     "unfinished_record",

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from corral.results.summary import RunRecord, find_runs, unfinished_job_dirs, unfinished_record, why_not_completed
+from corral.results.summary import Roots, RunRecord, find_runs_under, unfinished_record, why_not_completed
 
 #: Summary fields shown by default: (field, column title).
 DEFAULT_METRICS: tuple[tuple[str, str], ...] = (
@@ -72,10 +71,12 @@ def swept_keys(runs: Iterable[RunRecord], ignore: Iterable[str] = ("seed",)) -> 
     return [k for k in keys if len({d.get(k) for d in dicts}) > 1]
 
 
-def unused_ignore_keys(root: str | Path, ignore: Iterable[str]) -> tuple[list[str], list[str]]:
-    """``(unused, overridden)``: the keys of ``ignore`` that no run under ``root`` overrides (a typo
-    would merge nothing, in silence), and every key the runs do override, for the message."""
-    records = [*find_runs(root), *(unfinished_record(p) for p in unfinished_job_dirs(root))]
+def unused_ignore_keys(roots: Roots, ignore: Iterable[str]) -> tuple[list[str], list[str]]:
+    """``(unused, overridden)``: the keys of ``ignore`` that no run under ``roots`` (one directory or
+    several) overrides (a typo would merge nothing, in silence), and every key the runs do override,
+    for the message."""
+    found = find_runs_under(roots)
+    records = [*found.runs, *(unfinished_record(p) for p in found.unfinished)]
     overridden: list[str] = []
     for record in records:
         overridden += [k for k in record.override_dict() if k not in overridden]
@@ -171,12 +172,13 @@ def results_table(
     return ResultsTable(keys=keys, metrics=list(metrics), rows=rows, skipped=skipped)
 
 
-def results_for_dir(root: str | Path, ignore: Iterable[str] = ("seed",)) -> ResultsTable:
-    """The results table of every run under ``root``, with unfinished job directories listed as skipped."""
-    runs = find_runs(root)
-    unfinished = unfinished_job_dirs(root)
-    table = results_table(runs, ignore=ignore, unfinished=[unfinished_record(p) for p in unfinished])
-    table.skipped += [f"{p} (no summary.json: unfinished)" for p in unfinished]
+def results_for_dir(roots: Roots, ignore: Iterable[str] = ("seed",)) -> ResultsTable:
+    """The results table of every run under ``roots`` (a run or sweep directory, or several: runs with
+    the same overrides form one group whichever directory holds them), with unfinished job
+    directories listed as skipped."""
+    found = find_runs_under(roots)
+    table = results_table(found.runs, ignore=ignore, unfinished=[unfinished_record(p) for p in found.unfinished])
+    table.skipped = found.skipped()
     return table
 
 

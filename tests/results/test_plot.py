@@ -138,3 +138,19 @@ def test_a_file_type_matplotlib_cannot_write_is_one_line_before_anything_is_writ
                                          "name ending in .png, .svg or .pdf (it also writes .avif, .eps, ")
     assert not (tmp_path / "curves.txt").exists()
     assert plot_dir(runs, out=tmp_path / "curves.SVG").path.read_text().lstrip().startswith("<?xml")
+
+
+def test_several_directories_are_plotted_together_into_the_image_given(tmp_path: Path) -> None:
+    """``corral plot a b -o cmp.png``: one line per group over both directories' runs; without -o
+    none of them is the image's place, and nothing is read or written."""
+    rows = [(100.0, 1.0, ""), (200.0, 2.0, "")]
+    make_run(tmp_path / "a", 0, ["algo=vpg", "seed=1"], rows)
+    make_run(tmp_path / "b", 0, ["algo=vpg", "seed=2"], rows)
+    make_run(tmp_path / "b", 1, ["algo=ppo", "seed=1"], rows)
+    result = plot_dir([tmp_path / "a", tmp_path / "b"], out=tmp_path / "cmp.png")
+    assert result.path == tmp_path / "cmp.png" and result.path.is_file()
+    assert [(c.label, c.n_runs) for c in result.curves] == [("algo=vpg", 2), ("algo=ppo", 1)]
+    with pytest.raises(ValueError, match=r"^2 directories are plotted together, so none of them is the plot's "
+                                         r"place; give -o OUT.png$"):
+        plot_dir([tmp_path / "a", tmp_path / "b"])
+    assert not (tmp_path / "a" / "learning_curves.png").exists()

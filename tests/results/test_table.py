@@ -119,3 +119,31 @@ def test_an_ignore_key_no_run_overrides_is_one_warning_line(tmp_path: Path,
             assert capsys.readouterr().err == "", args
     assert results_command([str(tmp_path), "--ignore", "algo"]) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith("| seed |")  # the other key is the group now
+
+
+def test_results_of_several_directories_group_their_runs_by_overrides(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``corral results a b``: the runs of both directories in one table, the same overrides in one
+    row whichever directory holds them; a run given twice (itself, and inside its sweep) counts once."""
+    from corral.framework.cli import main, results_command
+    from corral.results.summary import write_summary
+    from corral.results.table import results_for_dir
+
+    a, b = tmp_path / "seeds12", tmp_path / "later"
+    for i, seed in enumerate((1, 2)):
+        write_summary(a / str(i), {"status": "completed", "overrides": ["algo=vpg", f"seed={seed}"],
+                                   "job": {"num": i}, "final_eval_return": 10.0 * seed})
+    write_summary(b / "0", {"status": "completed", "overrides": ["algo=vpg", "seed=3"], "final_eval_return": 30.0})
+    write_summary(b / "1", {"status": "completed", "overrides": ["algo=ppo", "seed=1"], "final_eval_return": 50.0})
+    write_summary(b / "2", {"status": "failed", "error": "ConfigError: no", "overrides": ["algo=ppo", "seed=2"]})
+    table = results_for_dir([a, b, a / "1"])
+    rows = {r["key"]["algo"]: r for r in table.rows}
+    assert table.keys == ["algo"] and list(rows) == ["vpg", "ppo"]
+    assert rows["vpg"]["n"] == 3 and rows["vpg"]["final_eval_return"] == (20.0, 10.0)
+    assert rows["vpg"]["runs"] == [str(a / "0"), str(a / "1"), str(b / "0")]
+    assert rows["ppo"]["n"] == 1 and table.skipped == [f"{b / '2'} (failed: ConfigError: no)"]
+    assert results_command([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "20.0 ± 10.0" in out and f"skipped: {b / '2'} (failed: ConfigError: no)" in out
+    assert main(["results", str(a), str(tmp_path / "nope")]) == 2  # the one that is not there, by name
+    assert capsys.readouterr().err == f"corral results: error: {tmp_path / 'nope'} does not exist\n"
