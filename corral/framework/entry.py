@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import sys
@@ -17,7 +18,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.config import CONFIG_NAME, register_configs
-from corral.framework.errors import ConfigError, CorralError, SweepSettingError, error_report, warnings_as_lines
+from corral.framework.errors import (
+    ConfigError,
+    CorralError,
+    OutputError,
+    SweepSettingError,
+    error_report,
+    os_error_in,
+    warnings_as_lines,
+)
 from corral.framework.plugins import get_plugin_manager
 from corral.framework.precheck import MULTIRUN_FLAGS, precheck, split_flags
 
@@ -70,16 +79,47 @@ def main(argv: Sequence[str] | None = None) -> Any:
         raise SystemExit(130) from None
 
 
+#: The ``errno`` values of a file system that takes no more of a run's files: full, over quota, a file
+#: over the size limit (``ulimit -f``), read-only.
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def no_room_message(exc: BaseException, multirun: bool) -> str | None:
+    """One line for a run or sweep that Hydra could not start because its files could not be written
+    (``.hydra/config.yaml`` on a full disk: :data:`NO_ROOM`, found by :func:`os_error_in`); None for
+    any other error."""
+    problem = os_error_in(exc)
+    if problem is None or problem.errno not in NO_ROOM:
+        return None
+    where = problem.filename or _output_dir()
+    what = f"could not write {where}" if where else "could not write the run's files"
+    option = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    return (f"corral: error: {what} ({type(problem).__name__}: {problem.strerror or problem}); make room there, or "
+            f"give {option}= a directory on another file system, and start again")
+
+
+def _output_dir() -> str | None:
+    """The directory of the job Hydra was starting, when it had got that far."""
+    try:
+        return str(HydraConfig.get().runtime.output_dir)
+    except Exception:  # noqa: BLE001 - Hydra's config not set yet (or no longer)
+        return None
+
+
 def _sweep_or_run(multirun: bool) -> Any:
     """Run Hydra's main; a sweep whose job failed with a corral error ends with the one line of
-    :class:`SweepJobFailed` and exit status 1. Hydra would add its hint about HYDRA_FULL_ERROR, which
-    shows nothing more here (the job has printed its error); so for a sweep Hydra is asked to raise
-    what stopped it (HYDRA_FULL_ERROR=1 while it runs), and anything else gets Hydra's own report."""
-    if not multirun or os.environ.get("HYDRA_FULL_ERROR"):
+    :class:`SweepJobFailed` and exit status 1, and a run or sweep whose files cannot be written (a full
+    disk) with :func:`no_room_message`'s line and exit status 2. Hydra would add its hint about
+    HYDRA_FULL_ERROR, which shows nothing more here (the job has printed its error); so Hydra is
+    asked to raise what stopped it (HYDRA_FULL_ERROR=1 while it runs), and anything else gets Hydra's
+    own report."""
+    if os.environ.get("HYDRA_FULL_ERROR"):
         return _hydra_main()
     os.environ["HYDRA_FULL_ERROR"] = "1"
     stderr = sys.stderr
-    held = sys.stderr = HeldJobLines(stderr)
+    held = HeldJobLines(stderr) if multirun else None  # a sweep's failed job: SweepJobFailed's line names it
+    if held is not None:
+        sys.stderr = held
     try:
         return _hydra_main()
     except SweepJobFailed as exc:  # its line names the job and its overrides: Hydra's line would repeat them
@@ -91,7 +131,11 @@ def _sweep_or_run(multirun: bool) -> Any:
     except Exception as exc:  # noqa: BLE001 - reported as Hydra reports it without the variable set
         from hydra._internal.utils import run_and_report
 
-        held.release()  # a job that failed otherwise: Hydra's line says which, before Hydra's report
+        if (line := no_room_message(exc, multirun)) is not None:
+            print(line, file=stderr, flush=True)
+            raise SystemExit(2) from None
+        if held is not None:
+            held.release()  # a job that failed otherwise: Hydra's line says which, before Hydra's report
         os.environ.pop("HYDRA_FULL_ERROR", None)
         stopped = exc
 
@@ -354,10 +398,27 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
                 summary = None
                 # a resume stopped before its snapshot was loaded leaves the run's summary as it was
                 untouched = plan is not None and (built is None or built.trainer.resumed_epoch is None)
+                unwritten: OutputError | None = None
                 if log_dir is not None and not untouched:
-                    summary = _write_summary(cfg, log_dir, built, stats, status, started, wall, error, previous, plan)
+                    try:
+                        summary = _write_summary(cfg, log_dir, built, stats, status, started, wall, error, previous,
+                                                 plan)
+                    except Exception as raised:
+                        if (problem := os_error_in(raised)) is None:
+                            raise
+                        unwritten = OutputError(
+                            f"could not write the run's {Path(log_dir) / 'summary.json'} ({type(problem).__name__}: "
+                            f"{problem.strerror or problem}); `corral results` and `corral plot` will list the run "
+                            "as unfinished")
                 if built is not None:
                     _closing_line(built.trainer, status, stats, summary, wall, log_dir)
+                if unwritten is not None:
+                    if status == "completed":  # nothing else went wrong: the lost record is the run's error
+                        raise unwritten
+                    from corral.framework.logger import job_prefix
+
+                    # the error that stopped the run comes next, in its own line
+                    print(f"{job_prefix()}corral: warning: {unwritten}", file=sys.stderr, flush=True)
     objective = stats.get("eval/return_mean", stats.get("train/return_mean"))
     return objective
 

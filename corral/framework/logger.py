@@ -46,6 +46,36 @@ class Logger(ABC):
         """Flush and release files."""
 
 
+class RunLogFileHandler(logging.FileHandler):
+    """The file handler of a run's ``corral.log``. A record it cannot write (a full disk, a quota) is
+    one ``corral: warning: cannot write .../corral.log (...)`` line on stderr, once, instead of
+    logging's ``--- Logging error ---`` block with a traceback for every record; later records are
+    still tried (a disk that has room again gets them)."""
+
+    _reported = False
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        """Say once that the file cannot be written; other errors go to logging's own handling."""
+        exc = sys.exc_info()[1]
+        if not isinstance(exc, OSError):
+            super().handleError(record)
+            return
+        if not self._reported:
+            self._reported = True
+            why = exc.strerror or str(exc) or type(exc).__name__
+            sys.stderr.write(f"{job_prefix()}corral: warning: cannot write {self.baseFilename} ({type(exc).__name__}: "
+                             f"{why}); the run's log records are missing from it while that lasts\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        """Close the file. Each record is flushed as it is written, so a failure here is one that
+        :meth:`handleError` has already reported."""
+        try:
+            super().close()
+        except OSError:
+            pass
+
+
 def run_log(log_dir: str | os.PathLike | None) -> logging.Logger:
     """A logger whose records go to ``<log_dir>/corral.log`` only (not to the console).
 
@@ -63,7 +93,7 @@ def run_log(log_dir: str | os.PathLike | None) -> logging.Logger:
             handler.close()
     if path is not None and not log.handlers:
         Path(log_dir).mkdir(parents=True, exist_ok=True)  # type: ignore[arg-type]
-        handler = logging.FileHandler(path, mode="a", delay=True)
+        handler = RunLogFileHandler(path, mode="a", delay=True)
         handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
         log.addHandler(handler)
     if not log.handlers:
@@ -105,7 +135,7 @@ def log_corral_records_as_lines(run_log: str | None = None, label: str = "") -> 
     handler.setFormatter(ConsoleLineFormatter())
     logging.getLogger("corral").addHandler(handler)
     if run_log and Path(run_log).parent.is_dir():  # a Ray node without the run's file system has none
-        to_file = logging.FileHandler(run_log, mode="a", delay=True)  # appends: whole lines from each process
+        to_file = RunLogFileHandler(run_log, mode="a", delay=True)  # appends: whole lines from each process
         mark = f"[{label}] " if label else ""
         to_file.setFormatter(logging.Formatter(f"[%(asctime)s][%(name)s][%(levelname)s] - {mark}%(message)s"))
         logging.getLogger("corral").addHandler(to_file)
@@ -135,4 +165,5 @@ def job_prefix() -> str:
     return f"[job {num}] " if multirun and num is not None else ""
 
 
-__all__ = ["ConsoleLineFormatter", "Logger", "RUN_LOG", "current_run_log", "job_prefix", "log_corral_records_as_lines", "run_log"]
+__all__ = ["ConsoleLineFormatter", "Logger", "RUN_LOG", "RunLogFileHandler", "current_run_log", "job_prefix",
+           "log_corral_records_as_lines", "run_log"]

@@ -30,6 +30,7 @@ from corral.framework.errors import (
     OutputError,
     SnapshotError,
     TrainingDivergedError,
+    os_error_in,
 )
 from corral.framework.evaluation import evaluate, record_video, run_worker_factory
 from corral.framework.interrupts import (
@@ -313,7 +314,7 @@ class Trainer:
                     self.hooks.corral_run_end(trainer=self, error=error)
                 finally:
                     if error is not None:
-                        self.shutdown()
+                        self.shutdown(quiet=True)  # the error that stops the run is the one to report
         return self.last_stats
 
     def _has_unsaved_epochs(self) -> bool:
@@ -484,8 +485,7 @@ class Trainer:
         if self._progress is not None:
             self._progress.clear()
         for logger in self.loggers:
-            with self._writing(f"logger={logger.option_name or type(logger).__name__} could not write the row "
-                               f"of epoch {epoch}"):
+            with self._writing(f"logger={_logger_name(logger)} could not write the row of epoch {epoch}"):
                 logger.log(epoch, stats)
                 if self.last_video is not None and callable(getattr(logger, "log_video", None)):
                     logger.log_video(epoch, self.last_video, stats)
@@ -500,7 +500,10 @@ class Trainer:
         what could not be written, why, and how the run goes on."""
         try:
             yield
-        except OSError as exc:
+        except Exception as raised:
+            exc = os_error_in(raised)  # torch.save gives a full disk as a RuntimeError raised while handling it
+            if exc is None:
+                raise
             why = exc.strerror or str(exc) or type(exc).__name__
             where = f": {exc.filename}" if exc.filename else ""
             fix = "fix that (space, permissions, the path) and"
@@ -532,12 +535,22 @@ class Trainer:
         every, eval_every = self.config.video_every, self.config.eval_every
         return bool(every and eval_every and (self.epoch // eval_every) % every == 0)
 
-    def shutdown(self) -> None:
-        """Stop the sampler and close the loggers (idempotent)."""
+    def shutdown(self, *, quiet: bool = False) -> None:
+        """Stop the sampler and close the loggers (idempotent). Every logger is closed; one that cannot
+        write what it still held (a full disk) raises an :class:`OutputError` afterwards, unless
+        ``quiet`` (the run is already stopping on an error of its own, which says what went wrong)."""
         if self.algo is not None and self.algo.sampler is not None:
             self.algo.sampler.shutdown_worker()
+        failed: OutputError | None = None
         for logger in self.loggers:
-            logger.close()
+            try:
+                with self._writing(f"logger={_logger_name(logger)} could not write its last rows as it closed"):
+                    logger.close()
+            except OutputError as exc:
+                logging.getLogger(__name__).debug("%s", exc)
+                failed = failed or exc
+        if failed is not None and not quiet:
+            raise failed
 
     def __enter__(self) -> "Trainer":
         return self
@@ -627,6 +640,11 @@ class Trainer:
         print(f"corral: resumed from {path} at epoch {self.epoch} ({self.total_env_steps:,} env steps)",
               file=sys.stderr, flush=True)
         return path
+
+
+def _logger_name(logger: Any) -> str:
+    """The logger's option name (``tensorboard``), or its class name in library use."""
+    return str(getattr(logger, "option_name", None) or type(logger).__name__)
 
 
 def _epochs(first: int, last: int) -> str:

@@ -62,3 +62,37 @@ def test_hydra_full_error_set_by_the_user_is_left_to_hydra(monkeypatch: pytest.M
 ])
 def test_hydra_flags_go_after_the_overrides_with_their_values(given: list[str], ordered: list[str]) -> None:
     assert entry.flags_last(given) == ordered
+
+
+def test_a_run_whose_files_cannot_be_written_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A full disk under a library's own error (as torch.save gives it) is found and said in one line."""
+    import errno
+
+    def torch_like() -> None:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 35136 vs 35088") from None
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setattr(entry, "_hydra_main", lambda: torch_like())
+    with pytest.raises(SystemExit) as stopped:
+        entry._sweep_or_run(multirun=False)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err == (
+        "corral: error: could not write the run's files (OSError: No space left on device); make room there, or give "
+        "hydra.run.dir= a directory on another file system, and start again\n")
+
+
+def test_a_run_stopped_by_a_bug_still_gets_hydras_report(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setattr("hydra._internal.utils.is_under_debugger", lambda: False)
+    monkeypatch.setattr(entry, "_hydra_main", _raising(PermissionError(13, "a bug's own file")))
+    with pytest.raises(SystemExit) as stopped:
+        entry._sweep_or_run(multirun=False)
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and err.endswith("PermissionError: [Errno 13] a bug's own file\n"), err
+    assert "HYDRA_FULL_ERROR" not in os.environ

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -469,3 +470,131 @@ def test_hydras_failed_job_line_is_held_back_and_released_on_request() -> None:
     held.release()  # a job that failed with something other than a corral error: Hydra's line is needed
     assert out.getvalue().splitlines() == ["[job 0] corral: error: no", "Error executing job with overrides: ['seed=1']"]
     assert held.getvalue() == out.getvalue()  # the rest is the real stream's
+
+
+# ------------------------------------------------------------------------ a full disk, for real
+def _with_file_size_limit(limit: int) -> Any:
+    """A ``preexec_fn`` that gives the child a file size limit (``ulimit -f``): a write past ``limit``
+    bytes fails with ``OSError: [Errno 27] File too large``, as a full disk fails a write."""
+    import resource
+    import signal
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel's signal ends the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def _train_limited(cwd: Path, limit: int, *overrides: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "train.py"), *overrides], cwd=cwd, capture_output=True,
+                          text=True, timeout=240, preexec_fn=_with_file_size_limit(limit))
+
+
+def test_a_snapshot_torch_cannot_finish_writing_is_one_line_that_names_the_os_error(tmp_path: Path) -> None:
+    """torch.save turns a full disk into ``RuntimeError: [enforce fail at inline_container.cc] unexpected
+    pos ...``; the run's line names the operating system's error under it, with no traceback."""
+    run = tmp_path / "run"
+    proc = _train_limited(tmp_path, 20_000, f"hydra.run.dir={run}", *SMALL, "trainer.n_epochs=2",
+                          "trainer.eval_every=0", "policy.hidden_sizes=[64,64]")  # a snapshot of ~50 kB
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "inline_container" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1] == (
+        "corral: error: could not write the snapshot epoch_000001.pt (OSError: File too large); the run stopped "
+        "there; fix that (space, permissions, the path) and start the run again (it has no snapshot yet)")
+    assert json.loads((run / "summary.json").read_text())["status"] == "failed"
+    assert not list((run / "snapshots").glob(".*tmp"))
+
+
+def test_a_run_hydra_cannot_write_the_files_of_is_one_line(tmp_path: Path) -> None:
+    """A disk too full for Hydra's own record of the run (``.hydra/hydra.yaml``): one line, exit 2."""
+    for mode in ([f"hydra.run.dir={tmp_path / 'run'}"], ["-m", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"]):
+        proc = _train_limited(tmp_path, 1_000, *mode, *SMALL, "trainer.n_epochs=1")
+        option = "hydra.sweep.dir" if "-m" in mode else "hydra.run.dir"
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert proc.stderr.splitlines() == [
+            "corral: error: could not write the run's files (OSError: File too large); make room there, or give "
+            f"{option}= a directory on another file system, and start again"], proc.stderr[-3000:]
+
+
+def test_a_completed_run_whose_summary_cannot_be_written_fails_in_one_line(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "summary.json").mkdir(parents=True)  # a directory stands where the summary goes
+    proc = train(tmp_path, f"hydra.run.dir={run}", *SMALL, "trainer.n_epochs=1", "trainer.eval_every=0")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    assert lines[-2].startswith("corral: completed (n_epochs=1 reached) after 1 epoch"), proc.stderr[-3000:]
+    assert lines[-1] == (f"corral: error: could not write the run's {run / 'summary.json'} (IsADirectoryError: Is a "
+                         "directory); `corral results` and `corral plot` will list the run as unfinished")
+    assert "Traceback" not in proc.stderr
+
+
+class _ClosingLogger(_FullDiskLogger):
+    """A logger that cannot write what it holds when it closes (a full disk), or closes fine."""
+
+    def __init__(self, fails: bool) -> None:
+        super().__init__()
+        self.fails, self.closed = fails, 0
+
+    def close(self) -> None:
+        self.closed += 1
+        if self.fails:
+            raise OSError(28, "No space left on device")
+
+
+def test_shutdown_closes_every_logger_and_then_says_which_could_not_write(tmp_path: Path) -> None:
+    from corral import OutputError, Trainer, TrainerConfig
+
+    failing, fine = _ClosingLogger(fails=True), _ClosingLogger(fails=False)
+    trainer = Trainer(TrainerConfig(progress=False), loggers=[failing, fine])  # type: ignore[list-item]
+    with pytest.raises(OutputError, match=r"^logger=_ClosingLogger could not write its last rows as it closed "
+                                          r"\(OSError: No space left on device\)"):
+        trainer.shutdown()
+    assert (failing.closed, fine.closed) == (1, 1)  # the second logger was closed all the same
+    trainer.shutdown(quiet=True)  # stopping on an error of its own: that error is the one reported
+    assert (failing.closed, fine.closed) == (2, 2)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_run_log_that_cannot_be_written_is_one_warning_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not logging's ``--- Logging error ---`` block with a traceback for every record."""
+    import logging
+
+    from corral.framework.logger import RunLogFileHandler
+
+    handler = RunLogFileHandler("/dev/full", mode="a")
+    log = logging.getLogger("corral.test_full_run_log")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("one")
+        log.warning("two")
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+    assert capsys.readouterr().err == ("corral: warning: cannot write /dev/full (OSError: No space left on device); "
+                                       "the run's log records are missing from it while that lasts\n")
+
+
+def test_tensorboards_writer_thread_keeps_its_write_error_off_the_console() -> None:
+    """The error reaches the trainer through the writer's flush; the thread's own report is dropped.
+    Another thread's error still reaches the hook that was there before."""
+    import threading
+
+    from corral.plugins.loggers.tensorboard import WRITER_THREAD, quiet_writer_thread_errors
+
+    def fail() -> None:
+        raise OSError(28, "No space left on device")
+
+    previous = threading.excepthook
+    reported: list[str] = []
+    threading.excepthook = lambda args: reported.append(args.thread.name)  # what Python would print
+    try:
+        quiet_writer_thread_errors()
+        quiet_writer_thread_errors()  # once per process
+        writer_class = type(WRITER_THREAD, (threading.Thread,), {})
+        for thread in (writer_class(target=fail, name="writer"), threading.Thread(target=fail, name="other")):
+            thread.start()
+            thread.join(10)
+    finally:
+        threading.excepthook = previous
+    assert reported == ["other"]

@@ -82,10 +82,9 @@ class CSVLogger(Logger):
 
     def close(self) -> None:
         """Close the file."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-            self._writer = None
+        file, self._file, self._writer = self._file, None, None
+        if file is not None:  # let go first: a close that fails (a full disk) raises once
+            file.close()
 
 
 def _epoch_of(row: Mapping[str, str]) -> float:

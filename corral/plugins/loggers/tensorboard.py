@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -38,6 +39,7 @@ class TensorBoardLogger(Logger):
         if self._writer is None:
             from torch.utils.tensorboard import SummaryWriter
 
+            quiet_writer_thread_errors()
             self._writer = SummaryWriter(log_dir=str(self.log_dir), purge_step=self._purge_step)
         return self._writer
 
@@ -69,10 +71,35 @@ class TensorBoardLogger(Logger):
         self.writer.flush()
 
     def close(self) -> None:
-        """Close the event file."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        """Close the event file (once: a writer that failed, e.g. on a full disk, raises its error here
+        once and is let go)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+
+
+#: The class of tensorboard's background thread that writes the event file.
+WRITER_THREAD = "_AsyncWriterThread"
+
+
+def quiet_writer_thread_errors() -> None:
+    """Keep a write error of tensorboard's event-writer thread (a full disk) off the console.
+
+    The thread stores the error, which the writer's next ``flush`` raises in the trainer's thread
+    (where it becomes the run's one-line ``OutputError``), and then raises it again in its own
+    thread, where Python would print ``Exception in thread ...`` and a traceback beside corral's
+    line. Other threads' errors reach the hook that was there before. Installed once per process."""
+    previous = threading.excepthook
+    if getattr(previous, "corral_tensorboard", False):
+        return
+
+    def hook(args: Any) -> None:
+        if isinstance(args.exc_value, OSError) and type(args.thread).__name__ == WRITER_THREAD:
+            return
+        previous(args)
+
+    hook.corral_tensorboard = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 def build_tensorboard_logger(config: TensorBoardLoggerConfig, *, log_dir: Path | None = None) -> TensorBoardLogger:
