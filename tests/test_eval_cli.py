@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -247,6 +248,36 @@ def test_a_default_eval_json_that_cannot_be_written_is_one_line_before_any_episo
     proc = corral("eval", str(run), "--episodes", "1", "-o", "", "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["episodes"] == 1 and not list((run / "eval.json").iterdir())
+
+
+def _file_size_limit(limit: int) -> Any:
+    """A ``preexec_fn``: a write past ``limit`` bytes fails with ``File too large``, as on a full disk."""
+    import resource
+    import signal
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_an_eval_json_and_a_plot_the_disk_has_no_room_for_are_one_line_each(cartpole_run: Path,
+                                                                           tmp_path: Path) -> None:
+    """Found only while writing (a full disk, a quota, ``ulimit -f``): one line naming the file, exit
+    status 2; nothing half-written is left, and an earlier image stays as it was."""
+    (tmp_path / "curves.png").write_bytes(b"the last image")
+    for args, name in ((["eval", str(cartpole_run), "--episodes", "1", "-o", "ev.json"], "ev.json"),
+                       (["plot", str(cartpole_run), "-o", "curves.png"], "curves.png")):
+        proc = subprocess.run([sys.executable, "-m", "corral.framework.cli", *args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": str(REPO)},
+                              preexec_fn=_file_size_limit(100))
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert proc.stderr.splitlines()[-1] == (
+            f"corral {args[0]}: error: could not write {name} (OSError: File too large); make room there, or write "
+            "elsewhere (-o)"), proc.stderr[-3000:]
+        assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "ev.json").exists() and (tmp_path / "curves.png").read_bytes() == b"the last image"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curves.png"]  # no temporary file
 
 
 def test_a_video_directory_that_cannot_be_made_is_one_line_before_any_episode(cartpole_run: Path,

@@ -37,6 +37,18 @@ def main(argv: Sequence[str] | None = None) -> Any:
     except KeyboardInterrupt:  # Ctrl-C in `corral results`, `plot` or `plugins`: nothing half-written to report
         print("\ncorral: interrupted", file=sys.stderr, flush=True)
         return 130
+    except Exception as exc:
+        from corral.framework.errors import no_room_error
+
+        if (problem := no_room_error(exc)) is None:
+            raise
+        # a full disk (or quota, or ulimit -f) under `corral eval -o`, `corral plot -o`: what could not be written
+        args = list(sys.argv[1:] if argv is None else argv)
+        command = f"corral {args[0]}" if args and args[0] in COMMANDS else "corral"
+        what = problem.filename or "its output"
+        print(f"{command}: error: could not write {what} ({type(problem).__name__}: {problem.strerror or problem}); "
+              "make room there, or write elsewhere (-o)", file=sys.stderr, flush=True)
+        return 2
 
 
 def _dispatch(argv: Sequence[str] | None) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import sys
@@ -24,6 +23,7 @@ from corral.framework.errors import (
     OutputError,
     SweepSettingError,
     error_report,
+    no_room_error,
     os_error_in,
     warnings_as_lines,
 )
@@ -79,17 +79,11 @@ def main(argv: Sequence[str] | None = None) -> Any:
         raise SystemExit(130) from None
 
 
-#: The ``errno`` values of a file system that takes no more of a run's files: full, over quota, a file
-#: over the size limit (``ulimit -f``), read-only.
-NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
-
-
 def no_room_message(exc: BaseException, multirun: bool) -> str | None:
     """One line for a run or sweep that Hydra could not start because its files could not be written
-    (``.hydra/config.yaml`` on a full disk: :data:`NO_ROOM`, found by :func:`os_error_in`); None for
-    any other error."""
-    problem = os_error_in(exc)
-    if problem is None or problem.errno not in NO_ROOM:
+    (``.hydra/config.yaml`` on a full disk: :func:`no_room_error`); None for any other error."""
+    problem = no_room_error(exc)
+    if problem is None:
         return None
     where = problem.filename or _output_dir()
     what = f"could not write {where}" if where else "could not write the run's files"

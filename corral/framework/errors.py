@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import warnings
@@ -136,6 +137,18 @@ def os_error_in(exc: BaseException) -> OSError | None:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
+
+
+#: The ``errno`` values of a file system that takes no more of what a command writes: full, over
+#: quota, a file over the size limit (``ulimit -f``), read-only.
+NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def no_room_error(exc: BaseException) -> OSError | None:
+    """The :class:`OSError` behind ``exc`` (:func:`os_error_in`) when it says the file system takes no
+    more (:data:`NO_ROOM_ERRNOS`), else None."""
+    problem = os_error_in(exc)
+    return problem if problem is not None and problem.errno in NO_ROOM_ERRNOS else None
 
 
 class SnapshotError(CorralError):

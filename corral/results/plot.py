@@ -19,7 +19,7 @@ import numpy as np
 
 from corral.results.summary import Roots, RunRecord, find_runs_under, root_paths
 from corral.results.table import group_runs
-from corral.results.writable import directory_problem
+from corral.results.writable import directory_problem, write_atomically
 
 #: How to install what ``corral plot`` needs.
 PLOT_EXTRA = "pip install 'corral[plot]'"
@@ -164,7 +164,8 @@ def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = ""
         fig.tight_layout()
         n_lines = len(ax.get_lines())
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=100)
+        # whole or not at all: a disk that fills up leaves the last image (if any) as it was
+        write_atomically(path, lambda f: fig.savefig(f, dpi=100, format=Path(path).suffix[1:].lower() or "png"))
     finally:
         plt.close(fig)
     return n_lines

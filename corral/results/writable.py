@@ -35,7 +35,8 @@ def directory_problem(target: str | os.PathLike[str]) -> str | None:
 def write_atomically(path: str | os.PathLike[str], write: Callable[[IO[Any]], object], *, text: bool = False) -> None:
     """Write ``path`` through ``write(file)``: into a temporary file beside it, flushed and fsynced,
     then renamed over ``path``, so a reader (or a kill) sees the old file or the new one, never half.
-    A write that fails (a full disk) leaves no temporary file behind. ``text``: open in text mode
+    A write that fails (a full disk) leaves no temporary file behind, and its ``OSError`` names
+    ``path`` (``write()`` gives none). ``text``: open in text mode
     (newlines untranslated, as the csv module wants), else binary."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -45,8 +46,11 @@ def write_atomically(path: str | os.PathLike[str], write: Callable[[IO[Any]], ob
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        named = exc if isinstance(exc, OSError) else exc.__context__  # torch.save raises while handling it
+        if isinstance(named, OSError) and not named.filename:
+            named.filename = str(path)  # a failed write() names no file: the one being written
         raise
 
 

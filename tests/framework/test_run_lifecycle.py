@@ -499,8 +499,9 @@ def test_a_snapshot_torch_cannot_finish_writing_is_one_line_that_names_the_os_er
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "inline_container" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.splitlines()[-1] == (
-        "corral: error: could not write the snapshot epoch_000001.pt (OSError: File too large); the run stopped "
-        "there; fix that (space, permissions, the path) and start the run again (it has no snapshot yet)")
+        f"corral: error: could not write the snapshot epoch_000001.pt (OSError: File too large: "
+        f"{run / 'snapshots' / 'epoch_000001.pt'}); the run stopped there; fix that (space, permissions, the path) "
+        "and start the run again (it has no snapshot yet)")
     assert json.loads((run / "summary.json").read_text())["status"] == "failed"
     assert not list((run / "snapshots").glob(".*tmp"))
 
