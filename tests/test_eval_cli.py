@@ -374,6 +374,47 @@ def test_missing_video_extra_names_it(cartpole_run: Path, tmp_path: Path) -> Non
     assert not (tmp_path / "train" / "progress.csv").exists()
 
 
+def test_videos_on_a_machine_without_display_or_sound_print_nothing_and_a_cut_video_is_one_line(
+        tmp_path: Path) -> None:
+    """No display and no audio device (no XDG_RUNTIME_DIR): SDL's `error: XDG_RUNTIME_DIR is invalid ...`
+    line does not reach the console. A video the disk had no room for (ffmpeg leaves it without its
+    index, and moviepy does not notice) is one line naming it, in training and in corral eval."""
+    pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
+    from corral.framework.video import check_video_complete
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "XDG_RUNTIME_DIR", "SDL_AUDIODRIVER",
+                                                              "SDL_VIDEODRIVER", "WAYLAND_DISPLAY")}
+    # Pendulum: every episode is 200 frames, a video of ~50 kB
+    command = [sys.executable, str(REPO / "train.py"), "env=pendulum", "trainer.n_epochs=1", "trainer.eval_every=1",
+               "trainer.video_every=1", "trainer.batch_size=300", "trainer.progress=false", "logger=[csv]"]
+    proc = subprocess.run([*command, f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=TIMEOUT, env={**env, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.splitlines() == [line for line in proc.stderr.splitlines() if line.startswith("corral: ")]
+    video = tmp_path / "run" / "videos" / "epoch_000001.mp4"
+    check_video_complete(video)  # a whole video passes
+    (tmp_path / "cut.mp4").write_bytes(video.read_bytes()[:5000])
+    with pytest.raises(OSError, match=r"the MP4 file is incomplete \(cut short, or without its index\): was the "
+                                      r"disk full\?: '.*cut.mp4'"):
+        check_video_complete(tmp_path / "cut.mp4")
+
+    proc = subprocess.run([*command, f"hydra.run.dir={tmp_path / 'full'}"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=TIMEOUT, env={**env, "PYTHONPATH": str(REPO)},
+                          preexec_fn=_file_size_limit(10_000))  # the snapshot is written after the video
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1] == (
+        "corral: error: could not record the video of epoch 1 (OSError: the MP4 file is incomplete (cut short, or "
+        f"without its index): was the disk full?: {tmp_path / 'full' / 'videos' / 'epoch_000001.mp4'}); the run "
+        "stopped there; fix that (space, permissions, the path) and start the run again (it has no snapshot yet)")
+    proc = subprocess.run([sys.executable, "-m", "corral.framework.cli", "eval", str(tmp_path / "run"), "--episodes",
+                           "1", "--video", "evv", "-o", ""], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=TIMEOUT, env={**env, "PYTHONPATH": str(REPO)}, preexec_fn=_file_size_limit(10_000))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.splitlines() == [
+        "corral eval: error: could not write the video evv/eval-w0-s0-episode-0.mp4 (the MP4 file is incomplete (cut "
+        "short, or without its index): was the disk full?); make room there, or evaluate without --video"]
+
+
 def test_video_every_records_to_the_run_and_tensorboard_without_changing_training(tmp_path: Path) -> None:
     pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from corral.framework.arguments import CommandParser
-from corral.framework.errors import ConfigError, CorralError, SnapshotError, error_report
+from corral.framework.errors import ConfigError, CorralError, OutputError, SnapshotError, error_report
 from corral.framework.precheck import repeated_key_warnings
 
 
@@ -115,6 +115,7 @@ def evaluate_run(
     from corral.framework.config import register_configs
     from corral.framework.evaluation import (
         check_recordable,
+        check_video_complete,
         evaluation_episodes,
         evaluation_factory,
         recorded_videos,
@@ -175,6 +176,12 @@ def evaluate_run(
     finally:
         run.close()
     videos = [str(p) for p in recorded_videos(video_dir, "eval")] if video_dir is not None else []
+    for video in videos:
+        try:
+            check_video_complete(video)
+        except OSError as exc:  # what a full disk leaves, which the video writer does not notice
+            raise OutputError(f"could not write the video {video} ({exc.strerror}); make room there, or evaluate "
+                              "without --video") from None
     result = EvalResult(
         run=str(run_dir), snapshot=str(snapshot), epoch=epoch, env_steps=env_steps,
         env_id=env_id or cfg.env.get("id"), episodes=episodes, deterministic=deterministic,

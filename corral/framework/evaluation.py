@@ -39,6 +39,7 @@ from corral.framework.video import (
     VIDEO_SLOT_INFO,
     RecordedEnvFactory,
     check_recordable,
+    check_video_complete,
     encode_gif,
     read_video_frames,
     recorded_videos,
@@ -210,6 +211,7 @@ def record_video(
         extra.unlink(missing_ok=True)
     path = folder / f"{name_prefix}.mp4"
     new[0].replace(path)
+    check_video_complete(path)  # an OSError naming it: what a full disk leaves, unnoticed by the writer
     return path, episode
 
 
@@ -321,7 +323,8 @@ def _join(pieces: list[EpisodeBatch]) -> EpisodeBatch:
 
 
 __all__ = [
-    "EVAL_BRANCH", "EvalWorkerFactory", "RecordedEnvFactory", "VIDEO_EXTRA", "check_recordable", "deterministic_copy",
+    "EVAL_BRANCH", "EvalWorkerFactory", "RecordedEnvFactory", "VIDEO_EXTRA", "check_recordable", "check_video_complete",
+    "deterministic_copy",
     "encode_gif",
     "episode_statistics",
     "evaluate", "evaluation_episodes", "evaluation_factory", "read_video_frames", "record_video", "recorded_videos", "recording_envs",

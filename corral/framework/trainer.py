@@ -523,8 +523,9 @@ class Trainer:
         factory = run_worker_factory(self.algo, seed=self.seed, max_episode_length=self.env_spec.max_episode_length)
         stats = evaluate(self.algo.eval_policy, self.env, n_episodes=self.config.eval_episodes, worker_factory=factory)
         if video and self.log_dir is not None:
-            self.last_video, _ = record_video(self.algo.eval_policy, self.env, factory, self.log_dir / "videos",
-                                              name_prefix=f"epoch_{self.epoch:06d}")
+            with self._writing(f"could not record the video of epoch {self.epoch}"):  # a full disk: one line
+                self.last_video, _ = record_video(self.algo.eval_policy, self.env, factory, self.log_dir / "videos",
+                                                  name_prefix=f"epoch_{self.epoch:06d}")
         meta_evaluate = getattr(self.algo, "meta_evaluate", None)
         if callable(meta_evaluate):
             stats.update(meta_evaluate(self.env, seed=self.seed))

@@ -11,6 +11,7 @@ the first evaluation episode) runs its workers on them. :func:`read_video_frames
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
@@ -54,8 +55,6 @@ class RecordedEnvFactory(EnvFactory):
         require_video()
         from gymnasium.wrappers import RecordVideo
 
-        if not os.environ.get("DISPLAY"):  # rgb_array frames need no display; keep SDL from looking for one
-            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         env = _rgb_array_env(self.fn, self.kwargs)
         slot = self._made
         self._made += 1
@@ -126,6 +125,32 @@ def check_recordable(env: Any, worker_class: Any = None, worker_args: Mapping[st
             probe.close()
 
 
+def check_video_complete(path: str | Path) -> None:
+    """Raise an ``OSError`` naming ``path`` when the MP4 file is incomplete: cut short, or without the
+    index (the ``moov`` box) that ffmpeg writes last. A disk that fills up while a video is written
+    leaves such a file, and the writer (moviepy) does not notice. Reads the boxes' headers only."""
+    size = os.path.getsize(path)
+    found_index, offset = False, 0
+    with open(path, "rb") as f:
+        while offset < size:
+            f.seek(offset)
+            header = f.read(16)
+            if len(header) < 8:
+                break
+            length, kind = int.from_bytes(header[:4], "big"), header[4:8]
+            if length == 1 and len(header) == 16:  # a 64-bit size follows the type
+                length = int.from_bytes(header[8:16], "big")
+            elif length == 0:  # the box runs to the end of the file
+                length = size - offset
+            if length < 8 or offset + length > size:
+                break
+            found_index = found_index or kind == b"moov"
+            offset += length
+    if offset != size or not found_index:
+        raise OSError(errno.EIO, "the MP4 file is incomplete (cut short, or without its index): was the disk full?",
+                      str(path))
+
+
 def read_video_frames(path: str | Path) -> np.ndarray:
     """The frames of an MP4 file as a ``[T, H, W, 3]`` uint8 array (imageio with ffmpeg)."""
     import imageio.v2 as imageio
@@ -154,6 +179,10 @@ def _always(episode_id: int) -> bool:
 
 def _rgb_array_env(source: Any, kwargs: Mapping[str, Any]) -> gym.Env:
     """An environment from ``source`` that renders ``rgb_array`` frames, or a clear error."""
+    if not os.environ.get("DISPLAY"):  # rgb_array frames need no display; keep SDL from looking for one
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    # nor sound: pygame.init() opens an audio device (`error: XDG_RUNTIME_DIR is invalid ...` where there is none)
+    os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     with warnings.catch_warnings():  # gymnasium warns about a render mode the env lacks; we say it once
         warnings.filterwarnings("ignore", message=".*render_mode.*")
         if isinstance(source, EnvFactory) and not isinstance(source, RecordedEnvFactory):
@@ -177,6 +206,7 @@ def _rgb_array_env(source: Any, kwargs: Mapping[str, Any]) -> gym.Env:
 
 
 __all__ = [
-    "RecordedEnvFactory", "VIDEO_EXTRA", "VIDEO_SLOT_INFO", "check_recordable", "encode_gif", "read_video_frames", "recorded_videos",
+    "RecordedEnvFactory", "VIDEO_EXTRA", "VIDEO_SLOT_INFO", "check_recordable", "check_video_complete", "encode_gif",
+    "read_video_frames", "recorded_videos",
     "recording_envs", "require_video",
 ]
