@@ -8,6 +8,7 @@ import shutil
 import sys
 import warnings
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Sequence
 
 import hydra
@@ -131,7 +132,7 @@ def _sweep_or_run(multirun: bool) -> Any:
         if held is not None:
             held.release()  # a job that failed otherwise: Hydra's line says which, before Hydra's report
         os.environ.pop("HYDRA_FULL_ERROR", None)
-        stopped = exc
+        stopped = exc.with_traceback(_from_run_job(exc.__traceback__))
 
         def reraise() -> None:
             raise stopped
@@ -142,6 +143,17 @@ def _sweep_or_run(multirun: bool) -> Any:
         if sys.stderr is held:
             sys.stderr = stderr
         os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def _from_run_job(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` from Hydra's ``run_job`` frame on (``tb`` itself when it has none): the traceback that
+    Hydra's compact report strips down to the job's own frames, as it does when it reports an error
+    itself. It looks for ``run_job`` among the first ten frames only, and a re-raised job error has
+    Hydra's launch frames above it."""
+    current = tb
+    while current is not None and current.tb_frame.f_code.co_name != "run_job":
+        current = current.tb_next
+    return current if current is not None else tb
 
 
 class HeldJobLines:

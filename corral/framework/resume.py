@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from typing import Any, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from corral.framework.errors import ConfigError
+from corral.framework.errors import ConfigError, OutputError
 
 #: Overrides a resume applies: these groups (and their fields) may change.
 ADJUSTABLE = ("trainer", "logger", "sampler", "hydra")
@@ -183,27 +184,55 @@ def plan(source: str | os.PathLike, run_dir: str | os.PathLike | None) -> Resume
 def copy_history(resume: ResumePlan) -> None:
     """For a branch: copy the original run's files (progress rows, TensorBoard events, log, videos)
     and the snapshot resumed from into the new run directory. The loggers drop rows after the
-    snapshot when the run starts (:meth:`Logger.resume`)."""
+    snapshot when the run starts (:meth:`Logger.resume`). A copy that fails (a full disk) removes
+    what it had copied and raises one :class:`OutputError` line, so the same command can run again."""
     if resume.in_place or resume.origin is None or resume.run_dir is None:
         return
-    dest = resume.run_dir
-    dest.mkdir(parents=True, exist_ok=True)
-    for entry in resume.origin.iterdir():
-        if entry.name in NOT_COPIED or (dest / entry.name).exists():
-            continue
-        if entry.is_dir():
-            shutil.copytree(entry, dest / entry.name)
-        elif entry.is_file():
-            shutil.copy2(entry, dest / entry.name)
-    snapshots = dest / "snapshots"
-    snapshots.mkdir(exist_ok=True)
-    shutil.copy2(resume.snapshot, snapshots / resume.snapshot.name)
     from corral.framework.snapshot import objects_path
 
-    objects = objects_path(resume.snapshot)
-    if objects.is_file():  # the snapshot's objects part travels with it
-        shutil.copy2(objects, snapshots / objects.name)
-    (snapshots / "latest").write_text(resume.snapshot.name + "\n")
+    dest = resume.run_dir
+    dest.mkdir(parents=True, exist_ok=True)
+    copied: list[Path] = []
+
+    def copy(source: Path, target: Path) -> None:
+        copied.append(target)
+        if source.is_dir():
+            shutil.copytree(source, target)
+        elif source.is_file():
+            shutil.copy2(source, target)
+
+    try:
+        for entry in resume.origin.iterdir():
+            if entry.name not in NOT_COPIED and not (dest / entry.name).exists():
+                copy(entry, dest / entry.name)
+        snapshots = dest / "snapshots"
+        if not snapshots.exists():
+            copied.append(snapshots)
+        snapshots.mkdir(exist_ok=True)
+        copy(resume.snapshot, snapshots / resume.snapshot.name)
+        objects = objects_path(resume.snapshot)
+        if objects.is_file():  # the snapshot's objects part travels with it
+            copy(objects, snapshots / objects.name)
+        (snapshots / "latest").write_text(resume.snapshot.name + "\n")
+    except OSError as exc:  # shutil.Error (copytree's list of failures) is one too
+        for path in reversed(copied):
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        raise OutputError(f"could not copy the history of {resume.origin} into the branch {dest} "
+                          f"({_copy_failure(exc, copied[-1] if copied else dest)}); make room there, or give the "
+                          "branch a directory on another file system (hydra.run.dir=...), and start it again") from None
+
+
+def _copy_failure(exc: OSError, target: Path) -> str:
+    """What stopped the copy to ``target``, in a few words: ``File too large: <file>``; for copytree's
+    ``shutil.Error``, its first failure."""
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        _, failed, why = exc.args[0][0]
+        reason = re.sub(r"^\[Errno \d+\] ", "", str(why)).split(": ")[0]
+        return f"{reason}: {failed}"
+    return f"{exc.strerror or exc}: {target}"
 
 
 def check_overrides(old: DictConfig, new: DictConfig, overrides: Sequence[str]) -> DictConfig:

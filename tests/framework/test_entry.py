@@ -96,3 +96,31 @@ def test_a_run_stopped_by_a_bug_still_gets_hydras_report(monkeypatch: pytest.Mon
     err = capsys.readouterr().err
     assert err.startswith("Traceback") and err.endswith("PermissionError: [Errno 13] a bug's own file\n"), err
     assert "HYDRA_FULL_ERROR" not in os.environ
+
+
+def test_a_bugs_report_starts_at_the_job_as_hydras_own_report_does(monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Hydra's compact report drops its own frames down to ``run_job``, looking at the first ten only;
+    a job's error re-raised through Hydra's launch has more above it, and is cut there first."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.setattr("hydra._internal.utils.is_under_debugger", lambda: False)
+
+    def the_jobs_own_code() -> None:
+        raise ValueError("a bug")
+
+    def run_job() -> None:  # Hydra's frame that calls the job
+        the_jobs_own_code()
+
+    def launch_frame(depth: int) -> None:  # Hydra's launch, deeper than ten frames
+        if depth:
+            launch_frame(depth - 1)
+        else:
+            run_job()
+
+    monkeypatch.setattr(entry, "_hydra_main", lambda: launch_frame(12))
+    with pytest.raises(SystemExit) as stopped:
+        entry._sweep_or_run(multirun=False)
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err
+    assert "the_jobs_own_code" in err and "launch_frame" not in err and "reraise" not in err, err
+    assert err.startswith("Traceback") and "ValueError: a bug\n" in err

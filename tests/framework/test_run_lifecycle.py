@@ -599,3 +599,21 @@ def test_tensorboards_writer_thread_keeps_its_write_error_off_the_console() -> N
     finally:
         threading.excepthook = previous
     assert reported == ["other"]
+
+
+def test_a_branch_whose_history_cannot_be_copied_is_one_line_and_leaves_nothing(finished, tmp_path: Path) -> None:
+    """``trainer.resume=<run> hydra.run.dir=<new>`` copies the run's history first; a disk without room
+    for it (a snapshot of ~140 kB past a 60 kB limit) stops there in one line, and the branch's
+    directory is gone, so the same command runs again once there is room."""
+    run, _ = finished
+    branch = tmp_path / "branch"
+    proc = _train_limited(tmp_path, 60_000, f"trainer.resume={run}", f"hydra.run.dir={branch}", "trainer.n_epochs=3")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    line = proc.stderr.splitlines()[-1]
+    assert line.startswith(f"corral: error: could not copy the history of {run} into the branch {branch} (File too "
+                           f"large: {branch}"), line
+    assert line.endswith("); make room there, or give the branch a directory on another file system "
+                         "(hydra.run.dir=...), and start it again"), line
+    assert "Traceback" not in proc.stderr and not branch.exists()
+    proc = train(tmp_path, f"trainer.resume={run}", f"hydra.run.dir={branch}", "trainer.n_epochs=3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
