@@ -145,7 +145,7 @@ def _connect(ray: Any, settings: RayLauncherSettings) -> bool:
         kwargs["num_cpus"] = settings.num_cpus
     if settings.object_store_memory is not None:
         kwargs["object_store_memory"] = int(settings.object_store_memory)
-    start_local_runtime(ray, **kwargs)
+    start_local_runtime(ray, "hydra/launcher=ray", **kwargs)
     return True
 
 

@@ -11,7 +11,7 @@ import socket
 import warnings
 from typing import Any, Mapping
 
-from corral.framework.errors import ConfigError
+from corral.framework.errors import ConfigError, CorralError
 from corral.framework.worker import missing_module_of
 
 #: runtime_env keys corral passes on to Ray (see Ray's "Runtime environments" documentation).
@@ -132,16 +132,35 @@ def _drop_default_auth_notice(record: logging.LogRecord) -> bool:
     return not str(record.msg).startswith(_DEFAULT_AUTH_NOTICE)
 
 
-def start_local_runtime(ray: Any, **init_args: Any) -> None:
+class RayStartError(CorralError):
+    """A local Ray runtime could not start (its processes did not come up: a full disk under Ray's
+    temporary directory, a full ``/dev/shm``, a port taken)."""
+
+
+def start_local_runtime(ray: Any, part: str = "ray", **init_args: Any) -> None:
     """``ray.init(address="local", **init_args)``: a fresh runtime of this process's own (never an
     existing ``ray start`` cluster or ``RAY_ADDRESS``), without Ray's usage-stats prompt or its
-    notice that token authentication is on (Ray's default; every run printed it)."""
+    notice that token authentication is on (Ray's default; every run printed it). A runtime that
+    does not start is one :class:`RayStartError` line naming ``part`` (``ray sampler``), with what
+    was started of it stopped."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     notices = logging.getLogger("ray._private.authentication.authentication_token_setup")
     if _drop_default_auth_notice not in notices.filters:
         notices.addFilter(_drop_default_auth_notice)
-    ray.init(address="local", **init_args)
+    try:
+        ray.init(address="local", **init_args)
+    except Exception as exc:  # noqa: BLE001 - Ray raises plain Exception for a node that did not come up
+        if isinstance(exc, CorralError):
+            raise
+        try:
+            ray.shutdown()  # the processes that did start
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+        why = (str(exc).strip().splitlines() or [""])[0]
+        raise RayStartError(f"{part}: could not start a local Ray runtime ({type(exc).__name__}: {why}); Ray's logs "
+                            "say why (under its temporary directory, /tmp/ray/session_latest/logs by default): a "
+                            "full disk there or a full /dev/shm stops it") from None
 
 
-__all__ = ["RUNTIME_ENV_KEYS", "check_cluster_address", "check_runtime_env", "join_cluster", "missing_module_in",
+__all__ = ["RUNTIME_ENV_KEYS", "RayStartError", "check_cluster_address", "check_runtime_env", "join_cluster", "missing_module_in",
            "start_local_runtime"]

@@ -197,7 +197,7 @@ class RaySampler(Sampler):
             need = int(self.n_workers * self.num_cpus + 0.999)
             check_room_for_workers(self.n_workers)  # every actor is a process on this machine
             # address="local": always a fresh runtime, never an existing `ray start` cluster or RAY_ADDRESS.
-            start_local_runtime(ray, num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False,
+            start_local_runtime(ray, "ray sampler", num_cpus=max(os.cpu_count() or 1, need), include_dashboard=False,
                                 log_to_driver=True, configure_logging=False, **extra)
             self._started_ray = True
         return {}

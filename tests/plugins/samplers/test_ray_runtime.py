@@ -43,6 +43,31 @@ def test_starts_and_stops_its_own_runtime(policy, monkeypatch) -> None:
     assert not ray.is_initialized(), "a runtime the sampler started must be stopped at shutdown"
 
 
+@pytest.mark.parametrize("how", ["sampler", "launcher"])
+def test_a_local_runtime_that_cannot_start_is_one_line_naming_the_part(tmp_path: Path, how: str) -> None:
+    """Ray's start fails on a temporary directory it cannot use (here a file; a full disk or a full
+    /dev/shm fail it too, after Ray's startup timeout): one line naming the sampler or the launcher,
+    not Ray's traceback, and no Ray process left."""
+    (tmp_path / "a_file").write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_TMPDIR"] = str(tmp_path / "a_file")
+    run = ["-m", "hydra/launcher=ray", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"] if how == "launcher" \
+        else ["sampler=ray", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *run, "trainer.n_epochs=1", "trainer.batch_size=100",
+         "trainer.eval_every=0", "trainer.progress=false", "logger=[csv]"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    part = "hydra/launcher=ray" if how == "launcher" else "ray sampler"
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line == (f"corral: error: {part}: could not start a local Ray runtime (NotADirectoryError: [Errno 20] Not "
+                    f"a directory: '{tmp_path / 'a_file' / 'ray'}'); Ray's logs say why (under its temporary "
+                    "directory, /tmp/ray/session_latest/logs by default): a full disk there or a full /dev/shm "
+                    "stops it"), proc.stderr[-3000:]
+    left = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and str(tmp_path) in cmdline(int(d.name))]
+    assert not left, [cmdline(pid) for pid in left]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
