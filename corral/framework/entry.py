@@ -112,9 +112,9 @@ def _sweep_or_run(multirun: bool) -> Any:
         return _hydra_main()
     os.environ["HYDRA_FULL_ERROR"] = "1"
     stderr = sys.stderr
-    held = HeldJobLines(stderr) if multirun else None  # a sweep's failed job: SweepJobFailed's line names it
-    if held is not None:
-        sys.stderr = held
+    # Hydra's line for a failed job: SweepJobFailed's line names a sweep's; said again, or not at all for a
+    # run whose files cannot be written (released for anything else)
+    held = sys.stderr = HeldJobLines(stderr)
     try:
         return _hydra_main()
     except SweepJobFailed as exc:  # its line names the job and its overrides: Hydra's line would repeat them
@@ -129,8 +129,7 @@ def _sweep_or_run(multirun: bool) -> Any:
         if (line := no_room_message(exc, multirun)) is not None:
             print(line, file=stderr, flush=True)
             raise SystemExit(2) from None
-        if held is not None:
-            held.release()  # a job that failed otherwise: Hydra's line says which, before Hydra's report
+        held.release()  # a job that failed otherwise: Hydra's line says which, before Hydra's report
         os.environ.pop("HYDRA_FULL_ERROR", None)
         stopped = exc.with_traceback(_from_run_job(exc.__traceback__))
 
@@ -157,11 +156,12 @@ def _from_run_job(tb: TracebackType | None) -> TracebackType | None:
 
 
 class HeldJobLines:
-    """``sys.stderr`` while a sweep runs: everything passes through, except the line Hydra writes
-    when it reads a failed job's result (``Error executing job with overrides: [...]``), which is held
-    back. A job that failed with a corral error has printed its own line, and the sweep's last line
-    (:class:`SweepJobFailed`) names the job and its overrides, so the held line is dropped;
-    :meth:`release` writes it for any other failure."""
+    """``sys.stderr`` while Hydra runs a run or a sweep: everything passes through, except the line
+    Hydra writes when it reads a failed job's result (``Error executing job with overrides: [...]``),
+    which is held back. A sweep's job that failed with a corral error has printed its own line, and
+    the sweep's last line (:class:`SweepJobFailed`) names the job and its overrides; a run whose files
+    cannot be written ends with its own line; so the held line is dropped. :meth:`release` writes it
+    for any other failure."""
 
     PREFIX = "Error executing job with overrides: "
 

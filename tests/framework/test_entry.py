@@ -66,10 +66,14 @@ def test_hydra_flags_go_after_the_overrides_with_their_values(given: list[str], 
 
 def test_a_run_whose_files_cannot_be_written_is_one_line(monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    """A full disk under a library's own error (as torch.save gives it) is found and said in one line."""
+    """A full disk under a library's own error (as torch.save gives it) is found and said in one line
+    (without Hydra's line for a failed job before it)."""
     import errno
 
     def torch_like() -> None:
+        import sys
+
+        sys.stderr.write("Error executing job with overrides: ['seed=1']\n")  # Hydra's, for a job that raised
         try:
             raise OSError(errno.ENOSPC, "No space left on device")
         except OSError:

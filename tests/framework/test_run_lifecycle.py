@@ -617,3 +617,34 @@ def test_a_branch_whose_history_cannot_be_copied_is_one_line_and_leaves_nothing(
     assert "Traceback" not in proc.stderr and not branch.exists()
     proc = train(tmp_path, f"trainer.resume={run}", f"hydra.run.dir={branch}", "trainer.n_epochs=3")
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+class _ResumeFailsLogger(_FullDiskLogger):
+    """A logger whose file cannot be rewritten for a resume (a full disk)."""
+
+    def resume(self, epoch: int, env_steps: int) -> None:
+        raise OSError(28, "No space left on device", "/runs/x/progress.csv")
+
+
+def test_a_logger_that_cannot_rewrite_its_rows_for_a_resume_is_one_line(tmp_path: Path) -> None:
+    from corral import VPG, EnvFactory, EnvSpec, LocalSampler, MLPPolicy, OutputError, Trainer, TrainerConfig
+
+    env = EnvFactory("CartPole-v1")
+    spec = EnvSpec.from_env(env())
+
+    def trainer(loggers: list[Any]) -> Trainer:
+        policy = MLPPolicy(spec, hidden_sizes=(8,))
+        sampler = LocalSampler(agents=policy, envs=env, max_episode_length=500, n_workers=1, seed=1)
+        made = Trainer(TrainerConfig(eval_every=0, progress=False, snapshot_every=1, max_env_steps=None),
+                       snapshot_dir=tmp_path, loggers=loggers)
+        made.setup(VPG(spec, policy, sampler, seed=1), env)
+        return made
+
+    with trainer([]) as first:
+        first.train(n_epochs=1, batch_size=100)
+    with trainer([_ResumeFailsLogger()]) as second, pytest.raises(OutputError) as stopped:
+        second.restore(tmp_path)
+    assert str(stopped.value) == (
+        "logger=_ResumeFailsLogger could not rewrite its rows for the resume (OSError: No space left on device: "
+        "/runs/x/progress.csv); the run stopped there; fix that (space, permissions, the path) and continue from its "
+        f"last snapshot (epochs 0-0) with trainer.resume={tmp_path}")
