@@ -87,6 +87,25 @@ def stored_trials(storage: str, study_name: str) -> int:
         return 0
 
 
+def storage_failure(exc: BaseException) -> str | None:
+    """What went wrong in an Optuna storage, when ``exc`` (or an error it was raised from or while
+    handling) comes from the database layer (SQLite, SQLAlchemy, Optuna's storage errors):
+    ``OperationalError: disk I/O error``; None for any other error."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    found: BaseException | None = None
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        module = type(current).__module__
+        if module.startswith(("sqlite3", "sqlalchemy")) or type(current).__name__ == "StorageInternalError":
+            found = current  # the innermost one says it most plainly (sqlite3's own words)
+        current = current.__cause__ or current.__context__
+    if found is None:
+        return None
+    first = (str(found).strip().splitlines() or [""])[0]
+    return f"{type(found).__name__}: {first}"
+
+
 def search_space(params: dict[str, str] | None, arguments: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
     """Distributions by key, and the fixed overrides every trial gets, from ``hydra.sweeper.params`` and
     the command line (the command line wins for a key given in both)."""
@@ -274,7 +293,19 @@ class CorralOptunaSweeper(Sweeper):
 
     # ------------------------------------------------------------------ the sweep
     def sweep(self, arguments: list[str]) -> Any:
-        """Run the search; log and write (``optimization_results.yaml``) the best parameters and value."""
+        """Run the search; log and write (``optimization_results.yaml``) the best parameters and value.
+        A storage that cannot be read or written (a full disk under a SQLite file, a database that went
+        away) stops the sweep with one :class:`SweepError` line naming ``hydra.sweeper.storage``."""
+        try:
+            return self._sweep(arguments)
+        except Exception as exc:
+            if (why := storage_failure(exc)) is None:
+                raise
+            raise SweepError(f"hydra.sweeper.storage={self.storage}: Optuna could not read or write the study there "
+                             f"({why}); check that storage (a file that is not an Optuna database, a full disk) "
+                             "and run the same command again to resume the study") from None
+
+    def _sweep(self, arguments: list[str]) -> Any:
         from corral.plugins.optuna_pruning import STUDY_ENV, TRIAL_ENV
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
