@@ -42,9 +42,10 @@ class Run:
         """Train with the trainer's configured epochs and batch size."""
         return self.trainer.train()
 
-    def close(self) -> None:
-        """Shut the sampler down and close the loggers (idempotent)."""
-        self.trainer.shutdown()
+    def close(self, *, quiet: bool = False) -> None:
+        """Shut the sampler down and close the loggers (idempotent; see :meth:`Trainer.shutdown` for
+        ``quiet``)."""
+        self.trainer.shutdown(quiet=quiet)
 
 
 def env_source(env_cfg: Any, registry: Any = None) -> Any:

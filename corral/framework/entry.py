@@ -343,6 +343,7 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
     try:
         with catch_stop_signals():  # SIGTERM while building or in the final evaluation: Ctrl-C's path too
             built = build(cfg, log_dir=log_dir)
+            failing = False
             try:
                 stats = dict(built.train())
                 trainer = built.trainer
@@ -359,10 +360,11 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
                     final = stats["eval/return_mean"]
                     built.trainer.best_eval_return = final if best is None else max(best, final)
             except BaseException:
+                failing = True
                 stopping.enter_context(hold_while_stopping(stopping_notice))  # until the record is written
                 raise
             finally:
-                built.close()
+                built.close(quiet=failing)  # a logger that cannot close raises only when nothing else went wrong
             status = "completed"
     except BaseException as exc:
         # Again: catch_stop_signals put the handlers back as it was left, undoing the hold entered inside it.

@@ -496,8 +496,9 @@ class Trainer:
 
     @contextlib.contextmanager
     def _writing(self, what: str) -> Iterator[None]:
-        """Turn an ``OSError`` of the block (a full disk, a permission) into one-line :class:`OutputError`:
-        what could not be written, why, and how the run goes on."""
+        """Turn an ``OSError`` of the block (a full disk, a permission), or one under a library's own
+        error (:func:`os_error_in`), into one-line :class:`OutputError`: what could not be written,
+        why, and how the run goes on."""
         try:
             yield
         except Exception as raised:
@@ -557,7 +558,7 @@ class Trainer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.shutdown()
+        self.shutdown(quiet=exc[0] is not None)  # leaving on an error: that error is the one to see
 
     # ------------------------------------------------------------------ snapshots
     def state_dict(self) -> dict[str, Any]:

@@ -553,6 +553,9 @@ def test_shutdown_closes_every_logger_and_then_says_which_could_not_write(tmp_pa
     assert (failing.closed, fine.closed) == (1, 1)  # the second logger was closed all the same
     trainer.shutdown(quiet=True)  # stopping on an error of its own: that error is the one reported
     assert (failing.closed, fine.closed) == (2, 2)
+    with pytest.raises(ValueError, match="^the run's own error$"), trainer:  # leaving a `with` on an error: quiet
+        raise ValueError("the run's own error")
+    assert (failing.closed, fine.closed) == (3, 3)
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
