@@ -9,11 +9,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from corral.framework.errors import ConfigError
+from corral.testing.processes import file_size_limit
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 300
@@ -250,17 +250,6 @@ def test_a_default_eval_json_that_cannot_be_written_is_one_line_before_any_episo
     assert json.loads(proc.stdout)["episodes"] == 1 and not list((run / "eval.json").iterdir())
 
 
-def _file_size_limit(limit: int) -> Any:
-    """A ``preexec_fn``: a write past ``limit`` bytes fails with ``File too large``, as on a full disk."""
-    import resource
-    import signal
-
-    def apply() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return apply
-
-
 def test_an_eval_json_and_a_plot_the_disk_has_no_room_for_are_one_line_each(cartpole_run: Path,
                                                                            tmp_path: Path) -> None:
     """Found only while writing (a full disk, a quota, ``ulimit -f``): one line naming the file, exit
@@ -270,7 +259,7 @@ def test_an_eval_json_and_a_plot_the_disk_has_no_room_for_are_one_line_each(cart
                        (["plot", str(cartpole_run), "-o", "curves.png"], "curves.png")):
         proc = subprocess.run([sys.executable, "-m", "corral.framework.cli", *args], cwd=tmp_path, capture_output=True,
                               text=True, timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": str(REPO)},
-                              preexec_fn=_file_size_limit(100))
+                              preexec_fn=file_size_limit(100))
         assert proc.returncode == 2, proc.stderr[-3000:]
         assert proc.stderr.splitlines()[-1] == (
             f"corral {args[0]}: error: could not write {name} (OSError: File too large); make room there, or write "
@@ -400,7 +389,7 @@ def test_videos_on_a_machine_without_display_or_sound_print_nothing_and_a_cut_vi
 
     proc = subprocess.run([*command, f"hydra.run.dir={tmp_path / 'full'}"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=TIMEOUT, env={**env, "PYTHONPATH": str(REPO)},
-                          preexec_fn=_file_size_limit(10_000))  # the snapshot is written after the video
+                          preexec_fn=file_size_limit(10_000))  # the snapshot is written after the video
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.splitlines()[-1] == (
         "corral: error: could not record the video of epoch 1 (OSError: the MP4 file is incomplete (cut short, or "
@@ -408,7 +397,7 @@ def test_videos_on_a_machine_without_display_or_sound_print_nothing_and_a_cut_vi
         "stopped there; fix that (space, permissions, the path) and start the run again (it has no snapshot yet)")
     proc = subprocess.run([sys.executable, "-m", "corral.framework.cli", "eval", str(tmp_path / "run"), "--episodes",
                            "1", "--video", "evv", "-o", ""], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=TIMEOUT, env={**env, "PYTHONPATH": str(REPO)}, preexec_fn=_file_size_limit(10_000))
+                          timeout=TIMEOUT, env={**env, "PYTHONPATH": str(REPO)}, preexec_fn=file_size_limit(10_000))
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.splitlines() == [
         "corral eval: error: could not write the video evv/eval-w0-s0-episode-0.mp4 (the MP4 file is incomplete (cut "

@@ -124,19 +124,24 @@ def error_report(exc: BaseException, prefix: str = "corral: error: ", lead: str 
     return f"{lead}{prefix}{exc}"
 
 
-def os_error_in(exc: BaseException) -> OSError | None:
-    """The :class:`OSError` behind ``exc``: ``exc`` itself, or one it was raised from or while
-    handling, nearest first. A library may turn a full disk into an error of its own: ``torch.save``
-    raises ``RuntimeError: [enforce fail at inline_container.cc:...] unexpected pos ...`` while
-    handling the ``OSError: [Errno 28] No space left on device`` of its write. None when there is none."""
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc``, then the error it was raised from or while handling, and so on, nearest first (each
+    once)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, OSError):
-            return current
         seen.add(id(current))
+        yield current
         current = current.__cause__ or current.__context__
-    return None
+
+
+def os_error_in(exc: BaseException) -> OSError | None:
+    """The :class:`OSError` behind ``exc``: ``exc`` itself, or one it was raised from or while
+    handling, nearest first (:func:`exception_chain`). A library may turn a full disk into an error
+    of its own: ``torch.save`` raises ``RuntimeError: [enforce fail at inline_container.cc:...]
+    unexpected pos ...`` while handling the ``OSError: [Errno 28] No space left on device`` of its
+    write. None when there is none."""
+    return next((e for e in exception_chain(exc) if isinstance(e, OSError)), None)
 
 
 #: The ``errno`` values of a file system that takes no more of what a command writes: full, over

@@ -150,8 +150,6 @@ def start_local_runtime(ray: Any, part: str = "ray", **init_args: Any) -> None:
     try:
         ray.init(address="local", **init_args)
     except Exception as exc:  # noqa: BLE001 - Ray raises plain Exception for a node that did not come up
-        if isinstance(exc, CorralError):
-            raise
         try:
             ray.shutdown()  # the processes that did start
         except Exception:  # noqa: BLE001 - best effort

@@ -238,6 +238,19 @@ def started_session(cmd: Sequence[str], **popen_kwargs: Any) -> Iterator[subproc
                 stream.close()
 
 
-__all__ = ["child_processes", "cmdline", "default_signal_dispositions", "descendants", "interruptible", "process_alive",
+def file_size_limit(limit: int) -> Any:
+    """A ``preexec_fn`` for :mod:`subprocess` that gives the child a file size limit (``ulimit -f``),
+    SIGXFSZ ignored: a write past ``limit`` bytes fails with ``OSError: [Errno 27] File too large``, as
+    a write to a full disk fails, without root or a file system of its own."""
+    import resource
+
+    def apply() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel's signal ends the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+__all__ = ["child_processes", "cmdline", "default_signal_dispositions", "descendants", "file_size_limit",
+           "interruptible", "process_alive",
            "proc_stat", "remove_shm_of", "session_processes", "shm_entries", "started_session", "stop_session",
            "wait_for_path", "wait_gone"]

@@ -28,7 +28,7 @@ from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf
 
-from corral.framework.errors import ConfigError, SweepError, SweepSettingError
+from corral.framework.errors import ConfigError, SweepError, SweepSettingError, exception_chain
 
 log = logging.getLogger(__name__)
 
@@ -91,15 +91,10 @@ def storage_failure(exc: BaseException) -> str | None:
     """What went wrong in an Optuna storage, when ``exc`` (or an error it was raised from or while
     handling) comes from the database layer (SQLite, SQLAlchemy, Optuna's storage errors):
     ``OperationalError: disk I/O error``; None for any other error."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    found: BaseException | None = None
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        module = type(current).__module__
-        if module.startswith(("sqlite3", "sqlalchemy")) or type(current).__name__ == "StorageInternalError":
-            found = current  # the innermost one says it most plainly (sqlite3's own words)
-        current = current.__cause__ or current.__context__
+    found = None
+    for error in exception_chain(exc):  # the innermost one says it most plainly (sqlite3's own words)
+        if type(error).__module__.startswith(("sqlite3", "sqlalchemy")) or type(error).__name__ == "StorageInternalError":
+            found = error
     if found is None:
         return None
     first = (str(found).strip().splitlines() or [""])[0]

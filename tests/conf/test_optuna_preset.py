@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from corral.testing.processes import default_signal_dispositions
+from corral.testing.processes import default_signal_dispositions, file_size_limit
 
 optuna = pytest.importorskip("optuna")
 if int(optuna.__version__.split(".")[0]) < 3:
@@ -244,16 +244,6 @@ def test_a_search_whose_every_trial_fails_ends_in_one_line(tmp_path: Path) -> No
     assert "Traceback" not in out
 
 
-def _file_size_limit(limit: int):  # type: ignore[no-untyped-def]
-    """A ``preexec_fn``: a write past ``limit`` bytes fails (``File too large``), as on a full disk."""
-    import resource
-
-    def apply() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return apply
-
-
 @pytest.mark.parametrize("case", ["not a database", "full disk"])
 def test_a_storage_optuna_cannot_use_is_one_line_naming_it(tmp_path: Path, case: str) -> None:
     """SQLite's own error under SQLAlchemy's and Optuna's, said in one line that names the setting."""
@@ -263,7 +253,7 @@ def test_a_storage_optuna_cannot_use_is_one_line_naming_it(tmp_path: Path, case:
         [sys.executable, str(ROOT / "train.py"), "-m", "experiment=ppo_cartpole_optuna", "hydra.sweeper.n_trials=2",
          "trainer.n_epochs=1", *TINY, "hydra.sweeper.storage=sqlite:///study.db", f"hydra.sweep.dir={tmp_path / 's'}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=400,
-        preexec_fn=_file_size_limit(30_000) if case == "full disk" else None)
+        preexec_fn=file_size_limit(30_000) if case == "full disk" else None)
     why = "DatabaseError: file is not a database" if case == "not a database" else "OperationalError: disk I/O error"
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert proc.stderr.splitlines()[-1] == (

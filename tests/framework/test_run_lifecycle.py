@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from corral.testing.processes import file_size_limit
+
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["trainer.batch_size=200", "trainer.eval_every=1", "trainer.eval_episodes=1", "trainer.progress=false",
          "trainer.max_env_steps=null", "logger=[console,csv]"]
@@ -473,21 +475,9 @@ def test_hydras_failed_job_line_is_held_back_and_released_on_request() -> None:
 
 
 # ------------------------------------------------------------------------ a full disk, for real
-def _with_file_size_limit(limit: int) -> Any:
-    """A ``preexec_fn`` that gives the child a file size limit (``ulimit -f``): a write past ``limit``
-    bytes fails with ``OSError: [Errno 27] File too large``, as a full disk fails a write."""
-    import resource
-    import signal
-
-    def apply() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # else the kernel's signal ends the process
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    return apply
-
-
 def _train_limited(cwd: Path, limit: int, *overrides: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(ROOT / "train.py"), *overrides], cwd=cwd, capture_output=True,
-                          text=True, timeout=240, preexec_fn=_with_file_size_limit(limit))
+                          text=True, timeout=240, preexec_fn=file_size_limit(limit))
 
 
 def test_a_snapshot_torch_cannot_finish_writing_is_one_line_that_names_the_os_error(tmp_path: Path) -> None:
