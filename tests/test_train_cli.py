@@ -386,6 +386,28 @@ def test_a_setting_a_worker_cannot_run_is_one_line(tmp_path: Path, sites: dict[s
     assert errors[0].endswith("use worker.backend=sync there (or sampler=local or ray)"), output(proc)
 
 
+def test_more_async_environments_than_the_memory_holds_is_one_line_before_any_process(
+        tmp_path: Path, sites: dict[str, Path]) -> None:
+    # worker.backend=async starts one process per environment: thousands of them met the kernel's OOM
+    # killer, which ends the run without a line.
+    from corral.framework.memory import available_memory_mib
+    from corral.framework.vector_env import ASYNC_ENV_PROCESS_MIB
+
+    available = available_memory_mib()
+    if available is None:
+        pytest.skip("/proc/meminfo does not say how much memory is available")
+    n_envs = int(available // ASYNC_ENV_PROCESS_MIB) + 1000
+    proc = train(tmp_path, sites, "worker=vector", "worker.backend=async", f"worker.n_envs={n_envs}", *SMALL)
+    assert proc.returncode == 2, output(proc)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"corral: error: worker.n_envs={n_envs}: {n_envs} environment processes (worker.backend=async) need at "
+        "least "), output(proc)
+    assert lines[0].endswith("give fewer, or worker.backend=sync (or native), which step them in the worker's "
+                             "process"), output(proc)
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_backend_that_cannot_make_the_environment_is_one_line_before_the_run_directory(
         tmp_path: Path, sites: dict[str, Path]) -> None:
     # Found by the worker inside the run before ("local sampler: worker 0 could not apply the environment

@@ -19,10 +19,14 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from corral.framework.env import EnvFactory, gym_spec, make_env
 from corral.framework.errors import ConfigError
+from corral.framework.memory import check_room_for_processes
 from corral.framework.video import RecordedEnvFactory
 
 #: The ``worker.backend`` choices.
 BACKENDS = ("native", "envpool", "sync", "async")
+#: The least memory one environment process of ``worker.backend=async`` takes, in MiB: a fork of the
+#: worker (CartPole: about 11 MiB proportional set size each, 180 MiB resident, most of it shared).
+ASYNC_ENV_PROCESS_MIB = 10
 #: ``worker.autoreset_mode`` names and the gymnasium modes they stand for.
 AUTORESET_MODES = {"next_step": AutoresetMode.NEXT_STEP, "same_step": AutoresetMode.SAME_STEP,
                    "disabled": AutoresetMode.DISABLED}
@@ -181,6 +185,18 @@ def check_backend(backend: str, env_id: str | None = None, kwargs: Mapping[str, 
                                   "(or async)")
 
 
+def check_room_for_async_envs(n_envs: int) -> None:
+    """Raise a one-line :class:`ConfigError` when ``worker.backend=async``'s ``n_envs`` environment
+    processes cannot fit in the memory still available (at :data:`ASYNC_ENV_PROCESS_MIB` each).
+    ``worker=vector``'s config check calls it before anything starts, and every worker again before
+    it starts its processes, when the memory the other workers took is no longer available."""
+    check_room_for_processes(n_envs, ASYNC_ENV_PROCESS_MIB, "worker.n_envs",
+                             "environment processes (worker.backend=async)",
+                             "each is a copy of its worker's process that steps one environment",
+                             "give fewer, or worker.backend=sync (or native), which step them in the worker's "
+                             "process")
+
+
 def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_length: int | None,
                      seed: int, num_threads: int = 0, autoreset_mode: str = "next_step") -> BuiltVectorEnv:
     """The VectorEnv of ``n_envs`` environments that ``backend`` makes from ``source``.
@@ -258,6 +274,7 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
         if multiprocessing.current_process().daemon:
             raise ConfigError("worker.backend=async starts processes of its own, which a worker inside a sampler's "
                               "worker process cannot; use worker.backend=sync there (or sampler=local or ray)")
+        check_room_for_async_envs(n_envs)
         venv = gym.vector.AsyncVectorEnv(fns, copy=False, autoreset_mode=mode)
     return BuiltVectorEnv(venv, limit, True, True, backend)
 

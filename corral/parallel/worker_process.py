@@ -40,6 +40,7 @@ from typing import Any, Sequence
 
 from corral.framework.errors import ConfigError
 from corral.framework.logger import current_run_log, log_corral_records_as_lines
+from corral.framework.memory import check_room_for_processes
 from corral.framework.worker import UpdateFailure
 from corral.parallel.shared_memory import load_blob
 
@@ -429,32 +430,15 @@ def stop_processes(handles: Sequence[WorkerProcess], *, timeout: float = 5.0, gr
 WORKER_PROCESS_MIB = 150
 
 
-def available_memory_mib() -> float | None:
-    """The memory this machine can still give processes (Linux's ``MemAvailable``), in MiB; None
-    where /proc/meminfo does not say."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def check_room_for_workers(n_workers: int, option: str = "sampler.n_workers") -> None:
     """Raise a one-line :class:`ConfigError` before any process starts when ``n_workers`` worker
     processes cannot fit in this machine's available memory (at :data:`WORKER_PROCESS_MIB` each):
     the kernel's OOM killer would end the run, trainer included, without a line."""
-    available = available_memory_mib()
-    need = n_workers * WORKER_PROCESS_MIB
-    if available is None or need <= available:
-        return
     cpus = os.cpu_count() or 1
-    raise ConfigError(f"{option}={n_workers}: {n_workers} worker processes need at least {need / 1024:.1f} GiB "
-                      f"({WORKER_PROCESS_MIB} MiB each: each imports torch and the environment), and this machine "
-                      f"has {available / 1024:.1f} GiB available; give fewer ({option}={cpus} uses its {cpus} CPUs)")
+    check_room_for_processes(n_workers, WORKER_PROCESS_MIB, option, "worker processes",
+                             "each imports torch and the environment",
+                             f"give fewer ({option}={cpus} uses its {cpus} CPUs)")
 
 
-__all__ = ["WORKER_PROCESS_MIB", "WorkerProcess", "available_memory_mib", "check_room_for_workers", "describe_exit",
+__all__ = ["WORKER_PROCESS_MIB", "WorkerProcess", "check_room_for_workers", "describe_exit",
            "sample_steps", "stop_processes", "worker_main"]

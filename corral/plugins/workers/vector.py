@@ -44,6 +44,7 @@ from corral.framework.vector_env import (
     autoreset_mode_of,
     build_vector_env,
     check_backend,
+    check_room_for_async_envs,
     check_source,
     min_limit,
 )
@@ -702,6 +703,8 @@ def corral_validate_config(cfg: Any) -> None:
         return
     backend = worker.get("backend", "native")
     check_backend(backend)
+    if backend == "async":
+        check_room_for_async_envs(int(worker.get("n_envs", 1)))
     trainer: Any = cfg.get("trainer") or {}
     if trainer.get("video_every", 0) and trainer.get("eval_every", 0) and (
             why := VectorWorker.recording_problem({"backend": backend})):

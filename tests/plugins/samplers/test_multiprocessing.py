@@ -414,7 +414,8 @@ def test_more_workers_than_the_memory_holds_is_one_line_before_any_process(tmp_p
     """``sampler.n_workers=3000`` on this machine: the kernel's OOM killer ended the run (exit 137),
     trainer included, with no line and no summary.json. A local Ray runtime's actors are processes
     on this machine too."""
-    from corral.parallel.worker_process import WORKER_PROCESS_MIB, available_memory_mib
+    from corral.framework.memory import available_memory_mib
+    from corral.parallel.worker_process import WORKER_PROCESS_MIB
 
     if sampler == "ray":
         pytest.importorskip("ray")

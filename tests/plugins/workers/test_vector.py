@@ -305,6 +305,25 @@ def test_recording_with_a_backend_that_makes_every_environment_at_once_is_one_li
     built.venv.close()
 
 
+def test_an_async_vector_env_checks_the_memory_left_before_its_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Library use, or a worker built after others took the memory: ``build_vector_env`` itself
+    refuses, before any process starts, the async environments that memory cannot hold."""
+    import multiprocessing
+
+    from corral.framework import memory
+    from corral.framework.vector_env import ASYNC_ENV_PROCESS_MIB, build_vector_env
+
+    monkeypatch.setattr(memory, "available_memory_mib", lambda: 3.5 * ASYNC_ENV_PROCESS_MIB)
+    before = len(multiprocessing.active_children())
+    with pytest.raises(ConfigError) as raised:
+        build_vector_env(EnvFactory("CartPole-v1"), backend="async", n_envs=4, max_episode_length=None, seed=1)
+    assert str(raised.value).startswith("worker.n_envs=4: 4 environment processes (worker.backend=async) need at "
+                                        "least ")
+    assert len(multiprocessing.active_children()) == before
+    built = build_vector_env(EnvFactory("CartPole-v1"), backend="async", n_envs=3, max_episode_length=None, seed=1)
+    built.venv.close()
+
+
 def test_corral_evals_recording_check_asks_the_worker_before_any_episode() -> None:
     """``corral eval <native run> --video DIR`` said so only once the worker built its environments,
     after the sampler's prefix and after making DIR; the check before recording now asks the worker."""
