@@ -136,6 +136,23 @@ def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path: Path, site
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing made, nothing left
 
 
+@pytest.mark.parametrize("multirun", [False, True])
+def test_an_empty_run_directory_is_one_line_not_the_current_directory(tmp_path: Path, sites: dict[str, Path],
+                                                                     multirun: bool) -> None:
+    """``hydra.run.dir=`` made the current directory the run's: progress.csv, snapshots/ and tb/
+    were written straight into it."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    args = ["-m", "seed=1,2"] if multirun else []
+    proc = run([sys.executable, str(TRAIN), *args, *SMALL, f"{key}="], tmp_path, sites)
+    assert proc.returncode == 2, output(proc)
+    default = "multirun/<date>/<time>" if multirun else "outputs/<date>/<time>"
+    assert proc.stderr.strip().splitlines() == [
+        f"corral: error: {key} is empty, which would make the current directory the "
+        f"{'sweep' if multirun else 'run'}'s directory; give a directory, or leave {key} out for {default}"
+    ], output(proc)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(("multirun", "override", "line"), [
     (False, "hydra.run.dir=~/runs/x", "corral: error: hydra.run.dir=~/runs/x: Hydra's override syntax does not take "
                                       "'~' there (character 15); quote the value (key='...') or see "
@@ -718,6 +735,19 @@ def test_an_experiment_of_the_users_search_path_trains(tmp_path: Path, sites: di
     proc = run([sys.executable, str(TRAIN), "experiment=other", searchpath, *where, *SMALL], tmp_path, sites)
     assert proc.returncode == 2, output(proc)
     assert "corral: error: experiment=other: experiment has no option 'other'; choose one of dqn_cartpole, mine, " in proc.stderr
+
+
+def test_a_preset_without_its_package_line_is_one_line_not_ignored(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """A preset file without ``# @package _global_``: Hydra put its settings under ``experiment.*``,
+    where nothing reads them, and the run trained with the defaults (learning rate 3e-4, not 0.1)."""
+    (tmp_path / "mine" / "experiment").mkdir(parents=True)
+    (tmp_path / "mine" / "experiment" / "nopkg.yaml").write_text("algo:\n  learning_rate: 0.1\n")
+    proc = train(tmp_path, sites, "experiment=nopkg", f"hydra.searchpath=[file://{tmp_path / 'mine'}]", *SMALL)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip().splitlines() == [
+        "corral: error: the experiment preset's settings landed under experiment.algo, where nothing reads them: its "
+        "file needs `# @package _global_` as its first line (as every preset has; docs/plugins.md)"], output(proc)
+    assert not (tmp_path / "run").exists()
 
 
 # ------------------------------------------------------------------------------------ corral plugins

@@ -443,6 +443,12 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
     for key in cfg:
         if key not in top:
             problems.append(_unknown_top_level(str(key), top, registry, kinds))
+    preset = cfg.get("experiment")
+    if isinstance(preset, DictConfig) and len(preset):
+        # Hydra puts a group file's keys under the group's name unless the file says otherwise.
+        keys = ", ".join(f"experiment.{k}" for k in list(preset)[:3])
+        problems.append(f"the experiment preset's settings landed under {keys}, where nothing reads them: its file "
+                        "needs `# @package _global_` as its first line (as every preset has; docs/plugins.md)")
     top_values = {k: cfg.get(k) for k in top if k not in kinds and not isinstance(cfg.get(k), DictConfig)}
     for problem in field_problems(schema, top_values, ""):
         problems.append(problem.lstrip("."))

@@ -527,6 +527,11 @@ def check_output_dir(overrides: Sequence[str], multirun: bool, hydra_cfg: Any) -
         where = str(OmegaConf.select(hydra_cfg, key.removeprefix("hydra."), throw_on_resolution_failure=True))
     except OmegaConfBaseException:
         return
+    if where.strip() in ("", "None"):  # Path("") is the current directory: the run's files would land there
+        default = "multirun/<date>/<time>" if multirun else "outputs/<date>/<time>"
+        raise ConfigError(f"{key} is empty, which would make the current directory the "
+                          f"{'sweep' if multirun else 'run'}'s directory; give a directory, or leave {key} out "
+                          f"for {default}")
     target = Path(where).expanduser().absolute()
     problem = directory_problem(target)
     given = f"{key}={where}" if any(_key(o) == key for o in overrides) else f"{key} ({where})"
@@ -749,7 +754,8 @@ def _missing_message(exc: BaseException, options_of: Any) -> str:
 def check_deletions(overrides: Sequence[str], compose_job: Callable[[list[str]], Any]) -> None:
     """Raise one-line :class:`ConfigError` for an override that deletes a setting (``~trainer.n_epochs``):
     corral fills a deleted setting back with its default, so the deletion would change nothing. Deleting
-    a whole part stays (``~logger.csv`` runs without the CSV logger)."""
+    a whole part stays (``~logger.csv`` runs without the CSV logger); a list or mapping setting
+    (``~policy.hidden_sizes``, ``~env.kwargs``) is a setting like any other."""
     deletions = [o for o in overrides if o.startswith("~") and "." in _key(o) and not _is_hydra(o)]
     if not deletions:
         return
@@ -759,7 +765,8 @@ def check_deletions(overrides: Sequence[str], compose_job: Callable[[list[str]],
     for override in deletions:
         key = _key(override)
         value = OmegaConf.select(kept, key, default=None, throw_on_missing=False)
-        if value is not None and not OmegaConf.is_config(value):
+        is_part = OmegaConf.is_dict(value) and "name" in value  # a chosen part (logger.csv) has its name
+        if value is not None and not is_part:
             raise ConfigError(f"{override}: a deleted setting is filled back with its default, so this changes "
                               f"nothing; give {key} a value instead ({key}=..., or {key}=null where it accepts null)")
 

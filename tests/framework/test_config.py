@@ -348,6 +348,10 @@ def test_deleting_a_whole_part_is_kept_and_deleting_a_setting_is_refused() -> No
     precheck(["logger=[console]", "~hydra.job.env_set"])  # Hydra's own: Hydra's business
     with pytest.raises(ConfigError, match=r"^~algo.learning_rate: a deleted setting is filled back with its default"):
         precheck(["~algo.learning_rate"])
+    # A list or mapping setting too (it ran with the default list in silence).
+    for key in ("policy.hidden_sizes", "env.kwargs"):
+        with pytest.raises(ConfigError, match=rf"^~{key}: a deleted setting is filled back with its default"):
+            precheck([f"~{key}"])
 
 
 def test_a_true_false_setting_takes_only_true_or_false() -> None:
