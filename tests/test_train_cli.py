@@ -848,6 +848,39 @@ def test_multirun_sweep(tmp_path: Path, sites: dict[str, Path]) -> None:
 RAISING_ENV = ["env.id=corral.testing.faulty_envs:corral/RaisingCartPole-v1"]
 
 
+def test_an_environment_that_raises_while_it_is_made_is_one_line_naming_env(tmp_path: Path,
+                                                                            sites: dict[str, Path]) -> None:
+    """``env.kwargs.max_episode_steps=0`` (gymnasium's TimeLimit refuses it) ended in Hydra's "Error
+    executing job" report and a traceback through corral's build, exit 1."""
+    proc = train(tmp_path, sites, "env.kwargs.max_episode_steps=0", *SMALL)
+    assert proc.returncode == 2, output(proc)
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1] == ("corral: error: env=cartpole: making the environment with env.kwargs {'max_episode_steps': 0} "
+                         "raised ValueError: Expect the `max_episode_steps` to be positive, actually: 0; fix the "
+                         "environment or its settings; the traceback above shows where it raised"), output(proc)
+    assert lines[-2].startswith("ValueError: Expect the `max_episode_steps`"), output(proc)
+    assert "Error executing job" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr, output(proc)
+
+
+@pytest.mark.parametrize("sampler", ["local", "multiprocessing"])
+def test_an_environment_that_calls_sys_exit_fails_the_run_in_one_line(tmp_path: Path, sites: dict[str, Path],
+                                                                      sampler: str) -> None:
+    """``sys.exit(0)`` inside an environment's step: under sampler=local it ended the run with exit
+    code 0 (summary.json said failed) and no line; a worker process says that it exited."""
+    proc = train(tmp_path, sites, "env=gym", "env.id=corral.testing.faulty_envs:corral/ExitingCartPole-v1",
+                 "+env.kwargs.fail_at=30", f"sampler={sampler}", "sampler.n_workers=1", *SMALL)
+    assert proc.returncode == 2, output(proc)
+    last = proc.stderr.strip().splitlines()[-1]
+    if sampler == "local":
+        assert last == ("corral: error: worker 0 raised SystemExit: 0 while sampling (obtain_samples); the traceback "
+                        "above shows where it raised"), output(proc)
+    else:
+        assert last.startswith("corral: error: worker 0 (pid ") and " exited with code 0 while sampling" in last, \
+            output(proc)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("WorkerError: worker 0 ")
+
+
 @pytest.mark.parametrize("launcher", ["basic", "joblib"])
 def test_a_failed_sweep_job_is_recorded_and_the_other_jobs_still_run(tmp_path: Path, sites: dict[str, Path],
                                                                     launcher: str) -> None:

@@ -15,13 +15,13 @@ from corral.framework.algorithm import Algorithm
 from corral.framework.checks import composed_ignored, composed_problems
 from corral.framework.config import CorralConfig, config_of
 from corral.framework.env import EnvSpec, limit_above_time_limit, make_env
-from corral.framework.errors import ConfigError
+from corral.framework.errors import ConfigError, CorralError, WorkerError
 from corral.framework.logger import Logger
 from corral.framework.plugins import PluginManager, get_plugin_manager
 from corral.framework.policy import Policy
 from corral.framework.registry import KINDS
 from corral.framework.sampler import Sampler
-from corral.framework.worker import WorkerFactory
+from corral.framework.worker import WorkerFactory, exception_summary
 
 
 @dataclass
@@ -91,6 +91,26 @@ def warn_ignored(cfg: DictConfig, given: Collection[str], manager: PluginManager
     return lines
 
 
+def _probe_env(env: Any, env_cfg: Any) -> Any:
+    """One environment of the run, made to read its spaces; an environment that raises while it is
+    made (its own bug, or an ``env.kwargs`` value it refuses, ``max_episode_steps=0``) is a
+    :class:`~corral.framework.errors.WorkerError` naming ``env=``, with the traceback from where the
+    environment's code was entered."""
+    import traceback
+
+    try:
+        return make_env(env)
+    except CorralError:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the environment's own failure, in one line
+        kwargs = dict(env_cfg.get("kwargs") or {})
+        given = f" with env.kwargs {kwargs}" if kwargs else ""
+        raise WorkerError(f"env={env_cfg.get('name', '?')}: making the environment{given} raised "
+                          f"{exception_summary(exc)}; fix the environment or its settings",
+                          remote_traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                          ) from exc
+
+
 def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: PluginManager | None = None) -> Run:
     """Build every part of a run from a composed config (nothing starts sampling yet)."""
     import torch
@@ -102,7 +122,7 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
     torch.manual_seed(seed)
 
     env = env_source(cfg.env, reg)
-    probe = make_env(env)
+    probe = _probe_env(env, cfg.env)
     try:
         env_spec = EnvSpec.from_env(probe, cfg.env.get("max_episode_length"))
         if (above := limit_above_time_limit(probe, cfg.env.get("max_episode_length"))) is not None:

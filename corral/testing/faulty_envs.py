@@ -5,6 +5,7 @@ registered with gymnasium on import:
 
 - ``corral/RaisingCartPole-v1``: raises ``EnvironmentFailure`` in ``step`` number ``fail_at``.
 - ``corral/SuicideCartPole-v1``: SIGKILLs its own process in ``step`` number ``fail_at``.
+- ``corral/ExitingCartPole-v1``: calls ``sys.exit(code)`` in ``step`` number ``fail_at``.
 - ``corral/HangingCartPole-v1``: sleeps ``hang_s`` seconds in ``step`` number ``fail_at``.
 - ``corral/SwallowingCartPole-v1``: from ``step`` number ``fail_at`` on, sleeps ``hang_s`` seconds
   per step inside an ``except KeyboardInterrupt: pass`` (code that swallows a Ctrl-C).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -77,6 +79,18 @@ class SuicideCartPole(_FaultyCartPole):
     def fail(self) -> None:
         """SIGKILL this process."""
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class ExitingCartPole(_FaultyCartPole):
+    """CartPole that calls ``sys.exit(code)`` at step ``fail_at`` (a library that ends the program)."""
+
+    def __init__(self, code: int = 0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.code = int(code)
+
+    def fail(self) -> None:
+        """Raise SystemExit(code)."""
+        sys.exit(self.code)
 
 
 class NaNCartPole(_FaultyCartPole):
@@ -145,7 +159,8 @@ class SwallowingCartPole(_FaultyCartPole):
         return super().step(action)
 
 
-for _name, _cls in (("Raising", RaisingCartPole), ("Suicide", SuicideCartPole), ("Hanging", HangingCartPole),
+for _name, _cls in (("Raising", RaisingCartPole), ("Suicide", SuicideCartPole), ("Exiting", ExitingCartPole),
+                    ("Hanging", HangingCartPole),
                     ("NaN", NaNCartPole), ("HugeReward", HugeRewardCartPole), ("Swallowing", SwallowingCartPole)):
     _id = f"corral/{_name}CartPole-v1"
     if _id not in gym.registry:
