@@ -73,6 +73,19 @@ def _limited_env(source: Any, limit: int | None) -> gym.Env:
     return env
 
 
+def _async_env(source: Any, limit: int | None, owner_pid: int) -> gym.Env:
+    """:func:`_limited_env` for the async backend. In an environment process (not ``owner_pid``, the
+    worker's process, where AsyncVectorEnv makes one environment to read its spaces) SIGINT is ignored:
+    the worker stops these processes itself, and a Ctrl-C, which reaches the whole process group,
+    ended them under the worker, whose shutdown then failed on their broken pipes."""
+    import os
+    import signal
+
+    if os.getpid() != owner_pid:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return _limited_env(source, limit)
+
+
 def _own_limit(venv: VectorEnv) -> int | None:
     """A VectorEnv's own episode limit: its spec's, its ``max_episode_steps`` or its sub-environments' specs'."""
     limit = getattr(getattr(venv, "spec", None), "max_episode_steps", None) or getattr(venv, "max_episode_steps", None)
@@ -265,7 +278,12 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
     finally:
         probe.close()
     limit = min_limit(max_episode_length, own_limit)
-    fns = [functools.partial(_limited_env, source, limit) for _ in range(n_envs)]
+    if backend == "async":
+        import os
+
+        fns = [functools.partial(_async_env, source, limit, os.getpid()) for _ in range(n_envs)]
+    else:
+        fns = [functools.partial(_limited_env, source, limit) for _ in range(n_envs)]
     if backend == "sync":
         venv = gym.vector.SyncVectorEnv(fns, copy=False, autoreset_mode=mode)
     else:

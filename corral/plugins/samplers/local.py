@@ -91,12 +91,13 @@ class LocalSampler(Sampler):
 
     def state_dict(self) -> dict[str, Any]:
         """Every worker's RNG states and noise counters."""
-        return {"workers": [w.state_dict() for w in self._workers], "total_env_steps": self.total_env_steps}
+        return {"workers": [_in_worker(i, "saving its sampling state (state_dict)", w.state_dict)
+                            for i, w in enumerate(self._workers)], "total_env_steps": self.total_env_steps}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output."""
-        for worker, ws in zip(self._workers, state["workers"]):
-            worker.load_state_dict(ws)
+        for i, (worker, ws) in enumerate(zip(self._workers, state["workers"])):
+            _in_worker(i, "restoring its sampling state (load_state_dict)", partial(worker.load_state_dict, ws))
         self.total_env_steps = int(state.get("total_env_steps", 0))
 
 

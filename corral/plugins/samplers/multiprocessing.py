@@ -193,7 +193,8 @@ class MultiprocessingSampler(Sampler):
     # ------------------------------------------------------------------ snapshots
     def state_dict(self) -> dict[str, Any]:
         """Every worker's RNG states and noise counters (the local sampler's format)."""
-        results = self._call({i: ("state", None) for i in range(self.n_workers)}, None, None, "state_dict")
+        results = self._call({i: ("state", None) for i in range(self.n_workers)}, None, None,
+                             "saving its sampling state (state_dict)")
         return {"workers": [results[i] for i in range(self.n_workers)], "total_env_steps": self.total_env_steps}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -201,7 +202,8 @@ class MultiprocessingSampler(Sampler):
         workers = list(state["workers"])
         if len(workers) != self.n_workers:
             raise ConfigError(f"the sampler state holds {len(workers)} workers, this sampler has {self.n_workers}")
-        self._call({i: ("load_state", dump_blob(ws)) for i, ws in enumerate(workers)}, None, None, "load_state_dict")
+        self._call({i: ("load_state", dump_blob(ws)) for i, ws in enumerate(workers)}, None, None,
+                   "restoring its sampling state (load_state_dict)")
         self.total_env_steps = int(state.get("total_env_steps", 0))
 
     @property

@@ -22,10 +22,11 @@ snapshots per backend.
 
 from __future__ import annotations
 
+import functools
 import logging
 import pickle
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -50,6 +51,7 @@ from corral.framework.vector_env import (
 )
 from corral.framework.video import VIDEO_SLOT_INFO, RecordedEnvFactory
 from corral.framework.worker import Worker
+from corral.parallel.worker_process import describe_exit
 from corral.rl.episode_buffer import StepLog, action_clipper
 from corral.rl.episode_stitching import RunningEpisodes, join_fragments
 
@@ -58,6 +60,33 @@ logger = logging.getLogger(__name__)
 _warned_fresh_resume: set[str] = set()
 #: A whole-episode rollout may return this many times ``min_steps`` before the worker says why, once.
 OVERSIZE_FACTOR = 4
+
+
+class EnvironmentProcessLost(RuntimeError):
+    """An environment process of ``worker.backend=async`` is gone (killed, or it exited)."""
+
+
+_M = TypeVar("_M", bound=Callable[..., Any])
+
+
+def _reports_lost_processes(method: _M) -> _M:
+    """``method`` of a VectorWorker, where a broken pipe to an AsyncVectorEnv's environment process
+    that is gone raises :class:`EnvironmentProcessLost` naming its slot, pid and exit, not the pipe's
+    ``BrokenPipeError`` / ``EOFError``."""
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (BrokenPipeError, EOFError, ConnectionResetError) as exc:
+            processes = list(getattr(self.venv, "processes", ()))
+            gone = [f"slot {i} (pid {p.pid}) {describe_exit(p.exitcode)}" for i, p in enumerate(processes)
+                    if not p.is_alive()]
+            if not gone:
+                raise
+            raise EnvironmentProcessLost(
+                f"the environment process of {', '.join(gone)}; worker.backend=async cannot go on without it"
+            ) from exc
+    return wrapper  # type: ignore[return-value]  # the same signature as method's
 
 
 @dataclass
@@ -250,6 +279,7 @@ class VectorWorker(Worker):
         return obs
 
     # ------------------------------------------------------------------ sampling
+    @_reports_lost_processes
     def rollout(self, *, min_steps: int | None = None, n_episodes: int | None = None) -> EpisodeBatch:
         """Whole episodes (or, with ``timesteps_per_call``, fragments); see the class docstring."""
         if self.venv is None:
@@ -587,6 +617,7 @@ class VectorWorker(Worker):
         else:
             venv.unwrapped.np_random = generator(state)
 
+    @_reports_lost_processes
     def state_dict(self) -> dict[str, Any]:
         """The environments' RNG state (where the backend lets it be read), the agent's sampling state and,
         in fragment mode, the running episodes (the VectorEnv pickled, where it pickles) with, under
@@ -610,6 +641,7 @@ class VectorWorker(Worker):
                 state["fragments_lost"] = True
         return state
 
+    @_reports_lost_processes
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output. A backend whose environment state cannot be saved (EnvPool)
         starts fresh episodes from a new seed derived from the saved position, and says so once in the log."""
@@ -642,11 +674,34 @@ class VectorWorker(Worker):
         self._rollouts = rollouts
 
     def shutdown(self) -> None:
-        """Close the VectorEnv."""
+        """Close the VectorEnv (an async one whose environment processes are gone: end the others)."""
         if self.venv is not None:
-            self.venv.close()
-            self.venv = None
+            venv, self.venv = self.venv, None
+            try:
+                venv.close()
+            except (OSError, EOFError):  # a pipe to a killed environment process
+                _end_processes(venv)
         super().shutdown()
+
+
+def _end_processes(venv: VectorEnv) -> None:
+    """End an AsyncVectorEnv whose close failed on the broken pipe of a killed environment process
+    (its own close, even with ``terminate=True``, first waits for the pending call on that pipe):
+    terminate and join the others, close the pipes, and mark it closed so that its ``__del__`` does
+    not try again."""
+    processes = list(getattr(venv, "processes", ()))
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5)
+    for pipe in getattr(venv, "parent_pipes", ()):
+        if pipe is not None:
+            pipe.close()
+    venv.closed = True
 
 
 def _rows(a: np.ndarray, flat: np.ndarray) -> np.ndarray:

@@ -235,3 +235,52 @@ def test_a_warning_from_a_worker_process_is_one_corral_line(tmp_path: Path, samp
     assert len(logged) == 1, logged
     assert re.match(r"^\[[\d\- :,]+\]\[corral\.plugins\.workers\.vector\]\[WARNING\] - (\[worker 0\] )?corral: worker=vector "
                     r"returned ", logged[0]), logged
+
+
+@pytest.mark.parametrize("fault", ["ctrl_c", "kill_env_process"])
+def test_an_async_vector_env_under_ctrl_c_or_a_killed_environment_process(tmp_path: Path, fault: str) -> None:
+    """``worker.backend=async`` under sampler=local. Ctrl-C reached the environment processes too, which
+    died under the worker: the run ended "failed", exit 1, with BrokenPipeError tracebacks from closing
+    them. Now they ignore SIGINT (the worker stops them): the run is interrupted as any other, 130. An
+    environment process killed outright is one line naming its slot, pid and signal, exit 2, with the
+    epochs before it kept and no process left."""
+    import signal
+    import time
+
+    from corral.testing.processes import session_processes, started_session
+
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(REPO / "train.py"), "worker=vector", "worker.backend=async", "worker.n_envs=2",
+           "trainer.n_epochs=200", "trainer.batch_size=400", "trainer.eval_every=0", "trainer.progress=false",
+           f"hydra.run.dir={run}"]
+    with started_session(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        deadline = time.monotonic() + 120
+        csv_path = run / "progress.csv"
+        while (not csv_path.exists() or len(csv_path.read_text().splitlines()) < 3) and proc.poll() is None:
+            assert time.monotonic() < deadline, "no second epoch within 120 s"
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        session = session_processes(proc.pid)
+        envs = sorted(child_processes(proc.pid))
+        assert len(envs) == 2, envs
+        if fault == "ctrl_c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(envs[0], signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=120)
+        last = stderr.strip().splitlines()[-1]
+        if fault == "ctrl_c":
+            assert proc.returncode == 130, stderr[-3000:]
+            assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr[-3000:]
+            assert last.startswith("corral: interrupted after "), stderr[-3000:]
+        else:
+            assert proc.returncode == 2, stderr[-3000:]
+            assert re.fullmatch(
+                rf"corral: error: worker 0 raised EnvironmentProcessLost: the environment process of slot 0 "
+                rf"\(pid {envs[0]}\) was killed by signal 9 \(SIGKILL\); worker.backend=async cannot go on without "
+                r"it while (sampling \(obtain_samples\)|saving its sampling state \(state_dict\)); the traceback "
+                r"above shows where it raised", last), stderr[-3000:]
+        assert "Error executing job" not in stderr and "Exception ignored" not in stderr, stderr[-3000:]
+        assert wait_gone(session, timeout=30) == set()
+    rows = list(csv.DictReader(csv_path.open()))
+    assert len(rows) >= 2
