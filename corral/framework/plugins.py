@@ -164,10 +164,13 @@ class PluginManager:
             if plugin is not None and self.pm.is_registered(plugin):
                 self.pm.unregister(plugin)
             self.sources.pop(source.plugin, None)
-            message = f"corral plugin from {source} failed to load and was skipped: {type(exc).__name__}: {exc}"
+            # One line whatever the exception's text holds (pluggy's and OmegaConf's span several).
+            what = " ".join(f"{type(exc).__name__}: {exc}".split())
             if _strict():
-                raise PluginError(message + " (CORRAL_STRICT_PLUGINS is set)") from exc
-            self.registry.failed.append(FailedPlugin(source, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+                raise PluginError(f"corral plugin from {source} failed to load: {what} (CORRAL_STRICT_PLUGINS is set, "
+                                  "so the run stops)") from exc
+            message = f"corral plugin from {source} failed to load and was skipped: {what}"
+            self.registry.failed.append(FailedPlugin(source, what, traceback.format_exc()))
             warnings.warn(message + f". Disable it with CORRAL_DISABLE_PLUGINS={source.plugin}", PluginWarning, stacklevel=2)
 
     def unregister(self, plugin_name: str) -> None:

@@ -236,15 +236,16 @@ def test_strict_mode_raises(plugins_visible: Visible, monkeypatch: pytest.Monkey
     with plugins_visible("corral-testplugin", dist):
         with pytest.raises(PluginError, match=f"{dist} 0.2.0") as info:
             load()
-        assert error in str(info.value)
+        assert error in str(info.value) and "\n" not in str(info.value)
         assert "CORRAL_STRICT_PLUGINS" in str(info.value)
         assert info.value.__cause__ is not None
         # the process-wide manager does not stay half-loaded after a strict failure
         with pytest.raises(PluginError):
             get_plugin_manager()
         monkeypatch.setenv("CORRAL_STRICT_PLUGINS", "0")
-        with pytest.warns(PluginWarning, match=dist):
+        with pytest.warns(PluginWarning, match=dist) as warned:
             assert get_plugin_manager().registry.get("sampler", "testlocal")
+        assert all("\n" not in str(w.message) for w in warned), [str(w.message) for w in warned]
 
 
 @pytest.mark.parametrize("value", ["brokenimport", "corral-brokenimport", "corral_brokenimport", "Corral-BrokenImport"])

@@ -19,7 +19,8 @@ class PartialConfig:
 def corral_register(register: Any) -> None:
     """Register ``sampler=brokenpartial``, then fail."""
     register("sampler", "brokenpartial", LocalSampler, config=PartialConfig, help="registered before the failure")
-    raise RuntimeError("corral_brokenregister exploded while registering")
+    # Two lines, as pluggy's and OmegaConf's errors have: corral's warning must still be one line.
+    raise RuntimeError("corral_brokenregister exploded while registering\n    (the second line of its message)")
 
 
 @hookimpl
