@@ -750,6 +750,22 @@ def test_a_preset_without_its_package_line_is_one_line_not_ignored(tmp_path: Pat
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("multirun", [False, True])
+def test_a_preset_that_is_not_valid_yaml_is_one_line_naming_the_file(tmp_path: Path, sites: dict[str, Path],
+                                                                     multirun: bool) -> None:
+    """PyYAML's 40-frame traceback through Hydra's config loader, exit 1, for a user's preset with a
+    syntax error; a sweep over it too."""
+    (tmp_path / "mine" / "experiment").mkdir(parents=True)
+    broken = tmp_path / "mine" / "experiment" / "broken.yaml"
+    broken.write_text("# @package _global_\ntrainer:\n  n_epochs: [1\n")
+    choice = ["-m", "experiment=broken,ppo_cartpole"] if multirun else ["experiment=broken"]
+    proc = train(tmp_path, sites, *choice, f"hydra.searchpath=[file://{tmp_path / 'mine'}]", *SMALL)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip().splitlines() == [
+        f"corral: error: {broken} is not valid YAML (line 4, column 1: expected ',' or ']', but got '<stream end>'); "
+        "fix that file"], output(proc)
+
+
 # ------------------------------------------------------------------------------------ corral plugins
 def test_corral_plugins_table(tmp_path: Path, sites: dict[str, Path]) -> None:
     proc = run([*corral_command(), "plugins"], tmp_path, sites, "corral-testplugin", "corral-brokenregister")

@@ -86,6 +86,7 @@ def precheck(args: Sequence[str]) -> None:
         check_branch_dir(args)
         _print_warnings(repeated)
         return
+    import yaml
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException, MissingConfigException
@@ -121,6 +122,8 @@ def precheck(args: Sequence[str]) -> None:
                 raise ConfigError(_missing_message(exc, options_of)) from None
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(hydra_message(exc)) from None
+    except yaml.YAMLError as exc:  # a config file of the search path (a user's preset) that does not parse
+        raise ConfigError(yaml_message(exc)) from None
     finally:
         GlobalHydra.instance().clear()
     validate(cfg)  # every value, and whether the choices fit together (the plugins' corral_validate_config)
@@ -429,6 +432,16 @@ def hydra_config(overrides: Sequence[str]) -> Any:
         if not_overridable(exc) is not None:
             raise ConfigError(composition_error(exc, [o for o in fixed if _composes_job(o)])) from None
         return None
+
+
+def yaml_message(exc: Exception) -> str:
+    """A config file's YAML error in one line: the file, where in it, and what the parser expected."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    if mark is None:
+        return f"a config file is not valid YAML: {problem}; fix it"
+    return (f"{mark.name} is not valid YAML (line {mark.line + 1}, column {mark.column + 1}: {problem}); fix that "
+            "file")
 
 
 def check_added_hydra_keys(overrides: Sequence[str], hydra_cfg: Any) -> None:
