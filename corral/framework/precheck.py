@@ -86,7 +86,7 @@ def precheck(args: Sequence[str]) -> None:
         check_branch_dir(args)
         _print_warnings(repeated)
         return
-    import yaml
+    import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints (types-PyYAML is not a dependency)
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException, MissingConfigException
