@@ -4,9 +4,13 @@
 shutdown); ``auto`` or ``ray://host:port`` joins an existing cluster, which this sampler never
 shuts down. Broadcast updates are ``ray.put`` once and shared by every actor; per-worker lists
 are put item by item. Every wait is bounded: a dead actor, an actor that raised (its traceback
-included) or one that makes no progress within ``timeout`` seconds becomes a ``WorkerError``,
-or, with ``on_worker_failure=restart``, the actor is rebuilt with its seed stream advanced and its
-share is sampled again.
+included) or one that shows no progress for ``timeout`` seconds becomes a ``WorkerError``, or,
+with ``on_worker_failure=restart``, the actor is rebuilt with its seed stream advanced and its
+share is sampled again, at most ``max_restarts`` times per worker over the sampler's life. The
+words and semantics are the multiprocessing sampler's: progress is the agent being asked for
+actions (an environment step), which the driver reads about once a second from each busy actor
+through a method in a concurrency group of its own (``progress``), so a slow worker that keeps
+stepping is never timed out and a hung one is terminated.
 
 Updates travel with the work: each ``sample`` / ``exact`` call carries that round's agent and
 environment update and applies it first, so an update that fails (wrong parameter shapes, an invalid
@@ -24,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -45,7 +50,7 @@ from corral.framework.worker import (
     worker_raised,
 )
 from corral.parallel.ray_runtime import check_runtime_env, join_cluster, missing_module_in, start_local_runtime
-from corral.parallel.worker_process import check_room_for_workers
+from corral.parallel.worker_process import check_room_for_workers, describe_exit
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +63,21 @@ class RaySamplerConfig:
     address: str = field(default="", metadata={"help": "'' = start a local Ray runtime; 'auto' or ray://host:port = join a cluster"})
     num_cpus: float = field(default=1.0, metadata=check(ge=0, help="CPUs reserved per actor"))
     num_gpus: float = field(default=0.0, metadata=check(ge=0, help="GPUs reserved per actor"))
-    timeout: float = field(default=120.0, metadata=check(gt=0, help="seconds without any result before a worker counts as stuck"))
+    timeout: float = field(
+        default=120.0,
+        metadata=check(gt=0, help="seconds a worker may show no progress (no answer and no environment step) before it "
+                          "counts as stuck and is stopped; checked once a second, so use a few seconds at least"),
+    )
     start_timeout: float = field(default=120.0, metadata=check(gt=0, help="seconds to wait for the actors to be placed and built"))
-    on_worker_failure: str = field(default="raise", metadata=check(choices=("raise", "restart"), help="raise | restart"))
-    max_restarts: int = field(default=3, metadata=check(ge=0, applies_if=("on_worker_failure", "==", "restart"),
-                                                         help="restarts allowed per obtain call before giving up"))
+    on_worker_failure: str = field(
+        default="raise",
+        metadata=check(choices=("raise", "restart"), help="when a worker dies, raises or is stuck: raise (a WorkerError; the sampler shuts "
+                          "down) or restart (rebuild it with an advanced seed stream and resample its share)"),
+    )
+    max_restarts: int = field(
+        default=3, metadata=check(ge=0, applies_if=("on_worker_failure", "==", "restart"),
+                                  help="restarts allowed per worker (on_worker_failure=restart) before raising")
+    )
     runtime_env: dict[str, Any] = field(
         default_factory=dict,
         metadata={"help": "Ray runtime environment of the actors: working_dir, py_modules, pip, env_vars "
@@ -80,7 +95,30 @@ class _RayWorker:
         log_corral_records_as_lines(run_log, f"worker {worker_number}")  # the run's corral.log, where this node has it
         os.environ["CORRAL_WORKER_NUMBER"] = str(worker_number)
         os.environ["CORRAL_WORKER_RESTART"] = str(restart)
+        self.steps = 0  # the agent's get_actions calls: the progress the driver watches
         self.worker = factory(worker_number, restart)
+
+    def progress(self) -> int:
+        """Steps taken so far (called in the ``progress`` concurrency group, while a rollout runs)."""
+        return self.steps
+
+    def _count_steps(self) -> None:
+        """Make the worker's agent count its ``get_actions`` calls (once per agent object, as the
+        multiprocessing sampler's workers do). An agent that refuses new attributes is not counted."""
+        agent = getattr(self.worker, "agent", None)
+        if agent is None or getattr(agent, "_corral_counted", False):
+            return
+        inner = agent.get_actions
+
+        def get_actions(observations: Any) -> Any:
+            self.steps += 1
+            return inner(observations)
+
+        try:
+            agent.get_actions = get_actions
+            agent._corral_counted = True
+        except (AttributeError, TypeError):  # pragma: no cover - __slots__ or a frozen object
+            pass
 
     def where(self) -> tuple[int, str]:
         """Process id and Ray node id of this actor."""
@@ -97,12 +135,14 @@ class _RayWorker:
         """Apply this round's updates, then whole episodes totalling at least ``share`` steps,
         tagged with the agent version."""
         apply_updates(self.worker, env_update, agent_update)
+        self._count_steps()
         return version, collect_share(self.worker, share)
 
     def exact(self, version: int, n_episodes: int, agent_update: Any = None, env_update: Any = None
               ) -> tuple[int, EpisodeBatch]:
         """Apply this round's updates, then exactly ``n_episodes`` episodes, tagged with the agent version."""
         apply_updates(self.worker, env_update, agent_update)
+        self._count_steps()
         return version, self.worker.rollout(n_episodes=n_episodes)
 
     def state_dict(self) -> dict[str, Any]:
@@ -159,7 +199,9 @@ class RaySampler(Sampler):
         options: dict[str, Any] = dict(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)
         if self._actor_runtime_env:
             options["runtime_env"] = self._actor_runtime_env
-        self._actor_cls = ray.remote(_RayWorker).options(**options)
+        # A concurrency group of its own for ``progress``: it answers while ``sample`` runs.
+        remote = ray.remote(concurrency_groups={"progress": 1})  # type: ignore[call-overload]  # not in Ray's stubs
+        self._actor_cls = remote(_RayWorker).options(**options)
         factory = self.worker_factory
         # What a restarted actor is given to be where the others are (object refs, per worker): the
         # latest full environment and the latest callable applied to it; the latest Policy and the
@@ -293,6 +335,7 @@ class RaySampler(Sampler):
             raise RuntimeError("this sampler was shut down; build a new one")
         self._version += 1
         version = self._version
+        activity = _ACTIVITY[method]
         agent_refs = self._put_spread(agent_update)
         env_refs = self._put_spread(env_update)
         self._remember(env_update, env_refs, self._env_state, replaces=is_new_env)
@@ -302,19 +345,41 @@ class RaySampler(Sampler):
         pending = {getattr(a, method).remote(version, n, ag, en): i
                    for i, (a, n, ag, en) in enumerate(zip(self._actors, amounts, agent_refs, env_refs))}
         results: dict[int, EpisodeBatch] = {}
-        restarts_this_call = 0
+        # Progress, as under multiprocessing: each busy actor is asked for its step count about once a
+        # second; a worker whose count has not moved (and that has not answered) for ``timeout``
+        # seconds is stuck. The first answer of each actor counts as progress, as a worker process's
+        # first report does.
+        now = time.monotonic()
+        deadline = {i: now + self.timeout for i in pending.values()}
+        seen: dict[int, int | None] = {i: None for i in deadline}
+        next_probe = {i: now for i in deadline}
+        probes: dict[Any, int] = {}
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=self.timeout)
-            if not ready:
-                stuck = sorted(pending.values())
-                error = WorkerError(
-                    f"ray sampler: worker(s) {stuck} returned nothing for {self.timeout:.0f} s (sampler.timeout); "
-                    "an environment may be hanging",
-                    worker_number=stuck[0],
-                )
-                failed = stuck
-            else:
-                ref = ready[0]
+            now = time.monotonic()
+            busy = sorted(set(pending.values()))
+            asked = set(probes.values())
+            for i in busy:
+                if now >= next_probe[i] and i not in asked:
+                    probes[self._actors[i].progress.options(concurrency_group="progress").remote()] = i
+                    next_probe[i] = now + _PROBE_EVERY_S
+            asked = set(probes.values())  # a worker asked already is waited on until its deadline
+            wake = min(deadline[i] if i in asked else min(deadline[i], next_probe[i]) for i in busy)
+            watched = [*pending, *probes]
+            ready, _ = ray.wait(watched, num_returns=1, timeout=min(max(wake - now, 0.0), _PROBE_EVERY_S))
+            if ready:  # every call finished by now, not only the first
+                ready, _ = ray.wait(watched, num_returns=len(watched), timeout=0)
+            failures: list[tuple[int, WorkerError]] = []
+            for ref in ready:
+                if ref in probes:
+                    i = probes.pop(ref)
+                    try:
+                        steps = ray.get(ref)
+                    except Exception:  # noqa: BLE001 - a dead actor: its own call says so
+                        continue
+                    if steps != seen[i]:
+                        seen[i] = steps
+                        deadline[i] = time.monotonic() + self.timeout
+                    continue
                 i = pending.pop(ref)
                 try:
                     got_version, batch = ray.get(ref)
@@ -322,28 +387,74 @@ class RaySampler(Sampler):
                     cause = getattr(exc, "cause", None)
                     if isinstance(cause, ConfigError):  # a setting the worker cannot run with: as under local
                         self._cancel(pending, settle_s=min(self.timeout, 5.0))
+                        self._settle(probes)
                         raise ConfigError(str(cause)) from None
-                    error, failed = self._worker_error(i, exc, "failed", _ACTIVITY[method]), [i]
+                    error = self._worker_error(i, exc, "failed", activity)
                     if self._is_update_failure(exc):  # deterministic: a restart would replay it
                         self._cancel(pending, settle_s=min(self.timeout, 5.0))
+                        self._settle(probes)
                         raise error from None
-                else:
-                    if got_version != version:  # cannot happen with fresh refs; never mix versions
-                        raise WorkerError(f"ray sampler: worker {i} returned agent version {got_version}, "
-                                          f"expected {version}", worker_number=i)
-                    results[i] = batch
+                    failures.append((i, error))
                     continue
-            if self.on_worker_failure != "restart" or restarts_this_call + len(failed) > self.max_restarts:
-                self._cancel(pending)
-                raise error
-            for i in failed:
-                restarts_this_call += 1
-                for ref, j in list(pending.items()):
-                    if j == i:
-                        del pending[ref]
+                if got_version != version:  # cannot happen with fresh refs; never mix versions
+                    raise WorkerError(f"ray sampler: worker {i} returned agent version {got_version}, "
+                                      f"expected {version}", worker_number=i)
+                results[i] = batch
+            now = time.monotonic()
+            failed = {i for i, _ in failures}
+            for ref, i in list(pending.items()):
+                if i not in failed and now > deadline[i]:
+                    failures.append((i, self._stuck(i, activity)))
+                    failed.add(i)
+                    del pending[ref]
+                    self._settle([ref], 2.0)  # the killed actor's call: collected, not an "Unhandled error" page
+            for i, error in sorted(failures, key=lambda f: f[0]):
+                if self.on_worker_failure != "restart" or self._restarts[i] >= self.max_restarts:
+                    if self.on_worker_failure == "restart":
+                        error = WorkerError(f"{error.message}; it was already restarted {self._restarts[i]} times "
+                                            f"(sampler.max_restarts={self.max_restarts})",
+                                            worker_number=i, remote_traceback=error.remote_traceback)
+                    self._cancel(pending)
+                    self._settle(probes)
+                    raise error
+                self._settle([ref for ref, j in probes.items() if j == i], 0.0)
+                probes = {ref: j for ref, j in probes.items() if j != i}
                 self._restart(i, error)
                 pending[getattr(self._actors[i], method).remote(version, amounts[i])] = i
+                now = time.monotonic()
+                deadline[i], next_probe[i], seen[i] = now + self.timeout, now, None
+        self._settle(probes)
         return EpisodeBatch.concatenate(*[results[i] for i in range(self.n_workers)])
+
+    def _stuck(self, i: int, activity: str) -> WorkerError:
+        """Terminate actor ``i``, which showed no progress for ``timeout`` seconds, and say so."""
+        pid = self.locations[i][0]
+        try:
+            self._ray.kill(self._actors[i], no_restart=True)
+        except Exception:  # noqa: BLE001 - it may already be gone
+            pass
+        return WorkerError(
+            f"ray sampler: worker {i} (pid {pid}) made no progress for {self.timeout:g} s while {activity} and was "
+            "terminated; raise sampler.timeout if its rollouts are this slow",
+            worker_number=i,
+        )
+
+    def _settle(self, refs: Any, timeout: float = 1.0) -> None:
+        """Collect the calls ``refs`` that finish within ``timeout`` seconds, whatever they returned or
+        raised (a result never read would be printed by Ray as an "Unhandled error" page)."""
+        ray = self._ray
+        refs = list(refs)
+        if not refs:
+            return
+        try:
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        except Exception:  # noqa: BLE001 - the runtime may be going away
+            return
+        for ref in done:
+            try:
+                ray.get(ref, timeout=0)
+            except Exception:  # noqa: BLE001 - only collected
+                pass
 
     def _cancel(self, pending: Mapping[Any, int], settle_s: float = 0.0) -> None:
         """Cancel calls that are no longer needed; collect those finished (within ``settle_s``
@@ -371,8 +482,9 @@ class RaySampler(Sampler):
         ray = self._ray
         self.n_restarts += 1
         self._restarts[i] += 1
-        log.warning("ray sampler: restarting worker %d (restart %d): %s", i, self._restarts[i],
-                    str(error).splitlines()[0])
+        # The words of the multiprocessing sampler's warning.
+        log.warning("%s; restarting it (restart %d of at most %d) and resampling its share", error.message,
+                    self._restarts[i], self.max_restarts)
         try:
             ray.kill(self._actors[i], no_restart=True)
         except Exception:  # noqa: BLE001 - it may already be gone
@@ -393,7 +505,8 @@ class RaySampler(Sampler):
         pid = self.locations[i][0] if i < len(getattr(self, "locations", [])) else None
         cause = getattr(exc, "cause", None)
         if isinstance(cause, UpdateFailure):
-            return update_error("ray", i, cause, str(exc))
+            # The traceback of what raised (as the multiprocessing sampler's), not of the UpdateFailure carrying it.
+            return update_error("ray", i, cause, ray_traceback(cause_part(str(exc))))
         module = missing_module_in(exc)
         if module is not None:
             # Ray unpickles the arguments (agent, environment, factory) before corral sees them.
@@ -408,11 +521,7 @@ class RaySampler(Sampler):
             error = worker_raised(i, exception_summary(exc.cause), activity, ray_traceback(str(exc)), pid)
             return WorkerError(f"ray sampler: {error.message}", worker_number=i, remote_traceback=error.remote_traceback)
         if isinstance(exc, ray.exceptions.RayActorError):
-            return WorkerError(
-                f"ray sampler: worker {i} (pid {pid}) died: the actor process exited or was killed "
-                f"({str(exc).splitlines()[0][:300]})",
-                worker_number=i,
-            )
+            return actor_died(i, pid, activity, str(exc))
         return WorkerError(f"ray sampler: worker {i} {what}: {type(exc).__name__}: {exc}", worker_number=i)
 
     # ------------------------------------------------------------------ snapshots
@@ -454,21 +563,64 @@ class RaySampler(Sampler):
             ray.shutdown()
 
 
+#: Seconds between two questions to a busy actor about its progress (a worker process reports as often).
+_PROBE_EVERY_S = 1.0
 #: What an actor call of each kind is doing, in the words of the other samplers' errors.
 _ACTIVITY = {"sample": "sampling (obtain_samples)", "exact": "sampling (obtain_exact_episodes)"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def ray_traceback(text: str) -> str:
-    """Ray's text of an actor's exception as a Python traceback: its colour codes removed, its
-    ``ray::Actor.method() (pid=..., ip=..., actor_id=..., repr=...)`` header replaced by Python's
-    first line, and the caret lines Ray leaves under that header dropped."""
-    lines = _ANSI.sub("", text).splitlines()
-    if lines and lines[0].startswith("ray::"):
-        lines = ["Traceback (most recent call last):", *lines[1:]]
-        while len(lines) > 1 and lines[1].strip() and not lines[1].strip().strip("^~"):
-            del lines[1]
-    return "\n".join(lines)
+    """Ray's text of an actor's exception as a Python traceback: its colour codes removed, each
+    ``ray::Actor.method() (pid=..., ip=..., actor_id=..., repr=...)`` header (one per exception of a
+    chain) replaced by Python's first line, and the caret lines Ray leaves under a header dropped."""
+    out: list[str] = []
+    after_header = False
+    for line in _ANSI.sub("", text).splitlines():
+        if line.startswith("ray::"):
+            out.append("Traceback (most recent call last):")
+            after_header = True
+            continue
+        if after_header and line.strip() and not line.strip().strip("^~"):
+            continue
+        after_header = False
+        out.append(line)
+    return "\n".join(out)
+
+
+_CAUSE_LINK = "\n\nThe above exception was the direct cause of the following exception:\n\n"
+
+
+def cause_part(text: str) -> str:
+    """The part of a chained traceback's text before its last link: the exception that the last one
+    (an :class:`UpdateFailure`, raised ``from`` it) carries. The whole text when it has no link."""
+    head, link, _ = text.rpartition(_CAUSE_LINK)
+    return head if link else text
+
+
+#: How Ray words an actor process's end, where it knows it.
+_EXIT_CODE = re.compile(r"\bexit code (-?\d+)")
+
+
+def actor_died(i: int, pid: int | None, activity: str, text: str) -> WorkerError:
+    """The WorkerError of actor ``i`` found dead while ``activity`` (Ray's error text ``text``), in the
+    multiprocessing sampler's words: ``worker 1 (pid 42) exited with code 3 while sampling
+    (obtain_samples)`` where Ray gives the exit code, else ``... died while ...`` with what Ray knows."""
+    who = f"worker {i}" + (f" (pid {pid})" if pid is not None else "")
+    when = "between requests" if activity == "idle" else f"while {activity}"
+    flat = " ".join(text.split())
+    found = _EXIT_CODE.search(flat)
+    note = ""
+    if found:
+        how = describe_exit(int(found.group(1)))
+    elif "memory monitor" in flat or "OutOfMemoryError" in flat:
+        how, note = "was killed by Ray's memory monitor", " (its node ran low on memory)"
+    elif "ray.kill" in flat or "killed by GCS" in flat:
+        how = "was killed by Ray"
+    else:  # Ray saw the connection to the process end: a signal (SIGKILL, SIGSEGV), an exit, the OOM killer
+        how, note = "died", (" (Ray gives no exit code or signal; the node's Ray logs, /tmp/ray/session_latest/logs "
+                             "by default, say more)")
+    return WorkerError(f"ray sampler: {who} {how} {when}{note}", worker_number=i)
 
 
 @hookimpl
