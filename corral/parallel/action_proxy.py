@@ -30,6 +30,7 @@ from corral.parallel.action_slot import (
     CALL,
     DETERMINISTIC,
     GET_ACTIONS,
+    HELD,
     KIND,
     META_LEN,
     META_VERSION,
@@ -168,21 +169,31 @@ class ActionProxy(Policy):
         ep.posted.release()
         ep.doorbell.release()
         if not poll_acquire(ep.answered, ep.spin_s):  # most answers come while polling: nothing more per step
-            self._sleep_until_answered(ep)
+            self._sleep_until_answered(slot, ep)
         if slot.header[STATUS] != OK:
             raise ActionServerError(f"the action server failed to serve worker {ep.worker_number}:\n"
                                     f"{slot.read_blob()}")
 
     @staticmethod
-    def _sleep_until_answered(ep: ProxyEndpoint) -> None:
-        """Sleep on the answer in bounded waits: exit if the sampler's process is gone, give up after
-        ``ep.timeout`` seconds."""
+    def _sleep_until_answered(slot: SlotView, ep: ProxyEndpoint) -> None:
+        """Sleep on the answer in bounded waits: exit if the sampler's process is gone; give up after
+        ``ep.timeout`` seconds without a sign of life from the server.
+
+        While the server holds this request back because another worker of the group is still
+        stepping, it bumps the slot's ``HELD`` counter: that wait is the other worker's, which the
+        sampler times out (and names) itself, so it never runs down this worker's clock.
+        """
         deadline = time.monotonic() + ep.timeout
+        held = int(slot.header[HELD])
         parent = os.getppid()
-        while not ep.answered.acquire(timeout=1.0):
+        while not ep.answered.acquire(timeout=min(1.0, ep.timeout / 4)):
             if os.getppid() != parent:
                 os._exit(1)  # the sampler's process is gone
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if int(slot.header[HELD]) != held:
+                held = int(slot.header[HELD])
+                deadline = now + ep.timeout
+            elif now > deadline:
                 raise TimeoutError(f"the action server did not answer worker {ep.worker_number} within "
                                    f"{ep.timeout:g} s")
 

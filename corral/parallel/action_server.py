@@ -10,6 +10,11 @@ environments (:class:`~corral.parallel.slot_state.AgentPool`), actions written b
 holds the others up; the sampler rings the doorbell whenever a worker's business changes (a reply
 arrived, a command was sent, a worker was restarted).
 
+A worker held back that way is waiting, not stuck: a few times a second the thread bumps its slot's
+``HELD`` counter (its proxy then keeps waiting, however long the busy worker takes) and calls
+``on_hold(i)`` (the sampler then does not count the wait against the worker's ``timeout``). So
+when one worker hangs in its environment, it alone shows no progress and is the one reported.
+
 With one group this is rlpyt's GPU sampler; with two, the alternating sampler: while one group's
 forward pass runs, the other group's workers step their environments.
 
@@ -35,6 +40,7 @@ from corral.parallel.action_slot import (
     DETERMINISTIC,
     ERROR,
     GET_ACTIONS,
+    HELD,
     KIND,
     META_LEN,
     META_VERSION,
@@ -53,6 +59,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds the serving thread sleeps at most before looking again (a shutdown is seen this fast).
 _IDLE_S = 0.2
+#: Seconds between two signs of life given to the workers the thread holds back.
+_HOLD_EVERY_S = 0.1
 
 
 class _ServerSlot:
@@ -115,18 +123,23 @@ class ActionServer:
         prepare: turns a Policy into the instance the server runs (copy, move to the device).
         busy: ``busy(i)`` is true while worker ``i`` has a command outstanding.
         obs_bytes, resp_bytes: capacity of each slot's observation and response areas.
-        timeout: seconds a worker waits for an answer before giving up.
+        timeout: seconds a worker waits for an answer before giving up (counted from the server's
+            last sign of life: a worker held back for a busy one waits as long as it is busy).
+        on_hold: ``on_hold(i)`` is called, a few times a second, while worker ``i``'s posted
+            ``get_actions`` is held back because another worker of its group is busy.
         spin_s: seconds a worker (and the serving thread) polls for what it waits for before
             sleeping on its semaphore (see :func:`~corral.parallel.action_slot.poll_acquire`).
     """
 
     def __init__(self, ctx: Any, n_workers: int, groups: Sequence[Sequence[int]],
                  prepare: Callable[[Policy], Policy], busy: Callable[[int], bool], *, obs_bytes: int,
-                 resp_bytes: int, timeout: float, spin_s: float = 0.0) -> None:
+                 resp_bytes: int, timeout: float, spin_s: float = 0.0,
+                 on_hold: Callable[[int], None] | None = None) -> None:
         self.ctx = ctx
         self.spin_s = spin_s
         self.groups = [list(g) for g in groups]
         self.busy = busy
+        self.on_hold = on_hold
         self.timeout = timeout
         self.lock = threading.RLock()
         self.pool = AgentPool(self.groups, prepare)
@@ -141,6 +154,7 @@ class ActionServer:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._posts: dict[int, int] = {}
+        self._held_at = float("-inf")
         try:
             for i in range(n_workers):
                 self.slots.append(_ServerSlot(ctx, i, obs_bytes, resp_bytes))
@@ -228,13 +242,30 @@ class ActionServer:
                 continue
             del posts[i]
             self._answer_control(i, kind)
+        held: list[int] = []
         for group in self.groups:
             waiting = [i for i in group if i in posts]
-            if not waiting or any(self.busy(i) for i in group if i not in posts):
+            if not waiting:
+                continue
+            if any(self.busy(i) for i in group if i not in posts):
+                held.extend(waiting)
                 continue
             for i in waiting:
                 del posts[i]
             self._answer_actions(waiting)
+        if held:
+            self._hold(held)
+
+    def _hold(self, workers: list[int]) -> None:
+        """Tell ``workers`` (and the sampler) that their requests are held back, not lost."""
+        now = time.monotonic()
+        if now - self._held_at < _HOLD_EVERY_S:
+            return
+        self._held_at = now
+        for i in workers:
+            self.slots[i].view.header[HELD] += 1
+            if self.on_hold is not None:
+                self.on_hold(i)
 
     def _answer_control(self, i: int, kind: int) -> None:
         slot = self.slots[i]

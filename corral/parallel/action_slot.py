@@ -13,7 +13,9 @@ Waiting: a worker first polls its ``answered`` semaphore for up to ``spin_s`` se
 CPU away between polls (:func:`poll_acquire`), and only then sleeps on it. A sleeping worker has
 to be woken by the server, and a woken process often takes the CPU from the server before it has
 woken the next worker; a worker that polls is answered without either. The server polls its
-doorbell the same way.
+doorbell the same way. While the server holds a posted ``get_actions`` back (another worker of the
+group is still stepping), it bumps the header's ``HELD`` counter a few times a second, so a
+sleeping worker can tell a server that waits for someone else from one that is gone.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ KIND, SEQ, OBS_CHAR, OBS_NDIM = 0, 1, 2, 3
 OBS_SHAPE = 4  # 8 entries: 4..11
 MAX_NDIM = 8
 RESET_ROWS, BLOB_LEN, STATUS, META_VERSION, DETERMINISTIC, META_LEN = 12, 13, 14, 15, 16, 17
+#: Bumped by the server while it holds the worker's posted request back for a busy worker of its
+#: group: the waiting worker reads it as "the server is alive and waiting for someone else".
+HELD = 18
 HEADER_FIELDS = 32
 # Response status (header[STATUS]).
 OK, ERROR = 0, 1

@@ -13,6 +13,12 @@ Same seed, same episodes: each environment slot keeps its own noise stream and r
 the server (:class:`~corral.parallel.slot_state.AgentPool`), and corral's MLP forward is batch
 invariant, so on cpu the episodes equal the local sampler's, array for array.
 
+Failures read as the multiprocessing sampler's: the server answers a group once every busy worker
+of it has posted, so while one worker hangs in its environment the others wait for the server;
+that wait counts as neither's lack of progress (the server tells the waiting worker's proxy and
+this sampler that it is holding it back), so the hung worker alone runs out of ``timeout``, is
+named ("made no progress") and, with ``on_worker_failure=restart``, is the only one restarted.
+
 ``sampler=alternating`` (:mod:`corral.plugins.samplers.alternating`) is this sampler with two
 groups of workers.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 import copy
 import logging
 import re
+import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,15 +172,23 @@ class ActionServerSampler(MultiprocessingSampler):
 
     def _make_server(self) -> ActionServer:
         handles = self._handles  # not the sampler: the server must not keep it alive
+        timeout = self.timeout
 
         def busy(i: int) -> bool:
             h = handles[i]
             return h is not None and bool(h.outstanding)
 
+        def on_hold(i: int) -> None:
+            # Worker i waits for the server, which waits for a busy worker of its group: no lack of
+            # progress of worker i's (the busy one, if stuck, runs out of time and is the one named).
+            h = handles[i]
+            if h is not None and h.outstanding:
+                h.deadline = max(h.deadline, time.monotonic() + timeout)
+
         device = self.device
         server = ActionServer(self._ctx, self.n_workers, self.groups(), lambda p: server_policy(p, device), busy,
                               obs_bytes=self._slot_bytes, resp_bytes=self._slot_bytes, timeout=self.timeout,
-                              spin_s=self._spin_s)
+                              spin_s=self._spin_s, on_hold=on_hold)
         server.start()
         return server
 
