@@ -878,6 +878,20 @@ def test_an_environment_that_raises_while_it_is_made_is_one_line_naming_env(tmp_
     assert "Error executing job" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr, output(proc)
 
 
+def test_an_environment_that_raises_in_evaluation_is_named_as_the_evaluation(tmp_path: Path,
+                                                                             sites: dict[str, Path]) -> None:
+    """The evaluation's own workers run in the trainer's process: a failure there read as the
+    sampler's "worker 0 raised ...", the wrong part under sampler=multiprocessing."""
+    proc = train(tmp_path, sites, *RAISING_ENV[:1], "env=gym", "+env.kwargs.fail_at=250", "sampler=multiprocessing",
+                 "sampler.n_workers=1", "trainer.batch_size=100", "trainer.n_epochs=1", "trainer.eval_episodes=40",
+                 "trainer.progress=false")
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "corral: error: the evaluation after epoch 0 (trainer.eval_every; its workers run in this process): worker 0 "
+        "raised EnvironmentFailure: RaisingCartPole failed on purpose at step 250 while sampling "
+        "(obtain_exact_episodes); the traceback above shows where it raised"), output(proc)
+
+
 @pytest.mark.parametrize("sampler", ["local", "multiprocessing"])
 def test_an_environment_that_calls_sys_exit_fails_the_run_in_one_line(tmp_path: Path, sites: dict[str, Path],
                                                                       sampler: str) -> None:

@@ -30,6 +30,7 @@ from corral.framework.errors import (
     OutputError,
     SnapshotError,
     TrainingDivergedError,
+    WorkerError,
     os_error_in,
 )
 from corral.framework.evaluation import evaluate, record_video, run_worker_factory
@@ -522,7 +523,13 @@ class Trainer:
         ``video``: also record the first evaluation episode to ``<run dir>/videos`` (``last_video``)."""
         assert self.algo is not None and self.env_spec is not None
         factory = run_worker_factory(self.algo, seed=self.seed, max_episode_length=self.env_spec.max_episode_length)
-        stats = evaluate(self.algo.eval_policy, self.env, n_episodes=self.config.eval_episodes, worker_factory=factory)
+        try:
+            stats = evaluate(self.algo.eval_policy, self.env, n_episodes=self.config.eval_episodes,
+                             worker_factory=factory)
+        except WorkerError as exc:  # its workers are not the sampler's: say which ones failed
+            raise WorkerError(f"the evaluation after epoch {self.epoch - 1} (trainer.eval_every; its workers run in this "
+                              f"process): {exc.message}", worker_number=exc.worker_number, exitcode=exc.exitcode,
+                              remote_traceback=exc.remote_traceback) from exc
         if video and self.log_dir is not None:
             with self._writing(f"could not record the video of epoch {self.epoch}"):  # a full disk: one line
                 self.last_video, _ = record_video(self.algo.eval_policy, self.env, factory, self.log_dir / "videos",
