@@ -321,9 +321,10 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
     cfg = resolve_resume(cfg)
     plan = resuming.plan(cfg.trainer.resume, log_dir) if cfg.trainer.get("resume") else None
     previous = None
+    copied: list[Path] = []
     if plan is not None:
         previous = _read_summary(plan.origin) if plan.origin is not None else None
-        resuming.copy_history(plan)
+        copied = resuming.copy_history(plan)
         if plan.in_place:
             resuming.say(f"corral: resuming the run in {plan.run_dir}: its progress.csv, TensorBoard events, "
                          "corral.log and summary.json continue")
@@ -348,8 +349,13 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
                 stats = dict(built.train())
                 trainer = built.trainer
                 if trainer.already_finished:
-                    resuming.say(resuming.finished_message(plan.run_dir if plan else log_dir, trainer.stop_reason,
-                                                           trainer.epoch, trainer.total_env_steps))
+                    branch, where = None, plan.run_dir if plan else log_dir
+                    if plan is not None and not plan.in_place:  # a branch with nothing to do leaves nothing
+                        built.close(quiet=True)
+                        if resuming.drop_branch(plan, copied):
+                            branch, where = plan.run_dir, plan.origin or plan.snapshot
+                    resuming.say(resuming.finished_message(where, trainer.stop_reason, trainer.epoch,
+                                                           trainer.total_env_steps, branch=branch))
                     status = "finished"
                     return stats.get("eval/return_mean", stats.get("train/return_mean"))
                 if "eval/return_mean" not in stats and built.trainer.config.eval_every and built.trainer.epoch > 0:

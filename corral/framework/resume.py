@@ -32,6 +32,7 @@ from typing import Any, Sequence
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.errors import ConfigError, OutputError
+from corral.framework.logger import RUN_LOG
 
 #: Overrides a resume applies: these groups (and their fields) may change.
 ADJUSTABLE = ("trainer", "logger", "sampler", "hydra")
@@ -181,13 +182,14 @@ def plan(source: str | os.PathLike, run_dir: str | os.PathLike | None) -> Resume
                       run_dir=Path(run_dir) if run_dir is not None else None)
 
 
-def copy_history(resume: ResumePlan) -> None:
+def copy_history(resume: ResumePlan) -> list[Path]:
     """For a branch: copy the original run's files (progress rows, TensorBoard events, log, videos)
-    and the snapshot resumed from into the new run directory. The loggers drop rows after the
-    snapshot when the run starts (:meth:`Logger.resume`). A copy that fails (a full disk) removes
-    what it had copied and raises one :class:`OutputError` line, so the same command can run again."""
+    and the snapshot resumed from into the new run directory; return what it copied. The loggers
+    drop rows after the snapshot when the run starts (:meth:`Logger.resume`). A copy that fails (a
+    full disk) removes what it had copied and raises one :class:`OutputError` line, so the same
+    command can run again."""
     if resume.in_place or resume.origin is None or resume.run_dir is None:
-        return
+        return []
     from corral.framework.snapshot import objects_path
 
     dest = resume.run_dir
@@ -215,14 +217,35 @@ def copy_history(resume: ResumePlan) -> None:
             copy(objects, snapshots / objects.name)
         (snapshots / "latest").write_text(resume.snapshot.name + "\n")
     except OSError as exc:  # shutil.Error (copytree's list of failures) is one too
-        for path in reversed(copied):
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+        _remove(copied)
         raise OutputError(f"could not copy the history of {resume.origin} into the branch {dest} "
                           f"({_copy_failure(exc, copied[-1] if copied else dest)}); make room there, or give the "
                           "branch a directory on another file system (hydra.run.dir=...), and start it again") from None
+    return copied
+
+
+def _remove(paths: Sequence[Path]) -> None:
+    """Remove ``paths`` (files or directory trees), last first."""
+    for path in reversed(paths):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def drop_branch(resume: ResumePlan, copied: Sequence[Path]) -> bool:
+    """Undo a branch that had nothing to do (its run had already reached the limit): remove the
+    history :func:`copy_history` copied, and this job's own files (Hydra's ``.hydra/``, ``corral.log``);
+    the directory goes too when nothing else is left in it. True when it is gone."""
+    if resume.in_place or resume.run_dir is None:
+        return False
+    _remove([*copied, resume.run_dir / ".hydra", resume.run_dir / RUN_LOG])
+    try:
+        resume.run_dir.rmdir()  # only when empty: something of the user's stays
+    except OSError:
+        return False
+    return True
+
 
 
 def _copy_failure(exc: OSError, target: Path) -> str:
@@ -278,16 +301,19 @@ def check_overrides(old: DictConfig, new: DictConfig, overrides: Sequence[str]) 
     return result
 
 
-def finished_message(run_dir: Any, reason: str, epoch: int, env_steps: int) -> str:
-    """What resuming a run that already reached its limit says."""
+def finished_message(run_dir: Any, reason: str, epoch: int, env_steps: int, branch: Any = None) -> str:
+    """What resuming a run that already reached its limit says; ``branch``: the directory of a
+    branch that was therefore not made."""
     key, _, value = reason.partition("=")
     # twice the limit, or twice where the run is when a resume gave a limit below that (n_epochs=1 at epoch 3)
     reached = {"n_epochs": epoch, "max_env_steps": env_steps}.get(key, 0)
     larger = f"trainer.{key}={max(int(value), reached) * 2}" if value.isdigit() else f"a larger trainer.{key}"
     other = "trainer.max_env_steps" if key == "n_epochs" else "trainer.n_epochs"
+    made = f", so the branch {branch} was not made" if branch is not None else ""
+    into = f" hydra.run.dir={branch}" if branch is not None else ""
     return (f"corral: the run in {run_dir} already finished: {reason} reached at epoch {epoch} "
-            f"({env_steps:,} env steps); nothing to do. To train longer, resume with a larger limit, "
-            f"e.g. trainer.resume={run_dir} {larger} (and {other} if it would stop the run first)")
+            f"({env_steps:,} env steps); nothing to do{made}. To train longer, resume with a larger limit, "
+            f"e.g. trainer.resume={run_dir}{into} {larger} (and {other} if it would stop the run first)")
 
 
 def say(message: str) -> None:
@@ -329,5 +355,5 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-__all__ = ["ResumePlan", "absolute_resume", "check_branch_dir", "check_resume_source", "check_overrides", "copy_history", "finished_message", "holds_run", "in_place_overrides", "plan",
+__all__ = ["ResumePlan", "absolute_resume", "check_branch_dir", "check_resume_source", "check_overrides", "copy_history", "drop_branch", "finished_message", "holds_run", "in_place_overrides", "plan",
            "resume_arg", "run_dir_of"]

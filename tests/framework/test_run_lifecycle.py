@@ -115,6 +115,19 @@ def test_resuming_a_finished_run_says_how_to_train_longer(finished, tmp_path: Pa
     assert f"trainer.resume={run} trainer.n_epochs=4 " in proc.stderr, proc.stderr[-3000:]
 
 
+def test_a_branch_of_a_finished_run_with_nothing_to_do_leaves_no_directory(finished, tmp_path: Path) -> None:
+    """``trainer.resume=<run> hydra.run.dir=<new>`` where the run already reached the limit: the branch
+    was left with the copied history and no summary.json (``corral results`` listed it as unfinished)."""
+    run, _ = finished
+    branch = tmp_path / "branch"
+    proc = train(tmp_path, f"trainer.resume={run}", f"hydra.run.dir={branch}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (f"corral: the run in {run} already finished: n_epochs=2 reached at epoch 2 (") in proc.stderr
+    assert (f"nothing to do, so the branch {branch} was not made. To train longer, resume with a larger limit, e.g. "
+            f"trainer.resume={run} hydra.run.dir={branch} trainer.n_epochs=4 ") in proc.stderr, proc.stderr[-3000:]
+    assert not branch.exists()
+
+
 def test_the_finished_message_suggests_a_limit_past_the_run() -> None:
     from corral.framework.resume import finished_message
 
