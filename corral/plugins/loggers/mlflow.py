@@ -98,6 +98,70 @@ def check_tracking_uri(config: MLflowLoggerConfig) -> None:
                       f"http://{uri} (or file:./{uri} for a directory of that name)")
 
 
+#: The tracking-store schemes of MLflow itself, for when its registry cannot be read (an MLflow
+#: that moved it): a local path or ``file:``, a database through SQLAlchemy, a server, Databricks.
+DOCUMENTED_SCHEMES = ("file", "databricks", "http", "https", "postgresql", "mysql", "sqlite", "mssql")
+#: Database schemes (``sqlite:///mlflow.db``, ``postgresql+psycopg2://...``): MLflow registers them only with SQLAlchemy.
+_DATABASE_SCHEMES = ("postgresql", "mysql", "sqlite", "mssql")
+#: Unity Catalog URIs: registered, but refused as a tracking store by MLflow's client.
+_UNITY_CATALOG = ("databricks-uc", "uc")
+#: Schemes MLflow always registers, whatever else is installed.
+_ALWAYS_REGISTERED = ("file", "databricks", "http", "https")
+
+
+def tracking_schemes() -> tuple[str, ...]:
+    """The schemes MLflow can open a tracking store for, asked of MLflow's own tracking store
+    registry (its built-in stores, SQLAlchemy's databases where installed, and the stores that
+    plugins register): ``file``, ``http``, ``sqlite``, ...; the empty scheme (a local path) and
+    Unity Catalog (which MLflow's client refuses as a tracking store) are left out. Reading it
+    imports MLflow and opens nothing; without MLflow, or where it moved, :data:`DOCUMENTED_SCHEMES`."""
+    try:
+        from mlflow.tracking._tracking_service import utils
+
+        registered = list(utils._tracking_store_registry._registry)
+        unity = {getattr(utils, "_DATABRICKS_UNITY_CATALOG_SCHEME", "databricks-uc"),
+                 getattr(utils, "_OSS_UNITY_CATALOG_SCHEME", "uc"), *_UNITY_CATALOG}
+    except Exception:  # noqa: BLE001 - ImportError, or a private name MLflow moved: the documented list
+        return DOCUMENTED_SCHEMES
+    return tuple(s for s in registered if isinstance(s, str) and s and s not in unity)
+
+
+def uri_scheme(uri: str) -> str:
+    """The scheme MLflow picks a tracking store by: ``''`` for a local path, ``sqlite`` for
+    ``sqlite:///m.db``, ``postgresql`` for ``postgresql+psycopg2://...``, ``databricks`` for
+    ``databricks`` and ``databricks://profile`` (as ``mlflow.utils.uri.get_uri_scheme`` reads them)."""
+    if uri in ("databricks", *_UNITY_CATALOG):
+        return uri
+    scheme = urllib.parse.urlparse(uri).scheme.lower()
+    for database in _DATABASE_SCHEMES:
+        if scheme.startswith(database):
+            return database
+    return "" if len(scheme) == 1 and scheme.isalpha() else scheme  # C:\runs: a Windows path
+
+
+def check_tracking_scheme(config: MLflowLoggerConfig) -> None:
+    """Refuse a tracking URI whose scheme MLflow has no tracking store for (``foo://bar``,
+    ``s3://bucket``: an artifact store, not a tracking store): MLflow refuses it only when the run
+    starts, and training goes on without MLflow. The supported schemes are MLflow's own
+    (:func:`tracking_schemes`)."""
+    uri = tracking_uri(config)
+    scheme = uri_scheme(uri)
+    if scheme in ("", *_ALWAYS_REGISTERED):  # the common cases, without importing MLflow
+        return
+    supported = tracking_schemes()
+    if scheme in supported:
+        return
+    source = "logger.mlflow.tracking_uri" if config.tracking_uri else "MLFLOW_TRACKING_URI"
+    if scheme in _UNITY_CATALOG:
+        why = "is a Unity Catalog URI, which MLflow's client refuses as a tracking store"
+    elif scheme in _DATABASE_SCHEMES:
+        why = f"is a {scheme} database, which MLflow opens only with SQLAlchemy (pip install sqlalchemy)"
+    else:
+        why = f"has a scheme MLflow has no tracking store for ({scheme!r})"
+    raise ConfigError(f"{source}={uri} {why}; give a URI of scheme {', '.join(supported)} "
+                      f"(e.g. file:./mlruns, sqlite:///mlflow.db, http://host:5000) or a local directory")
+
+
 class MLflowLogger(Logger):
     """Logs one corral run to one MLflow run through ``MlflowClient`` (no global active run, so
     several runs in one process, as under Hydra's basic launcher, never mix)."""
@@ -107,6 +171,7 @@ class MLflowLogger(Logger):
         if self.config.x_axis not in ("env_steps", "epoch"):
             raise ConfigError(f"logger.mlflow.x_axis must be 'env_steps' or 'epoch', got {self.config.x_axis!r}")
         check_tracking_uri(self.config)
+        check_tracking_scheme(self.config)
         self.log_dir = Path(log_dir) if log_dir is not None else None
         self.guard = Guard("mlflow", hint="check logger.mlflow.tracking_uri (an http:// one needs its `mlflow server` running)")
         self.client: Any = None
@@ -313,10 +378,13 @@ def corral_register(register: Any) -> None:
 
 @hookimpl
 def corral_validate_config(cfg: Any) -> None:
-    """A tracking URI that would not reach its server fails before the run starts."""
+    """A tracking URI that would not reach its server, or that MLflow has no tracking store for,
+    fails before the run starts."""
     node = (cfg.get("logger") or {}).get("mlflow")
     if node is not None:
-        check_tracking_uri(MLflowLoggerConfig(tracking_uri=node.get("tracking_uri")))
+        config = MLflowLoggerConfig(tracking_uri=node.get("tracking_uri"))
+        check_tracking_uri(config)
+        check_tracking_scheme(config)
 
 
 @hookimpl

@@ -15,6 +15,7 @@ logger goes quiet for the rest of the run.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -35,6 +36,10 @@ from corral.plugins.loggers._tracking import (
 #: Where a run directory keeps its W&B run id.
 RUN_FILE = "wandb_run.json"
 MODES = ("online", "offline", "disabled", "shared")
+#: What W&B refuses in a project name, in ``wandb.init`` (``wandb.Settings.validate_project``):
+#: any of these characters, and more than ``PROJECT_MAX_LEN`` characters. (It checks no entity name.)
+PROJECT_FORBIDDEN = "/\\#?%:"
+PROJECT_MAX_LEN = 128
 
 
 @dataclass
@@ -56,6 +61,41 @@ class WandbLoggerConfig:
     init_timeout_s: float = field(default=60.0, metadata=check(gt=0, help="seconds wandb.init may take before giving up"))
 
 
+def check_project(project: str) -> None:
+    """Refuse a project name that ``wandb.init`` refuses (``a/b``, ``x:y``, over 128 characters): W&B
+    says so only when the run starts, and training goes on without it. ``entity/project`` is split
+    into the two settings it means."""
+    found = [c for c in PROJECT_FORBIDDEN if c in project]
+    if found:
+        entity, _, name = project.partition("/")
+        if found == ["/"] and project.count("/") == 1 and entity.strip() and name.strip():
+            what = f"give logger.wandb.entity={entity} logger.wandb.project={name} for project {name!r} of entity {entity!r}"
+        else:
+            what = "give a name without them"
+        raise ConfigError(f"logger.wandb.project must be a W&B project name, without any of "
+                          f"{' '.join(PROJECT_FORBIDDEN)}, got {project!r}; {what}")
+    if len(project) > PROJECT_MAX_LEN:
+        raise ConfigError(f"logger.wandb.project must be a W&B project name of at most {PROJECT_MAX_LEN} characters, "
+                          f"got one of {len(project)}; give a shorter name")
+
+
+def effective_mode(config: WandbLoggerConfig) -> str:
+    """The mode W&B runs in: ``logger.wandb.mode``, else ``WANDB_MODE``, else online (``dryrun``, W&B's
+    old name of offline, is offline)."""
+    mode = (config.mode or os.environ.get("WANDB_MODE") or "online").strip().lower()
+    return "offline" if mode == "dryrun" else mode
+
+
+def failure_hint(config: WandbLoggerConfig) -> str:
+    """What to check when W&B fails: the network and the key online; offline (no network, no key), the
+    settings and the run directory's disk, and never the advice to go offline."""
+    mode = effective_mode(config)
+    if mode in ("offline", "disabled"):
+        return (f"W&B is in {mode} mode, with no network or key: check the logger.wandb settings and that the run "
+                "directory is writable (disk space, permissions)")
+    return "check the network and WANDB_API_KEY, or use logger.wandb.mode=offline and `wandb sync` the run later"
+
+
 class WandbLogger(Logger):
     """Logs one corral run to one W&B run (``reinit='create_new'``: several runs in one process,
     as under Hydra's basic launcher, never mix)."""
@@ -66,8 +106,9 @@ class WandbLogger(Logger):
             raise ConfigError(f"logger.wandb.mode must be one of {', '.join(MODES)} or null, got {self.config.mode!r}")
         if self.config.x_axis not in ("env_steps", "epoch"):
             raise ConfigError(f"logger.wandb.x_axis must be 'env_steps' or 'epoch', got {self.config.x_axis!r}")
+        check_project(self.config.project)
         self.log_dir = Path(log_dir) if log_dir is not None else None
-        self.guard = Guard("wandb", hint="check the network and WANDB_API_KEY, or use logger.wandb.mode=offline and `wandb sync` the run later")
+        self.guard = Guard("wandb", hint=failure_hint(self.config))
         self.run: Any = None
         self.exit_code = 0
         self.resumed = False
@@ -182,6 +223,14 @@ def corral_register(register: Any) -> None:
     """Register ``logger=wandb``."""
     register("logger", "wandb", build_wandb_logger, config=WandbLoggerConfig,
              help="Weights & Biases run per job, grouped by sweep (pip install 'corral[wandb]')")
+
+
+@hookimpl
+def corral_validate_config(cfg: Any) -> None:
+    """A project name that W&B refuses fails before the run starts."""
+    node = (cfg.get("logger") or {}).get("wandb")
+    if node is not None and node.get("project") is not None:
+        check_project(str(node.get("project")))
 
 
 @hookimpl

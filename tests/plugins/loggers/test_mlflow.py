@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -385,3 +386,60 @@ def test_a_server_that_dies_mid_run_warns_once_and_training_goes_on(tmp_path: Pa
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["epochs"] == 60
     assert [int(float(r["epoch"])) for r in progress(run_dir)] == list(range(60))
+
+
+def test_a_tracking_uri_of_a_scheme_mlflow_has_no_store_for_is_refused_before_the_run_starts(tmp_path: Path) -> None:
+    """``foo://bar`` passed the check (a non-empty string) and failed when the run started: one warning,
+    and the run trained on without MLflow (rc 0). Now it is one line before the run directory exists."""
+    run_dir = tmp_path / "r1"
+    proc = train(tmp_path, "logger=[console,mlflow]", "logger.mlflow.tracking_uri=foo://bar", "trainer.n_epochs=1",
+                 f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "corral: error: logger.mlflow.tracking_uri=foo://bar has a scheme MLflow has no tracking store for ('foo'); "
+        "give a URI of scheme file, databricks, http, https, postgresql, mysql, sqlite, mssql (e.g. file:./mlruns, "
+        "sqlite:///mlflow.db, http://host:5000) or a local directory"], output(proc)
+    assert not run_dir.exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_the_tracking_uri_schemes_are_mlflows_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What is refused is what MLflow's tracking store registry has no store for (plugins' stores
+    included), asked of MLflow itself; Unity Catalog, registered but refused by MLflow's client, too."""
+    from mlflow.tracking._tracking_service import utils
+
+    from corral.framework.entry import prepare
+    from corral.framework.errors import ConfigError
+    from corral.framework.precheck import precheck
+    from corral.plugins.loggers.mlflow import MLflowLogger, MLflowLoggerConfig, check_tracking_scheme, tracking_schemes
+
+    registry = utils._tracking_store_registry
+    assert set(tracking_schemes()) == set(registry._registry) - {"", "databricks-uc", "uc"}
+    accepted = ["file:./mlruns", "mlruns", str(tmp_path / "store"), "sqlite:///m.db", "postgresql+psycopg2://u@h/db",
+                "mysql://u@h/db", "mssql+pyodbc://u@h/db", "http://127.0.0.1:5000", "https://mlflow.lab",
+                "databricks", "databricks://profile"]
+    refused = ["foo://bar", "s3://bucket/runs", "gs://bucket", "ftp://host/x", "databricks-uc", "uc:http://h:8080"]
+    for uri in accepted:
+        registry.get_store_builder(uri)  # MLflow has a store for each ...
+        check_tracking_scheme(MLflowLoggerConfig(tracking_uri=uri))  # ... and corral takes it
+    for uri in refused:
+        if uri not in ("databricks-uc", "uc:http://h:8080"):
+            with pytest.raises(Exception, match="Supported URI schemes"):
+                registry.get_store_builder(uri)
+        with pytest.raises(ConfigError, match=rf"^logger\.mlflow\.tracking_uri={re.escape(uri)} "):
+            check_tracking_scheme(MLflowLoggerConfig(tracking_uri=uri))
+    with pytest.raises(ConfigError, match=r"^logger\.mlflow\.tracking_uri=databricks-uc is a Unity Catalog URI"):
+        MLflowLogger(MLflowLoggerConfig(tracking_uri="databricks-uc"))  # built in Python: the same line
+    # A store that a plugin registers is taken.
+    monkeypatch.setitem(registry._registry, "myplugin", registry._registry["file"])
+    check_tracking_scheme(MLflowLoggerConfig(tracking_uri="myplugin://x"))
+    monkeypatch.delitem(registry._registry, "myplugin")
+
+    prepare([])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^logger\.mlflow\.tracking_uri=s3://bucket/runs has a scheme MLflow has "
+                                          r"no tracking store for \('s3'\); give a URI of scheme file, "):
+        precheck(["logger=[console,mlflow]", "logger.mlflow.tracking_uri=s3://bucket/runs"])
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "foo://bar")
+    with pytest.raises(ConfigError, match=r"^MLFLOW_TRACKING_URI=foo://bar has a scheme MLflow has no tracking store"):
+        precheck(["logger=[console,mlflow]"])
+    precheck(["logger=[console,mlflow]", "logger.mlflow.tracking_uri=sqlite:///m.db"])  # the config's URI wins
+    assert list(tmp_path.iterdir()) == []

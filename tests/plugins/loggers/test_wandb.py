@@ -216,3 +216,87 @@ def test_an_unknown_mode_is_one_line_before_the_run_starts() -> None:
     assert str(info.value) == "logger.wandb.project must be a project name, got ''"
     precheck(["logger=[console,wandb]", "logger.wandb.mode=null"])
     precheck(["logger=[console,wandb]", "logger.wandb.mode=shared"])
+
+
+def test_a_project_name_wandb_refuses_is_one_line_before_the_run_starts(tmp_path: Path) -> None:
+    """``logger.wandb.project=a/b`` passed the check and failed in ``wandb.init``: one warning, whose
+    advice (the network, the key, offline mode) did not fit an offline run, and a run without W&B
+    (rc 0). Now it is one line before the run directory exists."""
+    run_dir = tmp_path / "r1"
+    proc = train(tmp_path, "logger=[console,wandb]", "logger.wandb.mode=offline", "logger.wandb.project=a/b",
+                 "trainer.n_epochs=1", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "corral: error: logger.wandb.project must be a W&B project name, without any of / \\ # ? % :, got 'a/b'; "
+        "give logger.wandb.entity=a logger.wandb.project=b for project 'b' of entity 'a'"], output(proc)
+    assert not run_dir.exists()
+
+
+def test_the_project_names_refused_are_the_ones_wandb_refuses() -> None:
+    """The rule mirrors W&B's own (``wandb.Settings``' project validator): each name is refused by
+    corral exactly when W&B refuses it."""
+    import wandb
+
+    from corral.framework.entry import prepare
+    from corral.framework.errors import ConfigError
+    from corral.framework.precheck import precheck
+    from corral.plugins.loggers.wandb import WandbLogger, WandbLoggerConfig, check_project
+
+    names = ["corral", "my-project_2", "with space", "ünïcode", "a.b", "x" * 128, "x" * 129, "a/b", "a\\b",
+             "a#b", "a?b", "a%b", "a:b", "/", "team/proj/x"]
+    for name in names:
+        try:
+            wandb.Settings(project=name)
+            wandb_refuses = False
+        except Exception:
+            wandb_refuses = True
+        try:
+            check_project(name)
+            corral_refuses = False
+        except ConfigError:
+            corral_refuses = True
+        assert corral_refuses == wandb_refuses, name
+    with pytest.raises(ConfigError) as info:
+        check_project("x" * 129)
+    assert str(info.value) == ("logger.wandb.project must be a W&B project name of at most 128 characters, got one "
+                               "of 129; give a shorter name")
+    with pytest.raises(ConfigError, match=r"^logger\.wandb\.project must be a W&B project name, without any of .*, "
+                                          r"got 'x:y'; give a name without them$"):
+        WandbLogger(WandbLoggerConfig(project="x:y"))  # built in Python: the same line
+    prepare([])
+    with pytest.raises(ConfigError, match=r"got 'team/proj/x'; give a name without them$"):
+        precheck(["logger=[console,wandb]", "logger.wandb.project=team/proj/x"])
+    precheck(["logger=[console,wandb]", "logger.wandb.project=proj", "logger.wandb.entity=team"])
+
+
+def test_an_offline_run_that_fails_is_not_told_to_go_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warning's advice fits the mode: online, the network, the key and offline mode; offline
+    (``logger.wandb.mode`` or ``WANDB_MODE``), the settings and the run directory."""
+    import warnings
+
+    import wandb
+
+    from corral.plugins.loggers._tracking import TrackerWarning
+    from corral.plugins.loggers.wandb import WandbLogger, WandbLoggerConfig
+
+    def refuse(**_: Any) -> None:
+        raise RuntimeError("refused")
+
+    monkeypatch.setattr(wandb, "init", refuse)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+
+    def warning(config: WandbLoggerConfig) -> str:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            WandbLogger(config).start(None)
+        (line,) = [str(w.message) for w in caught if issubclass(w.category, TrackerWarning)]
+        return line
+
+    offline = warning(WandbLoggerConfig(mode="offline"))
+    assert offline == ("wandb logger failed while starting a run (RuntimeError: refused); training goes on without "
+                       "wandb; W&B is in offline mode, with no network or key: check the logger.wandb settings and "
+                       "that the run directory is writable (disk space, permissions)")
+    assert warning(WandbLoggerConfig()).endswith(
+        "check the network and WANDB_API_KEY, or use logger.wandb.mode=offline and `wandb sync` the run later")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert warning(WandbLoggerConfig()) == offline
+    assert "mode=offline" in warning(WandbLoggerConfig(mode="online"))  # the config's mode wins
