@@ -678,6 +678,22 @@ def test_broken_plugin_warns_once_and_training_goes_on(tmp_path: Path, sites: di
     assert (tmp_path / "run" / "progress.csv").stat().st_size > 0
 
 
+@pytest.mark.parametrize("hook", ["corral_validate_config", "corral_run_start"])
+def test_a_plugin_hook_that_raises_is_one_line_naming_the_plugin(tmp_path: Path, sites: dict[str, Path],
+                                                                 hook: str) -> None:
+    """A third-party plugin's hook raising its own exception: Python's traceback through corral and
+    pluggy (and, once the run had started, Hydra's report), exit 1, with nothing naming the plugin."""
+    proc = train(tmp_path, sites, *SMALL, visible=["corral-testplugin"], CORRAL_TESTPLUGIN_RAISE_IN=hook)
+    assert proc.returncode == 2, output(proc)
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1] == (f"corral: error: plugin testplugin (corral-testplugin 0.1.0) raised ValueError: testplugin's "
+                         f"{hook} failed on purpose in {hook}; fix the plugin, or run without it: "
+                         "CORRAL_DISABLE_PLUGINS=testplugin"), output(proc)
+    assert lines[-2] == f"ValueError: testplugin's {hook} failed on purpose", output(proc)
+    assert "pluggy" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr, output(proc)
+    assert (tmp_path / "run").exists() == (hook == "corral_run_start")  # the check comes before the run
+
+
 def test_strict_plugins_stop_before_training(tmp_path: Path, sites: dict[str, Path]) -> None:
     proc = train(tmp_path, sites, *SMALL, visible=["corral-brokenimport"], CORRAL_STRICT_PLUGINS="1")
     assert proc.returncode == 2, output(proc)

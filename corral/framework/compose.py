@@ -17,7 +17,7 @@ from corral.framework.config import CorralConfig, config_of
 from corral.framework.env import EnvSpec, limit_above_time_limit, make_env
 from corral.framework.errors import ConfigError, CorralError, WorkerError
 from corral.framework.logger import Logger
-from corral.framework.plugins import PluginManager, get_plugin_manager
+from corral.framework.plugins import PluginManager, call_hook, get_plugin_manager
 from corral.framework.policy import Policy
 from corral.framework.registry import KINDS
 from corral.framework.sampler import Sampler
@@ -62,7 +62,7 @@ def validate(cfg: DictConfig, manager: PluginManager | None = None) -> None:
     choices fit together (the ``corral_validate_config`` hook). Nothing is built before this."""
     manager = manager or get_plugin_manager()
     check_values(cfg, manager)
-    manager.hook.corral_validate_config(cfg=cfg)
+    call_hook(manager.hook.corral_validate_config, cfg=cfg)
 
 
 def check_values(cfg: DictConfig, manager: PluginManager | None = None) -> None:

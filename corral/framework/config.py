@@ -19,7 +19,7 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from corral.framework.checks import check
-from corral.framework.plugins import PluginManager, get_plugin_manager
+from corral.framework.plugins import PluginManager, call_hook, get_plugin_manager
 from corral.framework.registry import Registration, node_class
 
 #: Hydra's config module holding config.yaml, experiment/ presets and hydra/ presets.
@@ -98,7 +98,7 @@ def searchpath(manager: PluginManager | None = None) -> list[str]:
     """Config search-path entries contributed by plugins (``corral_config_searchpath``)."""
     manager = manager or get_plugin_manager()
     paths: list[str] = []
-    for result in manager.hook.corral_config_searchpath():
+    for result in call_hook(manager.hook.corral_config_searchpath):
         for p in result or []:
             if p not in paths:
                 paths.append(p)

@@ -28,7 +28,7 @@ from corral.framework.errors import (
     os_error_in,
     warnings_as_lines,
 )
-from corral.framework.plugins import get_plugin_manager
+from corral.framework.plugins import call_hook, get_plugin_manager
 from corral.framework.precheck import MULTIRUN_FLAGS, precheck, split_flags
 
 # corral/conf/hydra/launcher/joblib.yaml (and submitit_*.yaml) set corral's defaults for the launcher and
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
             args = flags_last(prepare(sys.argv[1:] if argv is None else argv))
         precheck(args)  # every value checked, in one message style, before Hydra creates a run directory
     except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
-        print(f"corral: error: {exc}", file=sys.stderr, flush=True)
+        print(error_report(exc), file=sys.stderr, flush=True)
         raise SystemExit(2) from None
     from corral.framework.resume import absolute_resume, in_place_overrides
 
@@ -542,5 +542,5 @@ def _write_summary(cfg: DictConfig, log_dir: str | Path, built: Any, stats: dict
         summary["wall_time_s"] = float(first.get("wall_time_s") or 0.0) + wall_time
         summary["resumes"] = resumes
     write_summary(log_dir, summary)
-    get_plugin_manager().hook.corral_run_summary(log_dir=Path(log_dir), summary=summary)
+    call_hook(get_plugin_manager().hook.corral_run_summary, log_dir=Path(log_dir), summary=summary)
     return summary

@@ -45,6 +45,18 @@ class PluginError(CorralError):
     """A plugin failed to load or register, or two plugins clash."""
 
 
+class PluginHookError(PluginError):
+    """A plugin's hook implementation raised an exception of its own (not a corral error): the
+    message names the plugin, the hook and the exception; ``plugin_traceback`` is the traceback
+    from the plugin's implementation down to where it raised."""
+
+    def __init__(self, message: str, *, plugin: str, hook: str, plugin_traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.plugin = plugin
+        self.hook = hook
+        self.plugin_traceback = plugin_traceback
+
+
 class ConfigError(CorralError, ValueError):
     """A configuration value or a combination of choices is invalid."""
 
@@ -121,6 +133,9 @@ def error_report(exc: BaseException, prefix: str = "corral: error: ", lead: str 
     if isinstance(exc, WorkerError) and (tb := exc.traceback_from_caller()) is not None:
         shown = "\n".join(f"{lead}{line}" for line in tb.splitlines())
         return f"{shown}\n{lead}{prefix}{exc.message}; the traceback above shows where it raised"
+    if isinstance(exc, PluginHookError) and exc.plugin_traceback:
+        shown = "\n".join(f"{lead}{line}" for line in exc.plugin_traceback.rstrip().splitlines())
+        return f"{shown}\n{lead}{prefix}{exc}"
     return f"{lead}{prefix}{exc}"
 
 

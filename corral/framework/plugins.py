@@ -22,7 +22,7 @@ from typing import Any, Callable
 import pluggy
 
 from corral.framework import hookspecs
-from corral.framework.errors import CorralWarning, PluginError
+from corral.framework.errors import CorralError, CorralWarning, PluginError, PluginHookError
 from corral.framework.registry import KINDS, Clash, DuplicateRegistration, FailedPlugin, Registration, Registry, Source
 
 ENTRY_POINT_GROUP = "corral"
@@ -276,6 +276,47 @@ def get_registry() -> Registry:
     return get_plugin_manager().registry
 
 
+def call_hook(caller: Any, **kwargs: Any) -> Any:
+    """``caller(**kwargs)``, a pluggy hook call (``manager.hook.corral_run_start``). An exception that
+    an implementation raises, other than a corral error (whose message already says what to change),
+    becomes one :class:`~corral.framework.errors.PluginHookError` line naming the plugin, the hook and
+    the exception, with the traceback from the plugin's own code."""
+    try:
+        return caller(**kwargs)
+    except CorralError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's own failure, named
+        raise _hook_error(caller, exc) from exc
+
+
+def _hook_error(caller: Any, exc: Exception) -> PluginHookError:
+    """The PluginHookError of ``exc``, raised in an implementation of the hook ``caller``: the plugin is
+    the one whose implementation's frame is the deepest on the traceback."""
+    get_impls = getattr(caller, "get_hookimpls", None)
+    impls = {impl.function.__code__: impl.plugin_name for impl in (get_impls() if get_impls else [])
+             if hasattr(impl.function, "__code__")}
+    hook = str(getattr(caller, "name", "a hook"))
+    name, start, tb = None, None, exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in impls:
+            name, start = impls[tb.tb_frame.f_code], tb
+        tb = tb.tb_next
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""  # OmegaConf adds full_key/object_type lines
+    summary = f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
+    shown = "".join(traceback.format_exception(type(exc), exc, start)) if start is not None else None
+    if name is None:
+        return PluginHookError(f"a plugin's {hook} raised {summary}", plugin="?", hook=hook, plugin_traceback=shown)
+    manager = _MANAGER
+    source = manager.sources.get(name) if manager is not None else None
+    if source is not None and source.distribution == "corral":
+        what = f"corral's own plugin {name} raised {summary} in {hook}: a bug in corral; please report it"
+    else:
+        who = f"{name} ({source.distribution} {source.version})" if source is not None else name
+        what = (f"plugin {who} raised {summary} in {hook}; fix the plugin, or run without it: "
+                f"CORRAL_DISABLE_PLUGINS={name}")
+    return PluginHookError(what, plugin=name, hook=hook, plugin_traceback=shown)
+
+
 def reset_plugin_manager() -> None:
     """Forget the loaded plugins (the next use loads them again). For tests."""
     global _MANAGER
@@ -292,6 +333,7 @@ __all__ = [
     "Registry",
     "Source",
     "FailedPlugin",
+    "call_hook",
     "get_plugin_manager",
     "get_registry",
     "reset_plugin_manager",

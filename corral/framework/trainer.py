@@ -208,6 +208,12 @@ class Trainer:
             self._hooks = get_plugin_manager().hook
         return self._hooks
 
+    def _call_hook(self, name: str, **kwargs: Any) -> Any:
+        """The hook ``name`` of :attr:`hooks`, a plugin's failure in it named (:func:`call_hook`)."""
+        from corral.framework.plugins import call_hook
+
+        return call_hook(getattr(self.hooks, name), **kwargs)
+
     # ------------------------------------------------------------------ training
     def limits(self, n_epochs: int | None = None, max_env_steps: int | None = None) -> tuple[int | None, int | None]:
         """The ``(n_epochs, max_env_steps)`` a :meth:`train` call stops at (None: no such limit).
@@ -269,7 +275,7 @@ class Trainer:
         error: BaseException | None = None
         try:
             with catch_stop_signals() as self._signals:
-                self.hooks.corral_run_start(trainer=self, cfg=self.run_config)
+                self._call_hook("corral_run_start", trainer=self, cfg=self.run_config)
                 while (reason := self.limit_reached(epochs_limit, steps_limit)) is None:
                     self._signals.check()  # a Ctrl-C that code under the last epoch swallowed
                     if not self._has_unsaved_epochs():
@@ -312,7 +318,7 @@ class Trainer:
             # Stopping on an interrupt or an error: a further Ctrl-C waits for the workers to be shut down.
             with hold_while_stopping(stopping_notice) if error is not None else contextlib.nullcontext():
                 try:
-                    self.hooks.corral_run_end(trainer=self, error=error)
+                    self._call_hook("corral_run_end", trainer=self, error=error)
                 finally:
                     if error is not None:
                         self.shutdown(quiet=True)  # the error that stops the run is the one to report
@@ -481,7 +487,7 @@ class Trainer:
         if "eval/return_mean" in stats:
             best = self.best_eval_return
             self.best_eval_return = stats["eval/return_mean"] if best is None else max(best, stats["eval/return_mean"])
-        self.hooks.corral_epoch_end(trainer=self, epoch=epoch, stats=stats)
+        self._call_hook("corral_epoch_end", trainer=self, epoch=epoch, stats=stats)
         self.last_stats = stats
         if self._progress is not None:
             self._progress.clear()

@@ -7,6 +7,7 @@ corral imports this module and calls its ``corral_register`` hook.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -121,3 +122,21 @@ def corral_register(register: Any) -> None:
 def corral_config_searchpath() -> list[str]:
     """This plugin's experiment presets (``experiment=testplugin_quick``)."""
     return ["pkg://corral_testplugin.conf"]
+
+
+def _raise_if_asked(hook: str) -> None:
+    """A plugin bug on demand: raise in ``hook`` when CORRAL_TESTPLUGIN_RAISE_IN names it."""
+    if os.environ.get("CORRAL_TESTPLUGIN_RAISE_IN") == hook:
+        raise ValueError(f"testplugin's {hook} failed on purpose")
+
+
+@hookimpl
+def corral_validate_config(cfg: Any) -> None:
+    """Nothing to check (it raises only when a test asks)."""
+    _raise_if_asked("corral_validate_config")
+
+
+@hookimpl
+def corral_run_start(trainer: Any, cfg: Any) -> None:
+    """Nothing to do (it raises only when a test asks)."""
+    _raise_if_asked("corral_run_start")
