@@ -75,14 +75,17 @@ def _limited_env(source: Any, limit: int | None) -> gym.Env:
 
 def _async_env(source: Any, limit: int | None, owner_pid: int) -> gym.Env:
     """:func:`_limited_env` for the async backend. In an environment process (not ``owner_pid``, the
-    worker's process, where AsyncVectorEnv makes one environment to read its spaces) SIGINT is ignored:
-    the worker stops these processes itself, and a Ctrl-C, which reaches the whole process group,
-    ended them under the worker, whose shutdown then failed on their broken pipes."""
+    worker's process, where AsyncVectorEnv makes one environment to read its spaces) SIGINT is ignored
+    and SIGTERM is at its default: the worker stops these processes itself, and a Ctrl-C, which reaches
+    the whole process group, ended them under the worker, whose shutdown then failed on their broken
+    pipes."""
     import os
     import signal
 
     if os.getpid() != owner_pid:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the worker's handler, inherited by fork: the worker's
+        # terminate() ends the process at once, without a traceback of a stop request inside gymnasium's loop
     return _limited_env(source, limit)
 
 

@@ -27,6 +27,64 @@ from corral.framework.errors import ConfigError, WorkerError
 from corral.framework.policy import Policy
 
 
+class ObservationMismatch(ValueError):
+    """An environment returned an observation that does not fit its ``observation_space``: another shape,
+    or no array of numbers at all. Workers check every observation's shape as they get it (one tuple
+    comparison per step), so this names the environment and the step instead of failing later in the
+    policy or a buffer. Not a CorralError: every sampler reports it as a worker's failure (``worker 0
+    raised ObservationMismatch: ...``), without a traceback (its message says where)."""
+
+
+#: Spaces whose observations are arrays of ``space.shape``: the ones workers check.
+_CHECKED_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiBinary, gym.spaces.MultiDiscrete)
+#: Exceptions corral raises in a worker on purpose, whose message says all: reported without the worker's
+#: traceback (which would show only corral's own frames).
+_SELF_EXPLAINED = (ObservationMismatch.__name__,)
+
+
+def observation_shape(space: gym.Space) -> tuple[int, ...] | None:
+    """The shape of every observation of ``space``, which workers compare each step's observation's
+    ``shape`` with; None for a space whose values are not arrays (Dict, Tuple, Text): those are not checked."""
+    return tuple(space.shape) if isinstance(space, _CHECKED_SPACES) and space.shape is not None else None
+
+
+def observation_problem(obs: Any, space: gym.Space) -> str | None:
+    """What makes ``obs`` no observation of ``space`` (``"an observation of shape (5,)"``, ``"a dict"``,
+    ``"an observation of dtype <U8"``); None when it fits, or the space is not checked. The slow path of
+    the per-step check, taken only when an observation's ``shape`` differs (or it has none: a list, an int)."""
+    shape = observation_shape(space)
+    if shape is None:
+        return None
+    if obs is None or isinstance(obs, (dict, str, bytes)):
+        return "None" if obs is None else f"a {type(obs).__name__}"
+    try:
+        arr = np.asarray(obs)
+    except ValueError:  # a ragged list
+        return f"a {type(obs).__name__} that is no array"
+    if arr.shape != shape:
+        return f"an observation of shape {arr.shape}"
+    if arr.dtype.kind not in "biuf":
+        return f"an observation of dtype {arr.dtype}"
+    return None
+
+
+def space_text(space: gym.Space) -> str:
+    """``repr(space)``, or for a long one (a Box with bounds per element) its kind, shape and dtype."""
+    text = repr(space)
+    if len(text) <= 100:
+        return text
+    return f"{type(space).__name__} of shape {space.shape} and dtype {space.dtype}"
+
+
+def observation_mismatch(env: Any, problem: str, space: gym.Space, where: str) -> ObservationMismatch:
+    """The :class:`ObservationMismatch` of environment ``env`` (its source: an EnvFactory, an id...) that
+    returned ``problem`` (:func:`observation_problem`) ``where`` (``"at step 10 of an episode"``)."""
+    return ObservationMismatch(
+        f"the environment {env!r} returned {problem} {where}, but its observation_space is {space_text(space)}; "
+        "fix the environment, or its observation_space (a wrapper that changes observations must change "
+        "the space too)")
+
+
 class Worker(ABC):
     """Steps ``n_envs`` environments with one agent and returns whole episodes.
 
@@ -60,6 +118,11 @@ class Worker(ABC):
         self.envs: list[gym.Env] = []
         self._seeded = [False] * n_envs
         self.episode_limit: int | None = None
+        #: What the environments were made from (named by errors about them).
+        self.env_source: Any = None
+        #: The shape of every observation (:func:`observation_shape`); the workers compare each step's
+        #: observation's ``getattr(obs, "shape", ())`` with it and call :meth:`check_observation` on a difference.
+        self.obs_shape: tuple[int, ...] | None = None
 
     # ------------------------------------------------------------------ updates
     @property
@@ -97,6 +160,7 @@ class Worker(ABC):
             for env in self.envs:
                 env.close()
             self.envs = [make_env(env_update) for _ in range(self.n_envs)]
+            self.env_source = env_update
             self._seeded = [False] * self.n_envs
             self._on_new_envs()
         elif callable(env_update):
@@ -125,13 +189,33 @@ class Worker(ABC):
                 "set env.max_episode_length (or max_episode_length= in Python)"
             )
         self.episode_limit = int(min(limits))
+        # () for a space that is not checked: its observations (dicts, tuples) have no shape, so getattr's
+        # default matches; an array observation of such a space takes the slow path, which accepts it.
+        shape = observation_shape(self.envs[0].observation_space)
+        self.obs_shape = () if shape is None else shape
 
-    def reset_env(self, j: int) -> tuple[Any, dict]:
-        """Reset slot ``j``: the first reset of a slot seeds its environment."""
+    def check_observation(self, obs: Any, step: int, j: int = 0) -> None:
+        """Raise :class:`ObservationMismatch` when ``obs``, returned by slot ``j``'s environment at ``step``
+        of an episode (0: by its reset), is no observation of its ``observation_space``. The slow path of
+        the workers' per-step check ``getattr(obs, "shape", ()) != self.obs_shape``."""
+        env = self.envs[j]
+        problem = observation_problem(obs, env.observation_space)
+        if problem is not None:
+            where = f"at step {step} of an episode" if step else "when it was reset"
+            source = self.env_source if self.env_source is not None else env
+            raise observation_mismatch(source, problem, env.observation_space, where)
+
+    def reset_env(self, j: int, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        """Reset slot ``j`` (with ``options``, when given): the first reset of a slot seeds its environment.
+        The observation is checked (:meth:`check_observation`)."""
+        kwargs: dict[str, Any] = {} if options is None else {"options": options}
         if not self._seeded[j]:
             self._seeded[j] = True
-            return self.envs[j].reset(seed=seed_int(child_seed(self.env_seeds[j], 0)))
-        return self.envs[j].reset()
+            kwargs["seed"] = seed_int(child_seed(self.env_seeds[j], 0))
+        obs, info = self.envs[j].reset(**kwargs)
+        if getattr(obs, "shape", ()) != self.obs_shape:
+            self.check_observation(obs, 0, j)
+        return obs, info
 
     # ------------------------------------------------------------------ sampling
     @abstractmethod
@@ -221,6 +305,8 @@ def worker_raised(worker_number: int, summary: str, activity: str, remote_traceb
     while sampling (obtain_samples)`` (no pid for a worker in the sampler's own process), with the
     worker's traceback. Every sampler's words for it."""
     who = f"worker {worker_number}" + (f" (pid {pid})" if pid is not None else "")
+    if summary.split(":", 1)[0] in _SELF_EXPLAINED:  # corral's own check: its message says where
+        remote_traceback = None
     return WorkerError(f"{who} raised {summary} while {activity}", worker_number=worker_number,
                        remote_traceback=remote_traceback)
 
@@ -361,4 +447,6 @@ class WorkerFactory:
         return [preprocess(objs) for _ in range(self.n_workers)]
 
 
-__all__ = ["UpdateFailure", "Worker", "WorkerFactory", "apply_updates", "exception_summary", "missing_module_of", "raised_in_worker", "update_error", "worker_raised"]
+__all__ = ["ObservationMismatch", "UpdateFailure", "Worker", "WorkerFactory", "apply_updates", "exception_summary",
+           "missing_module_of", "observation_mismatch", "observation_problem", "observation_shape", "raised_in_worker",
+           "space_text", "update_error", "worker_raised"]

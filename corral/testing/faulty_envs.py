@@ -10,6 +10,9 @@ registered with gymnasium on import:
 - ``corral/SwallowingCartPole-v1``: from ``step`` number ``fail_at`` on, sleeps ``hang_s`` seconds
   per step inside an ``except KeyboardInterrupt: pass`` (code that swallows a Ctrl-C).
 - ``corral/NaNCartPole-v1``: returns NaN observations from ``step`` number ``fail_at`` on.
+- ``corral/WrongShapeCartPole-v1``: from ``step`` number ``fail_at`` on, returns observations that do
+  not fit its ``observation_space`` (``Box(4,)``): ``extra`` more elements (default 1: shape ``(5,)``),
+  or the observation reshaped to ``shape`` (``[2, 2]``), or cast to ``dtype`` (``"U8"``: strings).
 - ``corral/HugeRewardCartPole-v1``: rewards times ``scale`` (1e37, finite in float32) from ``step``
   number ``fail_at`` on: an update on them diverges (its returns overflow to infinity).
 
@@ -28,6 +31,7 @@ import time
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 
@@ -107,6 +111,33 @@ class NaNCartPole(_FaultyCartPole):
         return obs, reward, terminated, truncated, info
 
 
+class WrongShapeCartPole(_FaultyCartPole):
+    """CartPole whose observations do not fit its ``observation_space`` from step ``fail_at`` on (a wrapper
+    that adds a feature but not to the space): ``extra`` zeros appended, or, given ``shape``, the
+    observation reshaped to it; given ``dtype``, cast to it (``"U8"``: an array of strings)."""
+
+    def __init__(self, extra: int = 1, shape: Any = None, dtype: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.extra = int(extra)
+        self.shape = None if shape is None else tuple(int(n) for n in shape)
+        self.dtype = dtype
+
+    def fail(self) -> None:
+        """Nothing here: :meth:`step` returns observations of the wrong shape from this step on."""
+
+    def step(self, action: Any) -> Any:
+        """CartPole's step; its observation does not fit the space once ``fail_at`` steps were taken (while armed)."""
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.steps >= self.fail_at and self._armed():
+            if self.shape is not None:
+                obs = obs.reshape(self.shape)
+            elif self.extra:
+                obs = np.concatenate([obs, np.zeros(self.extra, dtype=obs.dtype)])
+            if self.dtype is not None:
+                obs = obs.astype(self.dtype)
+        return obs, reward, terminated, truncated, info
+
+
 class HugeRewardCartPole(_FaultyCartPole):
     """CartPole whose rewards are times ``scale`` from step ``fail_at`` on: finite, and too large to learn from."""
 
@@ -161,7 +192,7 @@ class SwallowingCartPole(_FaultyCartPole):
 
 for _name, _cls in (("Raising", RaisingCartPole), ("Suicide", SuicideCartPole), ("Exiting", ExitingCartPole),
                     ("Hanging", HangingCartPole),
-                    ("NaN", NaNCartPole), ("HugeReward", HugeRewardCartPole), ("Swallowing", SwallowingCartPole)):
+                    ("NaN", NaNCartPole), ("WrongShape", WrongShapeCartPole), ("HugeReward", HugeRewardCartPole), ("Swallowing", SwallowingCartPole)):
     _id = f"corral/{_name}CartPole-v1"
     if _id not in gym.registry:
         gym.register(id=_id, entry_point=_cls, max_episode_steps=500)

@@ -52,15 +52,21 @@ class DefaultWorker(Worker):
         """Take one step; True when the episode has ended."""
         buf, t = self._buf, self._t
         assert buf is not None and self.agent is not None and self.episode_limit is not None
+        try:
+            buf.observations[0, t] = self._obs
+        except (ValueError, TypeError):  # not numbers (a try costs nothing until it raises)
+            self.check_observation(self._obs, t)
+            raise
         actions, infos = self.agent.get_actions(np.asarray(self._obs)[None])
         action = actions[0]
-        buf.observations[0, t] = self._obs
         buf.actions[0, t] = action
         buf.write_agent_infos(0, t, infos, 0)
         env_action = self._clip(action) if self._clip is not None else action
         obs, reward, terminated, truncated, _ = self.envs[0].step(env_action)
         buf.rewards[0, t] = reward
         self._t = t = t + 1
+        if getattr(obs, "shape", ()) != self.obs_shape:  # one tuple comparison per step
+            self.check_observation(obs, t)
         if terminated or truncated or t >= self.episode_limit:
             buf.step_types[0, t - 1] = StepType.TERMINAL if terminated else StepType.TIMEOUT
             self._done = True

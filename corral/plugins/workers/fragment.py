@@ -65,7 +65,7 @@ class FragmentWorker(Worker):
         buf, obs_all, agent, envs, t = self._buf, self._obs, self.agent, self.envs, self._t
         assert buf is not None and obs_all is not None
         assert agent is not None, "the worker has no agent; call update_agent(policy) first"
-        k, limit, clip = self.n_envs, self.episode_limit, self._clip
+        k, limit, clip, shape = self.n_envs, self.episode_limit, self._clip, self.obs_shape
         assert limit is not None
         if self._needs_reset.any():
             for j in np.flatnonzero(self._needs_reset).tolist():
@@ -93,7 +93,13 @@ class FragmentWorker(Worker):
             ends = []
             for j in range(k):
                 o, r, terminated, truncated, _ = envs[j].step(env_actions[j])
-                next_obs[j] = o
+                if getattr(o, "shape", ()) != shape:  # one tuple comparison per step
+                    self.check_observation(o, int(t[j]) + 1, j)
+                try:
+                    next_obs[j] = o
+                except (ValueError, TypeError):  # not numbers (a try costs nothing until it raises)
+                    self.check_observation(o, int(t[j]) + 1, j)
+                    raise
                 rewards[j] = r
                 if terminated or truncated or last_step[j]:
                     ends.append((j, bool(terminated)))

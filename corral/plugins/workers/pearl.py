@@ -168,8 +168,14 @@ class PEARLWorker(TrialTasksMixin, Worker):
                         clip(actions[j]) if clip is not None else actions[j])
                     buf.rewards[j, tj] = reward
                     context_rewards[j, tj] = reward if self.context_reward is None else self._info_reward(info)
-                    obs_all[j] = obs
                     t[j] = tj = tj + 1
+                    if getattr(obs, "shape", ()) != self.obs_shape:  # one tuple comparison per step
+                        self.check_observation(obs, tj, j)
+                    try:
+                        obs_all[j] = obs
+                    except (ValueError, TypeError):  # not numbers (a try costs nothing until it raises)
+                        self.check_observation(obs, tj, j)
+                        raise
                     if terminated or truncated or tj >= limit:
                         buf.step_types[j, tj - 1] = StepType.TERMINAL if terminated else StepType.TIMEOUT
                         ended.append(j)

@@ -31,7 +31,7 @@ import numpy as np
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.checks import check
-from corral.framework.env import child_seed, current_task_id, seed_int
+from corral.framework.env import current_task_id
 from corral.framework.errors import ConfigError
 from corral.framework.plugins import get_registry
 from corral.framework.worker import Worker
@@ -84,12 +84,7 @@ class RL2Worker(TrialTasksMixin, Worker):
     # ------------------------------------------------------------------ trials
     def _reset_slot(self, j: int, continue_trial: bool) -> Any:
         """Reset slot ``j`` (seeding it on its first reset): a new trial, or the trial's next episode."""
-        options = {CONTINUE_TRIAL: True} if continue_trial else None
-        env = self.envs[j]
-        if not self._seeded[j]:
-            self._seeded[j] = True
-            return env.reset(seed=seed_int(child_seed(self.env_seeds[j], 0)), options=options)[0]
-        return env.reset(options=options)[0]
+        return self.reset_env(j, options={CONTINUE_TRIAL: True} if continue_trial else None)[0]
 
     def _start_trial(self, j: int) -> int:
         """Set slot ``j``'s task for a new trial and reset it; return the task id."""
@@ -106,6 +101,7 @@ class RL2Worker(TrialTasksMixin, Worker):
         assert log is not None and obs_all is not None, "the worker has no environment; call update_env first"
         assert agent is not None, "the worker has no agent; call update_agent(policy) first"
         k, limit, per_trial, clip = self.n_envs, self.episode_limit, self.n_episodes_per_trial, self._clip
+        shape = self.obs_shape
         assert limit is not None
         target = min_steps or 0
         steps = [env.step for env in self.envs]
@@ -144,9 +140,15 @@ class RL2Worker(TrialTasksMixin, Worker):
             ends: list[tuple[int, bool]] = []
             for j in active:
                 o, r, terminated, truncated, _ = steps[j](env_actions[j])
-                obs_all[j] = o
-                rewards[j] = r
                 t[j] += 1
+                if getattr(o, "shape", ()) != shape:  # one tuple comparison per step
+                    self.check_observation(o, t[j], j)
+                try:
+                    obs_all[j] = o
+                except (ValueError, TypeError):  # not numbers (a try costs nothing until it raises)
+                    self.check_observation(o, t[j], j)
+                    raise
+                rewards[j] = r
                 trial_t[j] += 1
                 if terminated or truncated or t[j] >= limit:
                     ends.append((j, bool(terminated)))

@@ -57,7 +57,7 @@ class VecWorker(Worker):
         log, obs_all, agent, envs = self._log, self._obs, self.agent, self.envs
         assert log is not None and obs_all is not None
         assert agent is not None, "the worker has no agent; call update_agent(policy) first"
-        k, limit, clip = self.n_envs, self.episode_limit, self._clip
+        k, limit, clip, shape = self.n_envs, self.episode_limit, self._clip, self.obs_shape
         assert limit is not None
         target = min_steps or 0
         # Rows of the time-major log: for min_steps, the target at full width plus one longest
@@ -96,9 +96,15 @@ class VecWorker(Worker):
             ends: list[tuple[int, bool]] = []
             for j in active:
                 o, r, terminated, truncated, _ = steps[j](env_actions[j])
-                obs_all[j] = o
-                rewards[j] = r
                 t[j] += 1
+                if getattr(o, "shape", ()) != shape:  # one tuple comparison per step
+                    self.check_observation(o, t[j], j)
+                try:
+                    obs_all[j] = o
+                except (ValueError, TypeError):  # not numbers (a try costs nothing until it raises)
+                    self.check_observation(o, t[j], j)
+                    raise
+                rewards[j] = r
                 if terminated or truncated or t[j] >= limit:
                     ends.append((j, bool(terminated)))
             log.rewards[row] = rewards  # slots that are not active leave values no episode reads

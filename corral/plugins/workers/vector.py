@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import pickle
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -50,7 +51,7 @@ from corral.framework.vector_env import (
     min_limit,
 )
 from corral.framework.video import VIDEO_SLOT_INFO, RecordedEnvFactory
-from corral.framework.worker import Worker
+from corral.framework.worker import Worker, observation_mismatch, observation_problem, observation_shape
 from corral.parallel.worker_process import describe_exit
 from corral.rl.episode_buffer import StepLog, action_clipper
 from corral.rl.episode_stitching import RunningEpisodes, join_fragments
@@ -86,6 +87,28 @@ def _reports_lost_processes(method: _M) -> _M:
             raise EnvironmentProcessLost(
                 f"the environment process of {', '.join(gone)}; worker.backend=async cannot go on without it"
             ) from exc
+    return wrapper  # type: ignore[return-value]  # the same signature as method's
+
+
+#: numpy's words when an AsyncVectorEnv's environment process writes an observation of another shape
+#: into the shared batch (the process's slot and the observation itself stay there).
+_BROADCAST = re.compile(r"could not broadcast input array from shape (\([0-9, ]*\)) into shape (\([0-9, ]*\))")
+
+
+def _reports_observation_mismatch(method: _M) -> _M:
+    """``method`` of a VectorWorker, where an error of the VectorEnv that could not put a sub-environment's
+    observation into its batch (a SyncVectorEnv's ``Output array is the wrong shape``) raises
+    :class:`~corral.framework.worker.ObservationMismatch` naming the environment and the observation
+    (:meth:`VectorWorker.mismatch_behind`). Nothing is checked until something raised."""
+    @functools.wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except (ValueError, TypeError) as exc:
+            mismatch = self.mismatch_behind(exc)
+            if mismatch is None:
+                raise
+            raise mismatch from exc
     return wrapper  # type: ignore[return-value]  # the same signature as method's
 
 
@@ -205,6 +228,8 @@ class VectorWorker(Worker):
         #: compare the two).
         self._per_step_bookkeeping = False
         self._warned_oversize = False
+        #: The shape of every batched observation, compared once per step call; None: not checked (a Dict space).
+        self._obs_batch: tuple[int, ...] | None = None
 
     # ------------------------------------------------------------------ environments
     @property
@@ -238,6 +263,9 @@ class VectorWorker(Worker):
                 "restart; give the environment a time limit (max_episode_steps) or use autoreset mode DISABLED")
         obs_space, act_space = built.venv.single_observation_space, built.venv.single_action_space
         self._log = StepLog(self.n_envs, obs_space, act_space, capacity=limit + 1)
+        self.env_source = source
+        shape = observation_shape(obs_space)
+        self._obs_batch = None if shape is None else (self.n_envs, *shape)
         self._clip = action_clipper(act_space)
         self._restart_episodes()
 
@@ -276,10 +304,53 @@ class VectorWorker(Worker):
                 obs, _ = venv.reset(seed=[seed_int(child_seed(s, 0)) for s in self.env_seeds])  # type: ignore[arg-type]
             else:
                 obs, _ = venv.reset(seed=self._env_seed)
+        if getattr(obs, "shape", None) != self._obs_batch:
+            self.check_batch(obs, "when its VectorEnv was reset")
         return obs
+
+    def check_batch(self, obs: Any, where: str) -> None:
+        """Raise :class:`~corral.framework.worker.ObservationMismatch` when ``obs``, a batched observation the
+        VectorEnv returned ``where``, is not ``n_envs`` observations of its single observation space (the slow
+        path of the check ``getattr(obs, "shape", None) != self._obs_batch`` after every step call)."""
+        venv, expected = self.venv, self._obs_batch
+        assert venv is not None
+        if expected is None:
+            return
+        space = venv.single_observation_space
+        shape = np.shape(obs) if isinstance(obs, np.ndarray) else None
+        if shape is None:
+            problem = f"a {type(obs).__name__} for a batch of {self.n_envs} observations"
+        elif shape[:1] == expected[:1]:
+            if shape == expected:
+                return
+            problem = f"observations of shape {shape[1:]}"
+        else:
+            problem = f"a batch of shape {shape} for {self.n_envs} environments"
+        raise observation_mismatch(self._source, problem, space, where)
+
+    def mismatch_behind(self, exc: BaseException) -> Exception | None:
+        """The :class:`~corral.framework.worker.ObservationMismatch` behind ``exc``, raised while stepping or
+        resetting the VectorEnv, when a sub-environment's observation did not fit the batch: a SyncVectorEnv
+        keeps each one's last observation, an AsyncVectorEnv's process raises numpy's broadcast error. None
+        when that is not what happened."""
+        venv = self.venv
+        if venv is None or self._obs_batch is None:
+            return None
+        space, inner = venv.single_observation_space, venv.unwrapped
+        backend = self._built.backend if self._built is not None else self.backend
+        for j, o in enumerate(getattr(inner, "_env_obs", None) or ()):
+            if o is not None and (problem := observation_problem(o, space)) is not None:
+                return observation_mismatch(self._source, problem, space,
+                                            f"in slot {j} of worker.backend={backend}'s VectorEnv")
+        found = _BROADCAST.fullmatch(str(exc))
+        if found and isinstance(inner, gym.vector.AsyncVectorEnv) and found.group(2) == str(self._obs_batch[1:]):
+            return observation_mismatch(self._source, f"an observation of shape {found.group(1)}", space,
+                                        f"in one of worker.backend={backend}'s environment processes")
+        return None
 
     # ------------------------------------------------------------------ sampling
     @_reports_lost_processes
+    @_reports_observation_mismatch
     def rollout(self, *, min_steps: int | None = None, n_episodes: int | None = None) -> EpisodeBatch:
         """Whole episodes (or, with ``timesteps_per_call``, fragments); see the class docstring."""
         if self.venv is None:
@@ -327,7 +398,7 @@ class VectorWorker(Worker):
     def _rollout_episodes(self, min_steps: int | None, n_episodes: int | None) -> EpisodeBatch:
         venv, log, agent, clip, limit = self.venv, self._log, self.agent, self._clip, self.episode_limit
         assert venv is not None and log is not None and agent is not None and limit is not None
-        k, step = self.n_envs, venv.step
+        k, step, batch = self.n_envs, venv.step, self._obs_batch
         if min_steps is None and n_episodes is None:
             n_episodes = k
         target = min_steps or 0
@@ -355,6 +426,8 @@ class VectorWorker(Worker):
             actions, infos = agent.get_actions(obs)
             log.write(row, obs, actions, infos)
             obs, rewards, term, trunc, info = step(clip(actions) if clip is not None else actions)
+            if getattr(obs, "shape", None) != batch:  # one tuple comparison per step call
+                self.check_batch(obs, "from a step of its VectorEnv")
             log.rewards[row] = rewards
             steps_taken += n_rec
             done = term | trunc
@@ -430,6 +503,8 @@ class VectorWorker(Worker):
             if restarted.any():
                 assert self.venv is not None
                 obs, _ = self.venv.reset(options={"reset_mask": restarted})
+                if getattr(obs, "shape", None) != self._obs_batch:
+                    self.check_batch(obs, "when its VectorEnv was reset")
             return obs, restarted, prev_done
         if self._mode == AutoresetMode.NEXT_STEP:
             return obs, prev_done, done
@@ -449,7 +524,7 @@ class VectorWorker(Worker):
     def _rollout_fragments_per_step(self, per_env: int) -> tuple[EpisodeBatch, np.ndarray]:
         venv, log, agent, clip, limit = self.venv, self._log, self.agent, self._clip, self.episode_limit
         assert venv is not None and log is not None and agent is not None and limit is not None
-        k, step, target = self.n_envs, venv.step, self.n_envs * per_env
+        k, step, target, batch = self.n_envs, venv.step, self.n_envs * per_env, self._obs_batch
         log.reserve(per_env + 1)
         s = self._fragment_state()
         obs, t, ret, rec, prev_done = s["obs"], s["t"], s["ret"], s["rec"], s["prev_done"]
@@ -465,6 +540,8 @@ class VectorWorker(Worker):
             actions, infos = agent.get_actions(obs)
             log.write(row, obs, actions, infos)
             obs, rewards, term, trunc, info = step(clip(actions) if clip is not None else actions)
+            if getattr(obs, "shape", None) != batch:  # one tuple comparison per step call
+                self.check_batch(obs, "from a step of its VectorEnv")
             log.rewards[row] = rewards
             t += rec
             ret += np.where(rec, rewards, 0.0)
@@ -508,7 +585,7 @@ class VectorWorker(Worker):
         after that starts the next episode."""
         venv, log, agent, clip = self.venv, self._log, self.agent, self._clip
         assert venv is not None and log is not None and agent is not None
-        k, step, target = self.n_envs, venv.step, self.n_envs * per_env
+        k, step, target, batch = self.n_envs, venv.step, self.n_envs * per_env, self._obs_batch
         s = self._fragment_state()
         obs, t0, ret0, prev = s["obs"], s["t"], s["ret"], s["prev_done"]
         capacity = per_env + 2
@@ -526,6 +603,8 @@ class VectorWorker(Worker):
             actions, infos = agent.get_actions(obs)
             log.write(row, obs, actions, infos)
             obs, rewards, term, trunc, _ = step(clip(actions) if clip is not None else actions)
+            if getattr(obs, "shape", None) != batch:  # one tuple comparison per step call
+                self.check_batch(obs, "from a step of its VectorEnv")
             log.rewards[row] = rewards
             done = term | trunc
             dones[row] = done
@@ -677,16 +756,22 @@ class VectorWorker(Worker):
         """Close the VectorEnv (an async one whose environment processes are gone: end the others)."""
         if self.venv is not None:
             venv, self.venv = self.venv, None
-            try:
-                venv.close()
-            except (OSError, EOFError):  # a pipe to a killed environment process
+            # A call left pending (a Ctrl-C while the worker waited for its environments' answers): its
+            # pipes may hold half an answer, and waiting for the rest would fail or hang; end the processes.
+            if str(getattr(getattr(venv, "_state", None), "value", "default")) != "default":
                 _end_processes(venv)
+            else:
+                try:
+                    venv.close()
+                except (OSError, EOFError):  # a pipe to a killed environment process
+                    _end_processes(venv)
         super().shutdown()
 
 
 def _end_processes(venv: VectorEnv) -> None:
-    """End an AsyncVectorEnv whose close failed on the broken pipe of a killed environment process
-    (its own close, even with ``terminate=True``, first waits for the pending call on that pipe):
+    """End an AsyncVectorEnv interrupted in the middle of a call, or whose close failed on the broken
+    pipe of a killed environment process (its own close, even with ``terminate=True``, first waits
+    for the pending call):
     terminate and join the others, close the pipes, and mark it closed so that its ``__del__`` does
     not try again."""
     processes = list(getattr(venv, "processes", ()))
