@@ -347,6 +347,49 @@ def test_env_id_and_parallel_workers(cartpole_run: Path, tmp_path: Path) -> None
     assert proc.returncode == 2 and "corral eval: error:" in proc.stderr and "Traceback" not in proc.stderr
 
 
+RAISING_CARTPOLE = "corral.testing.faulty_envs:corral/RaisingCartPole-v1"
+
+
+def test_env_kwargs_overrides_are_of_the_env_id_environment(cartpole_run: Path, tmp_path: Path) -> None:
+    """``--env-id <id> env.kwargs.k=v``: the keyword is the evaluated environment's. It was checked
+    against the run's own (CartPole-v1) and refused, though RaisingCartPole takes ``fail_at``."""
+    from corral.framework.eval_run import evaluate_run
+
+    proc = corral("eval", str(cartpole_run), "--episodes", "1", "-o", "", "--env-id", RAISING_CARTPOLE,
+                  "env.kwargs.fail_at=3", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines()[-1] == (  # it reached the environment: the third step raised
+        "corral eval: error: worker 0 raised EnvironmentFailure: RaisingCartPole failed on purpose at step 3 while "
+        "sampling (obtain_exact_episodes); the traceback above shows where it raised"), proc.stderr
+    result = evaluate_run(cartpole_run, ["env.kwargs.fail_at=100000"], episodes=1, env_id=RAISING_CARTPOLE, output="")
+    assert result.env_id == RAISING_CARTPOLE and len(result.returns) == 1
+    # the reverse: a keyword the run's environment takes and --env-id's does not is refused, naming --env-id's
+    proc = corral("eval", str(cartpole_run), "--episodes", "1", "-o", "", "--env-id", "Acrobot-v1",
+                  "env.kwargs.sutton_barto_reward=true", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "corral eval: error: environment EnvFactory('Acrobot-v1', kwargs={'sutton_barto_reward': True}) does not "
+        "take the keyword argument 'sutton_barto_reward': AcrobotEnv takes render_mode (and gymnasium.make: "
+        "max_episode_steps, disable_env_checker); check env.kwargs"], proc.stderr
+
+
+def test_env_id_of_an_older_version_prints_no_gymnasium_warning(cartpole_run: Path, tmp_path: Path) -> None:
+    """``--env-id CartPole-v0`` let gymnasium's two-line DeprecationWarning through, in ANSI colour;
+    ``train.py env.id=CartPole-v0`` prints none, and neither does ``corral eval``."""
+    proc = corral("eval", str(cartpole_run), "--episodes", "1", "-o", "", "--env-id", "CartPole-v0", "--json",
+                  cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert json.loads(proc.stdout)["env_id"] == "CartPole-v0"
+
+
+def test_an_env_id_gymnasium_cannot_make_points_at_env_id(cartpole_run: Path, tmp_path: Path) -> None:
+    """The line advised training's ``env=gym env.id=Acrobot-v1``, which corral eval refuses."""
+    proc = corral("eval", str(cartpole_run), "--episodes", "1", "-o", "", "--env-id", "Nope-v0", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "corral eval: error: gymnasium cannot make environment 'Nope-v0': Environment `Nope` doesn't exist. Did you "
+        "mean: `Hopper`?; check --env-id (any registered gymnasium id, or module:id, whose observation and action "
+        "spaces are the run's)"], proc.stderr
+
+
 def test_missing_video_extra_names_it(cartpole_run: Path, tmp_path: Path) -> None:
     fake = tmp_path / "no_moviepy" / "moviepy"
     fake.mkdir(parents=True)

@@ -14,18 +14,28 @@ action clipping, deterministic actions unless ``--stochastic``, on the evaluatio
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import io
 import json
+import logging
 import sys
 import typing
+import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from corral.framework.arguments import CommandParser
-from corral.framework.errors import ConfigError, CorralError, OutputError, SnapshotError, error_report
+from corral.framework.errors import (
+    ConfigError,
+    CorralError,
+    OutputError,
+    SnapshotError,
+    error_report,
+    warnings_as_lines,
+)
 from corral.framework.precheck import repeated_key_warnings
 
 
@@ -107,6 +117,8 @@ def evaluate_run(
 
     ``overrides`` are ``key=value`` changes of the run's ``env.*``, ``worker.*`` or ``seed``
     (``env.max_episode_length=100``; anything else is a ConfigError, see :func:`check_eval_override`);
+    with ``env_id``, the ``env.*`` ones are of ``env_id``'s environment (``env.kwargs.k=v``: a keyword
+    its constructor takes), and the run is built on its own environment for the policy's spaces;
     ``output`` is where ``eval.json`` goes (default: ``<run dir>/eval.json``; ``""``: nowhere).
     ``trust`` allows a snapshot whose objects part needs unpickling (``trainer.trust_snapshot``,
     see :mod:`corral.framework.snapshot`): only for snapshots you trust.
@@ -157,15 +169,19 @@ def evaluate_run(
         _check_output(run_dir / "eval.json")
     register_configs()
     get_plugin_manager().registry.get("sampler", sampler)  # an unknown --sampler: said before anything is built
-    cfg = _run_config(snapshot, run_dir, overrides, trust)
+    cfg, run_env = _run_config(snapshot, run_dir, overrides, trust)
     run_seed = int(cfg.seed)
-    run = build(cfg)
+    built_cfg, other = cfg, None
+    if env_id is not None:  # the env.* overrides are of the environment evaluated: --env-id's
+        cfg, other = _other_env(cfg, env_id)
+        built_cfg = _with_env(cfg, run_env)  # the run as trained: the policy's spaces
+    run = build(built_cfg)
     try:
         _load_weights(run, snapshot, trust)
         env = run.env
         factory = evaluation_factory(run.worker_factory, seed=run_seed if seed is None else seed, n_workers=n_workers)
         if env_id is not None:
-            env = _other_env(cfg, env_id, run.env_spec)
+            env = _compatible_env(other, cfg.env, env_id, run.env_spec)
             factory = dataclasses.replace(factory, max_episode_length=cfg.env.get("max_episode_length"))
         if video_dir is not None:
             check_recordable(env, factory.worker_class, factory.worker_args)
@@ -288,9 +304,10 @@ def check_eval_type(override: str, cfg: Any) -> None:
         raise ConfigError(true_false_message(key, written))
 
 
-def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: bool) -> Any:
+def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: bool) -> tuple[Any, Any]:
     """The run's own config (from its snapshot, else ``.hydra/config.yaml``) with ``overrides``,
-    no loggers, no resume, and a local sampler for the build (evaluation brings its own)."""
+    no loggers, no resume, and a local sampler for the build (evaluation brings its own); and the
+    run's own ``env`` node, without the overrides (what the policy was trained on)."""
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
@@ -302,6 +319,7 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
         if not hydra_cfg.is_file():
             raise ConfigError(f"{snapshot} holds no config and {hydra_cfg} does not exist; corral eval cannot rebuild the run")
         cfg = OmegaConf.load(hydra_cfg)
+    run_env = copy.deepcopy(cfg.env)
     for override in overrides:
         if override.startswith(("+", "~")) or "=" not in override:
             raise ConfigError(f"{override}: {_not_a_change(override)}")
@@ -320,7 +338,7 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
         cfg.trainer.resume = None
         cfg.trainer.trust_snapshot = False  # no resume here; _load_weights hands the trainer's loader --trust
         cfg.sampler = OmegaConf.create({"name": "local", "n_workers": 1})
-    return cfg
+    return cfg, run_env
 
 
 def _load_weights(run: Any, snapshot: Path, trust: bool) -> None:
@@ -338,20 +356,55 @@ def _load_weights(run: Any, snapshot: Path, trust: bool) -> None:
         algo.sampler = sampler
 
 
-def _other_env(cfg: Any, env_id: str, spec: Any) -> Any:
-    """The run's env option with another gymnasium id; its spaces must match the trained ones."""
+def _other_env(cfg: Any, env_id: str) -> tuple[Any, Any]:
+    """``cfg`` with ``env.id`` set to ``env_id``, and the environment source it makes. The id and the
+    ``env.kwargs`` (the run's, with the overrides) are checked against ``env_id``'s environment, before
+    the run is built: an id gymnasium cannot make is one line that names ``--env-id``, a keyword its
+    environment does not take one line that names it."""
+    import gymnasium as gym
     from omegaconf import OmegaConf
 
     from corral.framework.compose import env_source
-    from corral.framework.env import make_env
+    from corral.framework.env import EnvFactory, import_entry_point
 
     if "id" not in cfg.env:
         raise ConfigError(f"--env-id needs a gymnasium environment option (env=gym or a preset); the run used "
                           f"env={cfg.env.name}, which has no id")
-    env = env_source(OmegaConf.merge(cfg.env, {"id": env_id}))
-    probe = make_env(env)
+    try:
+        import_entry_point(env_id)
+    except (gym.error.Error, ImportError) as exc:  # ImportError: a module the environment's module needs
+        raise ConfigError(f"gymnasium cannot make environment {env_id!r}: {str(exc).strip()}; check --env-id (any "
+                          "registered gymnasium id, or module:id, whose observation and action spaces are the "
+                          "run's)") from None
+    cfg = _with_env(cfg, OmegaConf.merge(cfg.env, {"id": env_id}))
+    env = env_source(cfg.env)
+    if isinstance(env, EnvFactory):
+        env.check()  # an env.kwargs key that env_id's environment does not take
+    return cfg, env
+
+
+def _with_env(cfg: Any, env: Any) -> Any:
+    """A copy of ``cfg`` whose ``env`` node is ``env``."""
+    from omegaconf import open_dict
+
+    cfg = copy.deepcopy(cfg)
+    with open_dict(cfg):
+        cfg.env = env
+    return cfg
+
+
+def _compatible_env(env: Any, env_cfg: Any, env_id: str, spec: Any) -> Any:
+    """``env`` (``--env-id``'s environment source) once one of its environments shows that its spaces
+    are the trained ones; an ``env.max_episode_length`` above its own time limit is a warning, as in
+    a run. An environment that raises while it is made is the run's one line (``env=...: making the
+    environment ... raised ...``) after the traceback from the environment's code."""
+    from corral.framework.compose import _probe_env
+    from corral.framework.env import limit_above_time_limit
+
+    probe = _probe_env(env, env_cfg)
     try:
         obs, act = probe.observation_space, probe.action_space
+        above = limit_above_time_limit(probe, env_cfg.get("max_episode_length"))
     finally:
         probe.close()
     if obs.shape != spec.observation_space.shape or act != spec.action_space:
@@ -359,7 +412,24 @@ def _other_env(cfg: Any, env_id: str, spec: Any) -> Any:
             f"--env-id {env_id} is not compatible with the run: observations {obs}, actions {act}; the policy "
             f"was trained on observations {spec.observation_space}, actions {spec.action_space}"
         )
+    if above is not None:
+        logging.getLogger(__name__).warning(above)
     return env
+
+
+@contextlib.contextmanager
+def _gymnasium_deprecations_unsaid() -> Iterator[None]:
+    """Leave gymnasium's deprecation warnings unprinted in the block, as ``train.py``'s job does
+    (Python's default filter ignores a DeprecationWarning): ``--env-id CartPole-v0`` made gymnasium
+    print two lines of its own, in ANSI colour (``The environment CartPole-v0 is out of date``) that
+    ``env.id=CartPole-v0`` in a run does not. gymnasium shows them through a filter it adds when
+    :mod:`gymnasium.logger` is first imported, ahead of Python's; so it is imported first, and this
+    filter goes ahead of it."""
+    import gymnasium.logger  # noqa: F401 - adds gymnasium's filter now, not after (ahead of) this one
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"^gymnasium\.")
+        yield
 
 
 def eval_command(argv: Sequence[str]) -> int:
@@ -385,7 +455,9 @@ def eval_command(argv: Sequence[str]) -> int:
 
     log_corral_records_as_lines()  # a warning while it builds the run (corral.*'s log records): `corral: warning: ...`
     try:
-        with catch_stop_signals():  # `kill`, a scheduler's preemption: Ctrl-C's path and line
+        # `kill`, a scheduler's preemption: Ctrl-C's path and line; a CorralWarning is a `corral: warning: ...` line
+        # and gymnasium's deprecation notes are not printed, as in train.py's job
+        with catch_stop_signals(), warnings_as_lines(), _gymnasium_deprecations_unsaid():
             result = evaluate_run(
                 opts.run, opts.overrides, episodes=opts.episodes, deterministic=not opts.stochastic, seed=opts.seed,
                 video_dir=opts.video, env_id=opts.env_id, sampler=opts.sampler, n_workers=opts.n_workers,
