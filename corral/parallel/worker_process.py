@@ -63,22 +63,8 @@ class _Channel:
         self.steps = 0
 
     def count_steps(self, worker: Any) -> None:
-        """Make the worker's agent count its ``get_actions`` calls (once per agent object; the
-        agent is this process's own copy). An agent that refuses new attributes is not counted."""
-        agent = getattr(worker, "agent", None)
-        if agent is None or getattr(agent, "_corral_counted", False):
-            return
-        inner = agent.get_actions
-
-        def get_actions(observations: Any) -> Any:
-            self.steps += 1
-            return inner(observations)
-
-        try:
-            agent.get_actions = get_actions
-            agent._corral_counted = True
-        except (AttributeError, TypeError):  # pragma: no cover - __slots__ or a frozen object
-            pass
+        """Count the worker's agent's ``get_actions`` calls in :attr:`steps` (:func:`count_agent_steps`)."""
+        count_agent_steps(worker, self)
 
     def send(self, msg: Any) -> None:
         with self.lock:
@@ -425,6 +411,35 @@ def stop_processes(handles: Sequence[WorkerProcess], *, timeout: float = 5.0, gr
             h.closed = True
 
 
+def count_agent_steps(worker: Any, counter: Any) -> None:
+    """Make the worker's agent add one to ``counter.steps`` per ``get_actions`` call: the progress a
+    sampler watches (a worker process's reports, a Ray actor's ``progress``). Once per agent object
+    (the agent is the process's own copy); an agent that refuses new attributes is not counted."""
+    agent = getattr(worker, "agent", None)
+    if agent is None or getattr(agent, "_corral_counted", False):
+        return
+    inner = agent.get_actions
+
+    def get_actions(observations: Any) -> Any:
+        counter.steps += 1
+        return inner(observations)
+
+    try:
+        agent.get_actions = get_actions
+        agent._corral_counted = True
+    except (AttributeError, TypeError):  # pragma: no cover - __slots__ or a frozen object
+        pass
+
+
+#: The help of the failure settings every sampler of worker processes (or actors) has: the same words,
+#: as their semantics are the same.
+TIMEOUT_HELP = ("seconds a worker may show no progress (no answer and no environment step) before it counts as "
+                "stuck and is stopped; checked once a second, so use a few seconds at least")
+ON_WORKER_FAILURE_HELP = ("when a worker dies, raises or is stuck: raise (a WorkerError; the sampler shuts down) or "
+                          "restart (rebuild it with an advanced seed stream and resample its share)")
+MAX_RESTARTS_HELP = "restarts allowed per worker (on_worker_failure=restart) before raising"
+
+
 #: The least memory one worker process takes, in MiB: it imports torch, gymnasium and the environment
 #: (about 240 MiB resident on Linux with CartPole, 170 MiB of it its own).
 WORKER_PROCESS_MIB = 150
@@ -440,5 +455,6 @@ def check_room_for_workers(n_workers: int, option: str = "sampler.n_workers") ->
                              f"give fewer ({option}={cpus} uses its {cpus} CPUs)")
 
 
-__all__ = ["WORKER_PROCESS_MIB", "WorkerProcess", "check_room_for_workers", "describe_exit",
+__all__ = ["MAX_RESTARTS_HELP", "ON_WORKER_FAILURE_HELP", "TIMEOUT_HELP", "WORKER_PROCESS_MIB", "WorkerProcess",
+           "check_room_for_workers", "count_agent_steps", "describe_exit",
            "sample_steps", "stop_processes", "worker_main"]

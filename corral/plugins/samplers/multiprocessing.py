@@ -48,7 +48,15 @@ from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, split_steps
 from corral.framework.worker import UpdateFailure, update_error, worker_raised
 from corral.parallel.shared_memory import SharedBlobs, dump_blob
-from corral.parallel.worker_process import WorkerProcess, check_room_for_workers, describe_exit, stop_processes
+from corral.parallel.worker_process import (
+    MAX_RESTARTS_HELP,
+    ON_WORKER_FAILURE_HELP,
+    TIMEOUT_HELP,
+    WorkerProcess,
+    check_room_for_workers,
+    describe_exit,
+    stop_processes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -72,17 +80,15 @@ class MultiprocessingSamplerConfig:
     )
     timeout: float = field(
         default=120.0,
-        metadata=check(gt=0, help="seconds a worker may show no progress (no answer and no environment step) before it "
-                          "counts as stuck and is stopped; checked once a second, so use a few seconds at least"),
+        metadata=check(gt=0, help=TIMEOUT_HELP),
     )
     on_worker_failure: str = field(
         default="raise",
-        metadata=check(choices=("raise", "restart"), help="when a worker dies, raises or is stuck: raise (a WorkerError; the sampler shuts "
-                          "down) or restart (rebuild it with an advanced seed stream and resample its share)"),
+        metadata=check(choices=("raise", "restart"), help=ON_WORKER_FAILURE_HELP),
     )
     max_restarts: int = field(
         default=3, metadata=check(ge=0, applies_if=("on_worker_failure", "==", "restart"),
-                                  help="restarts allowed per worker (on_worker_failure=restart) before raising")
+                                  help=MAX_RESTARTS_HELP)
     )
     cpu_affinity: bool = field(
         default=False, metadata={"help": "pin worker i to core i % cpu_count (os.sched_setaffinity; Linux)"}

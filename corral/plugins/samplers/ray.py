@@ -50,7 +50,14 @@ from corral.framework.worker import (
     worker_raised,
 )
 from corral.parallel.ray_runtime import check_runtime_env, join_cluster, missing_module_in, start_local_runtime
-from corral.parallel.worker_process import check_room_for_workers, describe_exit
+from corral.parallel.worker_process import (
+    MAX_RESTARTS_HELP,
+    ON_WORKER_FAILURE_HELP,
+    TIMEOUT_HELP,
+    check_room_for_workers,
+    count_agent_steps,
+    describe_exit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +72,16 @@ class RaySamplerConfig:
     num_gpus: float = field(default=0.0, metadata=check(ge=0, help="GPUs reserved per actor"))
     timeout: float = field(
         default=120.0,
-        metadata=check(gt=0, help="seconds a worker may show no progress (no answer and no environment step) before it "
-                          "counts as stuck and is stopped; checked once a second, so use a few seconds at least"),
+        metadata=check(gt=0, help=TIMEOUT_HELP),
     )
     start_timeout: float = field(default=120.0, metadata=check(gt=0, help="seconds to wait for the actors to be placed and built"))
     on_worker_failure: str = field(
         default="raise",
-        metadata=check(choices=("raise", "restart"), help="when a worker dies, raises or is stuck: raise (a WorkerError; the sampler shuts "
-                          "down) or restart (rebuild it with an advanced seed stream and resample its share)"),
+        metadata=check(choices=("raise", "restart"), help=ON_WORKER_FAILURE_HELP),
     )
     max_restarts: int = field(
         default=3, metadata=check(ge=0, applies_if=("on_worker_failure", "==", "restart"),
-                                  help="restarts allowed per worker (on_worker_failure=restart) before raising")
+                                  help=MAX_RESTARTS_HELP)
     )
     runtime_env: dict[str, Any] = field(
         default_factory=dict,
@@ -103,22 +108,8 @@ class _RayWorker:
         return self.steps
 
     def _count_steps(self) -> None:
-        """Make the worker's agent count its ``get_actions`` calls (once per agent object, as the
-        multiprocessing sampler's workers do). An agent that refuses new attributes is not counted."""
-        agent = getattr(self.worker, "agent", None)
-        if agent is None or getattr(agent, "_corral_counted", False):
-            return
-        inner = agent.get_actions
-
-        def get_actions(observations: Any) -> Any:
-            self.steps += 1
-            return inner(observations)
-
-        try:
-            agent.get_actions = get_actions
-            agent._corral_counted = True
-        except (AttributeError, TypeError):  # pragma: no cover - __slots__ or a frozen object
-            pass
+        """Count the worker's agent's ``get_actions`` calls in :attr:`steps` (:func:`count_agent_steps`)."""
+        count_agent_steps(self.worker, self)
 
     def where(self) -> tuple[int, str]:
         """Process id and Ray node id of this actor."""
