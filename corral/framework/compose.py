@@ -91,7 +91,7 @@ def warn_ignored(cfg: DictConfig, given: Collection[str], manager: PluginManager
     return lines
 
 
-def _probe_env(env: Any, env_cfg: Any) -> Any:
+def probe_env(env: Any, env_cfg: Any) -> Any:
     """One environment of the run, made to read its spaces; an environment that raises while it is
     made (its own bug, or an ``env.kwargs`` value it refuses, ``max_episode_steps=0``) is a
     :class:`~corral.framework.errors.WorkerError` naming ``env=``, with the traceback from where the
@@ -122,7 +122,7 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
     torch.manual_seed(seed)
 
     env = env_source(cfg.env, reg)
-    probe = _probe_env(env, cfg.env)
+    probe = probe_env(env, cfg.env)
     try:
         env_spec = EnvSpec.from_env(probe, cfg.env.get("max_episode_length"))
         if (above := limit_above_time_limit(probe, cfg.env.get("max_episode_length"))) is not None:
@@ -199,4 +199,4 @@ def _asdict(obj: Any) -> dict[str, Any]:
     return dict(OmegaConf.to_container(obj, resolve=True))  # type: ignore[arg-type]
 
 
-__all__ = ["Run", "build", "check_values", "env_source", "validate"]
+__all__ = ["Run", "build", "check_values", "env_source", "probe_env", "validate"]

@@ -398,10 +398,10 @@ def _compatible_env(env: Any, env_cfg: Any, env_id: str, spec: Any) -> Any:
     are the trained ones; an ``env.max_episode_length`` above its own time limit is a warning, as in
     a run. An environment that raises while it is made is the run's one line (``env=...: making the
     environment ... raised ...``) after the traceback from the environment's code."""
-    from corral.framework.compose import _probe_env
+    from corral.framework.compose import probe_env
     from corral.framework.env import limit_above_time_limit
 
-    probe = _probe_env(env, env_cfg)
+    probe = probe_env(env, env_cfg)
     try:
         obs, act = probe.observation_space, probe.action_space
         above = limit_above_time_limit(probe, env_cfg.get("max_episode_length"))
