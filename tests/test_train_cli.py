@@ -782,6 +782,24 @@ def test_a_preset_that_is_not_valid_yaml_is_one_line_naming_the_file(tmp_path: P
         "fix that file"], output(proc)
 
 
+@pytest.mark.parametrize("entry", ["file://{tmp}/nowhere", "pkg://no_such_package_of_configs.conf"])
+def test_a_search_path_entry_that_names_nothing_is_one_line(tmp_path: Path, sites: dict[str, Path], entry: str) -> None:
+    """Hydra said "provider=hydra.searchpath in command-line, path=... is not available" in Python's
+    two-line warning and went on; the preset meant to come from there was then "not found"."""
+    entry = entry.format(tmp=tmp_path)
+    proc = train(tmp_path, sites, "experiment=mine", f"hydra.searchpath=[{entry}]", *SMALL)
+    assert proc.returncode == 2, output(proc)
+    (line,) = proc.stderr.strip().splitlines()
+    if entry.startswith("file://"):
+        assert line == (f"corral: error: hydra.searchpath: {entry}: {tmp_path / 'nowhere'} does not exist; give the "
+                        "directory that holds your config groups (e.g. file://$PWD/conf, with conf/experiment/*.yaml)")
+    else:
+        assert line == (f"corral: error: hydra.searchpath: {entry} names no importable package "
+                        "('no_such_package_of_configs.conf'); give a package that holds config groups, or a directory "
+                        "as file:///abs/path")
+    assert not (tmp_path / "run").exists()
+
+
 # ------------------------------------------------------------------------------------ corral plugins
 def test_corral_plugins_table(tmp_path: Path, sites: dict[str, Path]) -> None:
     proc = run([*corral_command(), "plugins"], tmp_path, sites, "corral-testplugin", "corral-brokenregister")

@@ -80,6 +80,7 @@ def precheck(args: Sequence[str]) -> None:
     check_flags(args, command)
     if any(a in OTHER_CONFIG_FLAGS for a in flags):
         return
+    check_searchpath(overrides)
     repeated = repeated_key_warnings(overrides, "the sweep" if multirun else "the run", "" if multirun else f"{command} -m ")
     if any(_key(a) == "trainer.resume" for a in args):  # composed from the run's own config when it starts
         check_resume_source(args)
@@ -676,6 +677,44 @@ def _parse(overrides: Sequence[str]) -> None:
         OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as exc:
         raise ConfigError(hydra_message(exc)) from None
+
+
+def check_searchpath(overrides: Sequence[str]) -> None:
+    """Raise a one-line :class:`ConfigError` for a ``hydra.searchpath`` entry that names nothing: a
+    ``file://`` (or plain) directory that does not exist, a ``pkg://`` package that cannot be found.
+    Hydra said so in a two-line Python warning and went on, and the options the user meant to add
+    were then "not found" with no word of the path."""
+    import importlib.util
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    for override in overrides:
+        if not _is_searchpath(override) or "=" not in override or override.startswith("~"):
+            continue
+        try:
+            (parsed,) = OverridesParser.create().parse_overrides([override])
+            entries = parsed.value()
+        except (HydraException, OmegaConfBaseException, ValueError):
+            continue  # _parse says what does not parse
+        for entry in entries if isinstance(entries, list) else [entries]:
+            entry = str(entry)
+            if entry.startswith("pkg://"):
+                package = entry[len("pkg://"):].strip("/").replace("/", ".")
+                try:
+                    found = bool(package) and importlib.util.find_spec(package) is not None
+                except (ImportError, ValueError):
+                    found = False
+                if not found:
+                    raise ConfigError(f"hydra.searchpath: {entry} names no importable package ({package!r}); give "
+                                      "a package that holds config groups, or a directory as file:///abs/path")
+            elif entry.startswith("file://") or "://" not in entry:
+                where = Path(entry[len("file://"):] if entry.startswith("file://") else entry)
+                if not where.is_dir():
+                    what = "is not a directory" if where.exists() else "does not exist"
+                    raise ConfigError(f"hydra.searchpath: {entry}: {where.absolute()} {what}; give the directory that "
+                                      "holds your config groups (e.g. file://$PWD/conf, with conf/experiment/*.yaml)")
 
 
 def _is_searchpath(override: str) -> bool:
