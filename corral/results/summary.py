@@ -167,6 +167,8 @@ class FoundRuns:
     roots: list[Path]
     runs: list[RunRecord]
     unfinished: list[Path]
+    #: The directories given under which nothing was found (no run, no job directory).
+    empty: list[Path] = field(default_factory=list)
 
     @property
     def where(self) -> str:
@@ -180,8 +182,11 @@ class FoundRuns:
 
     def skipped(self) -> list[str]:
         """``<path> (<why>)`` for every run that did not complete and every unfinished job directory."""
+        # A directory that holds nothing, beside others that do (when none does, the command says so itself).
+        empty = [f"{p} (no run under it: no summary.json, no job directory)" for p in self.empty
+                 ] if self.runs or self.unfinished else []
         return ([f"{r.path} ({why_not_completed(r)})" for r in self.runs if r.status != "completed"]
-                + [f"{p} (no summary.json: unfinished)" for p in self.unfinished])
+                + [f"{p} (no summary.json: unfinished)" for p in self.unfinished] + empty)
 
     def status_counts(self) -> str:
         """``"1 failed, 2 unfinished"``: see :func:`status_counts`."""
@@ -201,16 +206,21 @@ def find_runs_under(roots: Roots) -> FoundRuns:
     runs: list[RunRecord] = []
     unfinished: list[Path] = []
     seen: set[Path] = set()
+    empty: list[Path] = []
     for root in given:
-        for run in find_runs(root):
+        found = [*find_runs(root)]
+        jobs = [*unfinished_job_dirs(root)]
+        if not found and not jobs:
+            empty.append(root)
+        for run in found:
             if (key := run.path.resolve()) not in seen:
                 seen.add(key)
                 runs.append(run)
-        for job in unfinished_job_dirs(root):
+        for job in jobs:
             if (key := job.resolve()) not in seen:
                 seen.add(key)
                 unfinished.append(job)
-    return FoundRuns(roots=given, runs=runs, unfinished=unfinished)
+    return FoundRuns(roots=given, runs=runs, unfinished=unfinished, empty=empty)
 
 
 def status_counts(runs: Iterable[RunRecord], n_unfinished: int = 0) -> str:

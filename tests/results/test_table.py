@@ -147,3 +147,19 @@ def test_results_of_several_directories_group_their_runs_by_overrides(
     assert "20.0 ± 10.0" in out and f"skipped: {b / '2'} (failed: ConfigError: no)" in out
     assert main(["results", str(a), str(tmp_path / "nope")]) == 2  # the one that is not there, by name
     assert capsys.readouterr().err == f"corral results: error: {tmp_path / 'nope'} does not exist\n"
+
+
+def test_a_directory_given_beside_others_that_holds_no_run_is_a_skipped_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``corral results run1 empty``: the empty directory was left out without a word (a typo, a
+    sweep not yet copied over); alone, it is still the command's error."""
+    from corral.framework.cli import main
+    from corral.results.summary import write_summary
+
+    run, empty = tmp_path / "run1", tmp_path / "empty"
+    empty.mkdir()
+    write_summary(run, {"status": "completed", "overrides": ["seed=1"], "final_eval_return": 10.0})
+    assert main(["results", str(run), str(empty)]) == 0
+    assert f"skipped: {empty} (no run under it: no summary.json, no job directory)" in capsys.readouterr().out
+    assert main(["results", str(empty)]) == 2
+    assert "corral results: error: no completed run" in capsys.readouterr().err
