@@ -280,12 +280,16 @@ def call_hook(caller: Any, **kwargs: Any) -> Any:
     """``caller(**kwargs)``, a pluggy hook call (``manager.hook.corral_run_start``). An exception that
     an implementation raises, other than a corral error (whose message already says what to change),
     becomes one :class:`~corral.framework.errors.PluginHookError` line naming the plugin, the hook and
-    the exception, with the traceback from the plugin's own code."""
+    the exception, with the traceback from the plugin's own code. An exception with a
+    ``summary_status`` (Optuna's pruning: ``"pruned"``) is a hook stopping the run on purpose, and
+    passes as it is."""
     try:
         return caller(**kwargs)
     except CorralError:
         raise
     except Exception as exc:  # noqa: BLE001 - a plugin's own failure, named
+        if getattr(exc, "summary_status", None):  # a stop on purpose that names the run's status (a pruned trial)
+            raise
         raise _hook_error(caller, exc) from exc
 
 
