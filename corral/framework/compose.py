@@ -102,7 +102,7 @@ def probe_env(env: Any, env_cfg: Any) -> Any:
         return make_env(env)
     except CorralError:
         raise
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the environment's own failure, in one line
+    except Exception as exc:  # noqa: BLE001 - the environment's own failure, in one line
         kwargs = dict(env_cfg.get("kwargs") or {})
         given = f" with env.kwargs {kwargs}" if kwargs else ""
         raise WorkerError(f"env={env_cfg.get('name', '?')}: making the environment{given} raised "

@@ -341,7 +341,7 @@ def apply_updates(worker: Worker, env_update: Any, agent_update: Any) -> None:
                                  ("agent update", worker.update_agent, agent_update)):
         try:
             apply(update)
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - reported as an UpdateFailure with the original's summary
+        except Exception as exc:  # noqa: BLE001 - reported as an UpdateFailure with the original's summary
             raise UpdateFailure.of(stage, exc) from exc
 
 

@@ -108,9 +108,8 @@ def _in_worker(i: int, activity: str, call: Callable[[], T]) -> T:
         return call()
     except CorralError:
         raise
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the environment's (or a worker's) own failure, as a worker's
-        # sys.exit() in an environment ends a worker process under the other samplers, which say so; here it
-        # would end the run with the exit code it was given (0: a failed run that exits as a success).
+    except Exception as exc:  # noqa: BLE001 - the environment's (or a worker's) own failure, reported as a worker's
+        # Not SystemExit: a signal handler's (submitit's requeue on SIGUSR2) must end the process as it asks.
         raise raised_in_worker(i, exc, activity) from exc
 
 
