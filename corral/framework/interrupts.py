@@ -195,3 +195,34 @@ def stopping_notice(signum: int) -> str:
 
 __all__ = ["HOLD_NOTICE_AFTER_S", "StopRequest", "Terminated", "catch_stop_signals", "defer_interrupts",
            "finish_epoch_on_interrupt", "hold_while_stopping", "interrupt_for", "stopping_notice"]
+
+
+def _handler_codes() -> set[Any]:
+    """The code objects of the Python functions installed as signal handlers now (a bound method's
+    function's, a :func:`functools.partial`'s function's)."""
+    codes: set[Any] = set()
+    for sig in signal.valid_signals():
+        try:
+            handler: Any = signal.getsignal(sig)
+        except (ValueError, OSError):  # a signal this platform lists but cannot report
+            continue
+        while hasattr(handler, "func"):  # functools.partial
+            handler = handler.func
+        handler = getattr(handler, "__func__", handler)  # a bound method
+        code = getattr(handler, "__code__", None)
+        if code is not None:
+            codes.add(code)
+    return codes
+
+
+def raised_by_signal_handler(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a Python signal handler installed now ran (its frame is on
+    ``exc``'s traceback): the handler's way to end the process (submitit's requeue on SIGUSR2 raises
+    SystemExit), which must pass, unlike a ``sys.exit()`` in an environment's own code."""
+    codes = _handler_codes()
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in codes:
+            return True
+        tb = tb.tb_next
+    return False

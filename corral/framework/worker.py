@@ -24,6 +24,7 @@ from corral.framework.env import (
     set_env_rng_state,
 )
 from corral.framework.errors import ConfigError, WorkerError
+from corral.framework.interrupts import raised_by_signal_handler
 from corral.framework.policy import Policy
 
 
@@ -341,7 +342,9 @@ def apply_updates(worker: Worker, env_update: Any, agent_update: Any) -> None:
                                  ("agent update", worker.update_agent, agent_update)):
         try:
             apply(update)
-        except Exception as exc:  # noqa: BLE001 - reported as an UpdateFailure with the original's summary
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - reported as an UpdateFailure with the original's summary
+            if isinstance(exc, SystemExit) and raised_by_signal_handler(exc):
+                raise  # a signal handler's way to end the process (submitit's requeue), not the update's failure
             raise UpdateFailure.of(stage, exc) from exc
 
 

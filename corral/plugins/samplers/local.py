@@ -12,6 +12,7 @@ from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
 from corral.framework.checks import check
 from corral.framework.errors import CorralError
+from corral.framework.interrupts import raised_by_signal_handler
 from corral.framework.sampler import Sampler, collect_share, split_steps
 from corral.framework.worker import UpdateFailure, Worker, apply_updates, raised_in_worker, update_error
 
@@ -108,8 +109,12 @@ def _in_worker(i: int, activity: str, call: Callable[[], T]) -> T:
         return call()
     except CorralError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the environment's (or a worker's) own failure, reported as a worker's
-        # Not SystemExit: a signal handler's (submitit's requeue on SIGUSR2) must end the process as it asks.
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the environment's (or a worker's) own failure
+        # sys.exit() in an environment ends a worker process under the other samplers, which say so; here it
+        # would end the run with the code it was given (0: a failed run exiting as a success). A signal
+        # handler's SystemExit (submitit's requeue on SIGUSR2) ends the process as it asks.
+        if isinstance(exc, SystemExit) and raised_by_signal_handler(exc):
+            raise
         raise raised_in_worker(i, exc, activity) from exc
 
 
