@@ -21,6 +21,7 @@ from corral.framework.plugins import PluginManager, call_hook, get_plugin_manage
 from corral.framework.policy import Policy
 from corral.framework.registry import KINDS
 from corral.framework.sampler import Sampler
+from corral.framework.trainer import apply_torch_threads
 from corral.framework.worker import WorkerFactory, exception_summary
 
 
@@ -119,6 +120,8 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
     validate(cfg, manager)
     reg = manager.registry
     seed = int(cfg.seed)
+    if (threads := cfg.trainer.get("torch_threads")) is not None:
+        apply_torch_threads(threads)  # before the networks are built: their initial weights depend on it
     torch.manual_seed(seed)
 
     env = env_source(cfg.env, reg)

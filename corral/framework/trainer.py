@@ -89,6 +89,25 @@ class TrainerConfig:
                               "stop; set one of them (e.g. trainer.max_env_steps=100000)")
 
 
+_DEFAULT_TORCH_THREADS: list[int] = []  # torch's own thread count in this process, before corral changed it
+
+
+def apply_torch_threads(threads: int) -> None:
+    """Set torch's intra-op thread count to ``threads`` (``trainer.torch_threads``; 0: torch's own default
+    for this process, also after an earlier run in the process changed it). Small networks are fastest
+    single-threaded, and extra threads spin against workers. The count also changes the numbers: the
+    QR decomposition behind orthogonal initialisation gives (slightly) different weights for different
+    counts, so :func:`~corral.framework.compose.build` applies it before it builds anything, and the
+    same seed gives the same run in a fresh process and in a sweep's later job alike."""
+    import torch
+
+    if not _DEFAULT_TORCH_THREADS:
+        _DEFAULT_TORCH_THREADS.append(torch.get_num_threads())
+    wanted = int(threads) if int(threads) > 0 else _DEFAULT_TORCH_THREADS[0]
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+
+
 class TrainingInterrupted(KeyboardInterrupt):
     """Ctrl-C or SIGTERM stopped training; the trainer has printed what is kept. ``snapshot`` is the
     run's newest snapshot, the one a resume continues from (None: nothing to resume); ``exit_code``
@@ -173,11 +192,7 @@ class Trainer:
         self._committed = (0, 0)  # (epochs, env steps) of the last committed epoch
         self._signals = StopRequest()  # the stop signals of the train() call under way (catch_stop_signals)
         self._warned_overshoot = False
-        if self.config.torch_threads > 0:
-            # Small networks are fastest single-threaded, and extra threads spin against workers.
-            import torch
-
-            torch.set_num_threads(self.config.torch_threads)
+        apply_torch_threads(self.config.torch_threads)
 
     # ------------------------------------------------------------------ setup
     def setup(self, algo: Algorithm, env: Any) -> None:

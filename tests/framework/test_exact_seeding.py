@@ -112,3 +112,30 @@ def test_resume_continues_the_global_generators_bit_for_bit(tmp_path: Path) -> N
     for epoch in (2, 3):
         assert resumed_rows.rows[epoch] == full_rows.rows[epoch], epoch
     assert full_rows.rows[2]["draw/python"] != full_rows.rows[3]["draw/python"]
+
+
+# ------------------------------------------------------------------- torch threads, before building
+def test_a_sweeps_jobs_with_the_same_seed_give_the_same_rows(tmp_path: Path) -> None:
+    """``-m seed=1,1``: both jobs build their networks with ``trainer.torch_threads`` threads. Before,
+    the first job (like a single run) built them with torch's default thread count and the second with
+    the first's ``torch_threads=1``: orthogonal initialisation (a QR decomposition) differs with the
+    count, so the losses differed from epoch 0 and the episodes soon after."""
+    import csv
+    import subprocess
+    import sys
+
+    default = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+    if int(default) < 2:
+        import pytest
+
+        pytest.skip("one core: torch's default thread count is trainer.torch_threads=1's")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "train.py"), "-m", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                           "seed=1,1", "trainer.n_epochs=2", "trainer.batch_size=200", "trainer.eval_every=0",
+                           "logger=[csv]"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [list(csv.DictReader((tmp_path / "sweep" / str(job) / "progress.csv").open())) for job in (0, 1)]
+    timed = {k for k in rows[0][0] if k.startswith("time/") or "per_s" in k or k.endswith("_s")}
+    assert [{k: v for k, v in r.items() if k not in timed} for r in rows[0]] == \
+        [{k: v for k, v in r.items() if k not in timed} for r in rows[1]]
