@@ -2,7 +2,8 @@
 
 Not an option of its own (the leading underscore keeps it out of the ``logger=`` names): the Hydra
 job a run belongs to (its run name and sweep), the tracker's run id kept in the run directory so
-``trainer.resume`` continues the same tracker run, the resolved config flattened to ``a.b.c`` keys,
+``trainer.resume`` of that directory continues the same tracker run (a branch into a new directory
+starts its own), the resolved config flattened to ``a.b.c`` keys,
 and the guard that turns any tracker failure into one warning while training goes on.
 """
 
@@ -13,7 +14,7 @@ import logging
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from corral.framework.errors import CorralWarning
 from corral.results.writable import write_atomically
@@ -68,42 +69,51 @@ def hydra_job() -> JobInfo:
     )
 
 
-def resume_dirs(log_dir: Path | None, cfg: Any) -> list[Path]:
-    """Where a previous tracker run id may be: the run directory itself (a run resumed in place),
-    then the run directory named by ``trainer.resume`` (a run directory or a snapshot inside it)."""
-    dirs = [log_dir] if log_dir is not None else []
-    resume = None
-    if cfg is not None:
-        try:
-            resume = cfg.trainer.get("resume")
-        except AttributeError:
-            resume = None
-    if resume:
-        p = Path(str(resume)).expanduser()
-        dirs += [p, p.parent, p.parent.parent]  # <run>, <run>/snapshots/epoch_N.pt, <run>/snapshots
-    return dirs
+@dataclass
+class PreviousRun:
+    """What a run directory's tracker record says before the run starts.
+
+    ``record``: the tracker run this directory logged to before (a run resumed in place continues it),
+    and ``logged_through``: the last epoch it logged there (a resumed run's epochs up to it are in the
+    tracker already, and a resume is exact, so they are not logged twice). ``branched_from``: the run
+    id of a record that belongs to another directory: a branch (``trainer.resume=<run>
+    hydra.run.dir=<new>``) copies the original's files, and it must start a tracker run of its own,
+    or it would write its epochs into the original's (which the branch leaves as it was)."""
+
+    record: dict[str, Any] | None = None
+    branched_from: str | None = None
+
+    @property
+    def logged_through(self) -> int | None:
+        """The last epoch the continued tracker run holds (None: none, or not known)."""
+        value = (self.record or {}).get("logged_through")
+        return int(value) if isinstance(value, int) else None
 
 
-def read_run_record(dirs: Iterable[Path], filename: str) -> dict[str, Any] | None:
-    """The first ``filename`` (JSON) found in ``dirs``, or None."""
-    for d in dirs:
-        path = Path(d) / filename
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if isinstance(data, dict) and data.get("run_id"):
-                return data
-    return None
+def previous_run(log_dir: Path | None, filename: str) -> PreviousRun:
+    """The tracker record ``filename`` (JSON) in ``log_dir``, read as :class:`PreviousRun`."""
+    if log_dir is None:
+        return PreviousRun()
+    path = log_dir / filename
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict) or not data.get("run_id"):
+        return PreviousRun()
+    owner = data.get("run_dir")
+    if owner is not None and Path(str(owner)) != log_dir.resolve():
+        return PreviousRun(branched_from=str(data["run_id"]))
+    return PreviousRun(record=data)
 
 
 def write_run_record(log_dir: Path | None, filename: str, record: Mapping[str, Any]) -> None:
-    """Keep the tracker's run id in the run directory (so ``trainer.resume=<this dir>`` finds it)."""
+    """Keep the tracker's run id in the run directory (so ``trainer.resume=<this dir>`` finds it),
+    with the directory it belongs to (a branch's copy of it is not its own)."""
     if log_dir is None:
         return
     log_dir.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(dict(record), indent=2) + "\n"
+    text = json.dumps({**dict(record), "run_dir": str(log_dir.resolve())}, indent=2) + "\n"
     write_atomically(log_dir / filename, lambda f: f.write(text), text=True)
 
 
@@ -198,5 +208,5 @@ def failure_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-__all__ = ["Guard", "JobInfo", "TrackerWarning", "failure_reason", "flatten", "hydra_job", "read_run_record",
-           "resolved_config", "resume_dirs", "write_run_record"]
+__all__ = ["Guard", "JobInfo", "PreviousRun", "TrackerWarning", "failure_reason", "flatten", "hydra_job",
+           "previous_run", "resolved_config", "write_run_record"]

@@ -9,7 +9,9 @@
 Needs ``pip install 'corral[mlflow]'``. The run name comes from the Hydra job (``corral#3
 algo=ppo,seed=2`` for job 3 of a sweep); tags record the run directory, the job number and the sweep
 directory. The MLflow run id is kept in ``<run dir>/mlflow_run.json``, so ``trainer.resume=<run dir>``
-continues the same MLflow run. A tracker failure (server down, disk full) never stops training: it
+continues the same MLflow run (without logging again the epochs it holds); a branch
+(``trainer.resume=<run> hydra.run.dir=<new>``) is an MLflow run of its own, tagged
+``corral.branched_from`` with the original's run id, whose run is left as it was. A tracker failure (server down, disk full) never stops training: it
 is reported in one ``TrackerWarning`` and the logger goes quiet for the rest of the run.
 """
 
@@ -33,9 +35,8 @@ from corral.plugins.loggers._tracking import (
     Guard,
     flatten,
     hydra_job,
-    read_run_record,
+    previous_run,
     resolved_config,
-    resume_dirs,
     write_run_record,
 )
 
@@ -179,6 +180,9 @@ class MLflowLogger(Logger):
         self.status = "FINISHED"
         self.resumed = False
         self._closed = False
+        self._record: dict[str, Any] = {}
+        #: The last epoch the MLflow run already holds (a run resumed in place re-runs it exactly).
+        self.logged_through: int | None = None
         if self.log_dir is not None:
             _BY_RUN_DIR[str(self.log_dir.resolve())] = self
 
@@ -200,12 +204,14 @@ class MLflowLogger(Logger):
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(self.config.http_timeout_s))
             client = MlflowClient(tracking_uri=uri)
             job = hydra_job()
-            previous = read_run_record(resume_dirs(self.log_dir, cfg), RUN_FILE)
+            previous = previous_run(self.log_dir, RUN_FILE)
+            record = previous.record
             run_id = None
-            if previous and previous.get("tracking_uri") == uri:
+            if record and record.get("tracking_uri") == uri:
                 try:
-                    client.update_run(previous["run_id"], status="RUNNING")
-                    run_id, self.resumed = previous["run_id"], True
+                    client.update_run(record["run_id"], status="RUNNING")
+                    run_id, self.resumed = record["run_id"], True
+                    self.logged_through = previous.logged_through
                 except Exception:  # the old run is gone (another store): start a new one
                     run_id = None
             if run_id is None:
@@ -215,6 +221,8 @@ class MLflowLogger(Logger):
                     tags["corral.job_num"] = str(job.num)
                 if job.sweep_dir:
                     tags["corral.sweep_dir"] = job.sweep_dir
+                if previous.branched_from:
+                    tags["corral.branched_from"] = previous.branched_from
                 tags.update({str(k): str(v) for k, v in (self.config.tags or {}).items()})
                 run = client.create_run(_experiment_id(client, self.config.experiment, uri),
                                         run_name=self.config.run_name or job.run_name(), tags=tags)
@@ -223,15 +231,17 @@ class MLflowLogger(Logger):
                 for i in range(0, len(params), _PARAM_BATCH):
                     client.log_batch(run_id, params=params[i:i + _PARAM_BATCH])
             self.client, self.run_id = client, run_id
-            write_run_record(self.log_dir, RUN_FILE, {"tracking_uri": uri, "experiment": self.config.experiment,
-                                                      "run_id": run_id})
+            self._record = {"tracking_uri": uri, "experiment": self.config.experiment, "run_id": run_id}
+            if self.logged_through is not None:
+                self._record["logged_through"] = self.logged_through
+            write_run_record(self.log_dir, RUN_FILE, self._record)
 
     # ------------------------------------------------------------------ per epoch
     def log(self, epoch: int, stats: Mapping[str, float]) -> None:
         """Log the epoch's statistics as metrics."""
         if self.run_id is None:
             self.start(None)
-        if self.guard.failed or self.run_id is None:
+        if self.guard.failed or self.run_id is None or self._logged_before(epoch):
             return
         with self.guard("logging metrics"):
             from mlflow.entities import Metric
@@ -242,10 +252,17 @@ class MLflowLogger(Logger):
                        if isinstance(v, (int, float))]
             for i in range(0, len(metrics), 1000):
                 self.client.log_batch(self.run_id, metrics=metrics[i:i + 1000])
+            self._record["logged_through"] = int(epoch)
+            write_run_record(self.log_dir, RUN_FILE, self._record)
+
+    def _logged_before(self, epoch: int) -> bool:
+        """Whether the MLflow run holds ``epoch`` already: a run resumed in place runs again the epochs
+        after its snapshot, exactly, and MLflow would keep both values of each metric at that step."""
+        return self.logged_through is not None and epoch <= self.logged_through
 
     def log_video(self, epoch: int, path: Path, stats: Mapping[str, float]) -> None:
         """Upload the evaluation video (``trainer.video_every``) as an artifact under ``videos/``."""
-        if not self.config.log_videos or self.guard.failed or self.run_id is None:
+        if not self.config.log_videos or self.guard.failed or self.run_id is None or self._logged_before(epoch):
             return
         with self.guard("uploading a video"):
             self.client.log_artifact(self.run_id, str(path), artifact_path="videos")

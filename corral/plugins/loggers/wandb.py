@@ -9,7 +9,9 @@ Needs ``pip install 'corral[wandb]'``. Project, entity, group, tags and mode com
 config; every epoch's statistics are logged against ``env_steps`` (or ``epoch``); the videos of
 ``trainer.video_every`` are logged as ``eval/video``. The run's files go to ``<run dir>/wandb/``. The
 W&B run id is kept in ``<run dir>/wandb_run.json``, so ``trainer.resume=<run dir>`` continues the same
-W&B run. A tracker failure never stops training: it is reported in one ``TrackerWarning`` and the
+W&B run (without logging again the epochs it holds); a branch (``trainer.resume=<run>
+hydra.run.dir=<new>``) is a W&B run of its own, whose config names the original's run id as
+``corral_branched_from``, and the original's run is left as it was. A tracker failure never stops training: it is reported in one ``TrackerWarning`` and the
 logger goes quiet for the rest of the run.
 """
 
@@ -27,9 +29,8 @@ from corral.framework.logger import Logger
 from corral.plugins.loggers._tracking import (
     Guard,
     hydra_job,
-    read_run_record,
+    previous_run,
     resolved_config,
-    resume_dirs,
     write_run_record,
 )
 
@@ -113,6 +114,9 @@ class WandbLogger(Logger):
         self.exit_code = 0
         self.resumed = False
         self._closed = False
+        self._record: dict[str, Any] = {}
+        #: The last epoch the W&B run already holds (a run resumed in place re-runs it exactly).
+        self.logged_through: int | None = None
 
     @property
     def run_id(self) -> str | None:
@@ -127,17 +131,24 @@ class WandbLogger(Logger):
             import wandb
 
             job = hydra_job()
-            previous = read_run_record(resume_dirs(self.log_dir, cfg), RUN_FILE)
-            if previous and previous.get("project") == self.config.project:
-                run_id, self.resumed = str(previous["run_id"]), True
+            previous = previous_run(self.log_dir, RUN_FILE)
+            if previous.record and previous.record.get("project") == self.config.project:
+                run_id, self.resumed = str(previous.record["run_id"]), True
+                self.logged_through = previous.logged_through
             else:
                 from wandb.sdk.lib.runid import generate_id
 
                 run_id = generate_id()
+            if previous.branched_from:
+                self._drop_copied_run_files(previous.branched_from)
             # Kept before wandb.init, so a run that dies during its first epoch still resumes into it.
-            write_run_record(self.log_dir, RUN_FILE, {"project": self.config.project, "entity": self.config.entity,
-                                                      "run_id": run_id})
+            self._record = {"project": self.config.project, "entity": self.config.entity, "run_id": run_id}
+            if self.logged_through is not None:
+                self._record["logged_through"] = self.logged_through
+            write_run_record(self.log_dir, RUN_FILE, self._record)
             config = resolved_config(cfg)
+            if previous.branched_from:
+                config["corral_branched_from"] = previous.branched_from
             if job.num is not None:
                 config.setdefault("hydra_job", {"name": job.name, "num": job.num, "overrides": job.override_dirname,
                                                 "sweep_dir": job.sweep_dir})
@@ -165,17 +176,38 @@ class WandbLogger(Logger):
         """Log the epoch's statistics as one W&B history row."""
         if self.run is None:
             self.start(None)
-        if self.run is None or self.guard.failed:
+        if self.run is None or self.guard.failed or self._logged_before(epoch):
             return
         with self.guard("logging metrics"):
             row: dict[str, Any] = {k: v for k, v in stats.items() if isinstance(v, (int, float))}
             row["epoch"] = int(epoch)
             row["env_steps"] = int(stats.get("env_steps", 0))
             self.run.log(row)
+            self._record["logged_through"] = int(epoch)
+            write_run_record(self.log_dir, RUN_FILE, self._record)
+
+    def _logged_before(self, epoch: int) -> bool:
+        """Whether the W&B run holds ``epoch`` already: a run resumed in place runs again the epochs
+        after its snapshot, exactly, and W&B would keep both rows."""
+        return self.logged_through is not None and epoch <= self.logged_through
+
+    def _drop_copied_run_files(self, run_id: str) -> None:
+        """Remove the original's offline run files that a branch copied into ``<run dir>/wandb/``: a
+        ``wandb sync`` of the branch would send them again, as the branch's."""
+        if self.log_dir is None:
+            return
+        import shutil
+
+        for path in (self.log_dir / "wandb").glob(f"*run-*-{run_id}"):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+        latest = self.log_dir / "wandb" / "latest-run"
+        if latest.is_symlink() and not latest.exists():
+            latest.unlink()
 
     def log_video(self, epoch: int, path: Path, stats: Mapping[str, float]) -> None:
         """Log the evaluation video (``trainer.video_every``) as ``eval/video`` at the epoch's step."""
-        if not self.config.log_videos or self.run is None or self.guard.failed:
+        if not self.config.log_videos or self.run is None or self.guard.failed or self._logged_before(epoch):
             return
         with self.guard("logging a video"):
             import wandb

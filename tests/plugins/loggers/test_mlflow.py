@@ -230,18 +230,48 @@ def test_sweep_jobs_share_one_experiment_in_a_file_store(tmp_path: Path) -> None
     assert [e.experiment_id for e in client.search_experiments() if e.name == "corral"] == [mine]
 
 
-def test_resume_continues_the_same_mlflow_run(tmp_path: Path) -> None:
+def test_resume_continues_the_same_mlflow_run_without_logging_an_epoch_twice(tmp_path: Path) -> None:
+    """In place, from an older snapshot: the epochs after it run again (exactly), and the MLflow run
+    already holds them; before, each of their metrics had two values at the same step."""
     uri = f"file:{tmp_path / 'mlruns'}"
-    first = train(tmp_path, *TINY, "logger=[csv,mlflow]", f"hydra.run.dir={tmp_path / 'a'}")
+    first = train(tmp_path, *TINY, "trainer.max_env_steps=1500", "trainer.eval_every=0", "logger=[csv,mlflow]",
+                  f"hydra.run.dir={tmp_path / 'a'}")
     assert first.returncode == 0, output(first)
-    second = train(tmp_path, "trainer.max_env_steps=2000", f"trainer.resume={tmp_path / 'a'}",
-                   f"hydra.run.dir={tmp_path / 'b'}")
+    (run,) = runs_of(uri)
+    before = [(m.step, m.value) for m in client(uri).get_metric_history(run.info.run_id, "train/return_mean")]
+    assert len(before) == 3
+    second = train(tmp_path, "trainer.max_env_steps=2000", f"trainer.resume={tmp_path / 'a/snapshots/epoch_000001.pt'}",
+                   f"hydra.run.dir={tmp_path / 'a'}")
     assert second.returncode == 0, output(second)
     (run,) = runs_of(uri)
-    assert json.loads((tmp_path / "b" / "mlflow_run.json").read_text())["run_id"] == run.info.run_id
-    steps = [m.step for m in client(uri).get_metric_history(run.info.run_id, "train/return_mean")]
-    assert len(steps) == 4 and steps == sorted(steps) and steps[2] > 1000  # the curve goes on
+    assert json.loads((tmp_path / "a" / "mlflow_run.json").read_text())["run_id"] == run.info.run_id
+    history = [(m.step, m.value) for m in client(uri).get_metric_history(run.info.run_id, "train/return_mean")]
+    assert history[:3] == before and len(history) == 4 and history[3][0] > 1500  # the curve goes on, once
     assert run.info.status == "FINISHED"
+
+
+def test_a_branch_is_an_mlflow_run_of_its_own_and_leaves_the_originals_as_it_was(tmp_path: Path) -> None:
+    """``trainer.resume=<run> hydra.run.dir=<new>`` from an older snapshot: before, the branch copied
+    the original's mlflow_run.json and wrote its epochs into the original's MLflow run (one epoch twice,
+    then the branch's own, under the original's run directory tag)."""
+    uri = f"file:{tmp_path / 'mlruns'}"
+    first = train(tmp_path, *TINY, "trainer.max_env_steps=1500", "trainer.eval_every=0", "logger=[csv,mlflow]",
+                  f"hydra.run.dir={tmp_path / 'a'}")
+    assert first.returncode == 0, output(first)
+    (original,) = runs_of(uri)
+    before = [(m.step, m.value) for m in client(uri).get_metric_history(original.info.run_id, "train/return_mean")]
+    branch = train(tmp_path, "trainer.max_env_steps=2500", f"trainer.resume={tmp_path / 'a/snapshots/epoch_000002.pt'}",
+                   f"hydra.run.dir={tmp_path / 'b'}")
+    assert branch.returncode == 0, output(branch)
+    runs = {r.info.run_id: r for r in runs_of(uri)}
+    mine = json.loads((tmp_path / "b" / "mlflow_run.json").read_text())["run_id"]
+    assert set(runs) == {original.info.run_id, mine}
+    assert [(m.step, m.value) for m in client(uri).get_metric_history(original.info.run_id, "train/return_mean")] \
+        == before
+    assert runs[mine].data.tags["corral.branched_from"] == original.info.run_id
+    assert runs[mine].data.tags["corral.run_dir"] == str((tmp_path / "b").resolve())
+    steps = [m.step for m in client(uri).get_metric_history(mine, "train/return_mean")]
+    assert steps == sorted(steps) and len(steps) == 3 and steps[-1] > 2000  # epochs 2, 3, 4
 
 
 def free_port() -> int:

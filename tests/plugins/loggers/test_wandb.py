@@ -153,20 +153,40 @@ def test_multirun_with_joblib_gives_two_offline_runs_in_one_group(tmp_path: Path
     assert runs["1"]["display_name"].startswith("corral#1 ")
 
 
-def test_resume_continues_the_same_wandb_run(tmp_path: Path) -> None:
-    first = train(tmp_path, *TINY, "logger=[csv,wandb]", f"hydra.run.dir={tmp_path / 'a'}")
+def test_resume_continues_the_same_wandb_run_without_logging_an_epoch_twice(tmp_path: Path) -> None:
+    """In place, from an older snapshot: the epochs after it run again (exactly), and the W&B run holds
+    them already; before, they were logged again as rows of their own."""
+    first = train(tmp_path, *TINY, "trainer.max_env_steps=1500", "trainer.eval_every=0", "logger=[csv,wandb]",
+                  f"hydra.run.dir={tmp_path / 'a'}")
     assert first.returncode == 0, output(first)
-    second = train(tmp_path, "trainer.max_env_steps=2000", f"trainer.resume={tmp_path / 'a'}",
-                   f"hydra.run.dir={tmp_path / 'b'}")
+    second = train(tmp_path, "trainer.max_env_steps=2000", f"trainer.resume={tmp_path / 'a/snapshots/epoch_000001.pt'}",
+                   f"hydra.run.dir={tmp_path / 'a'}")
     assert second.returncode == 0, output(second)
-    (a,) = offline_runs(tmp_path / "a")
-    # A resume into another directory is a branch: it starts with a copy of the original's history.
-    (b,) = [p for p in offline_runs(tmp_path / "b") if p.name != a.name]
-    first_run, second_run = run_record(records(a)), run_record(records(b))
+    earlier, later = offline_runs(tmp_path / "a")
+    first_run, second_run = run_record(records(earlier)), run_record(records(later))
     assert second_run["run_id"] == first_run["run_id"]
-    steps = [h["env_steps"] for h in history(records(b))]
-    assert len(steps) == 2 and min(steps) > max(h["env_steps"] for h in history(records(a)))  # the curve goes on
-    assert json.loads((tmp_path / "b" / "wandb_run.json").read_text())["run_id"] == first_run["run_id"]
+    assert [h["epoch"] for h in history(records(earlier))] == [0, 1, 2]
+    assert [h["epoch"] for h in history(records(later))] == [3]  # the curve goes on, each epoch once
+    assert json.loads((tmp_path / "a" / "wandb_run.json").read_text())["run_id"] == first_run["run_id"]
+
+
+def test_a_branch_is_a_wandb_run_of_its_own_and_leaves_the_originals_as_it_was(tmp_path: Path) -> None:
+    """``trainer.resume=<run> hydra.run.dir=<new>``: before, the branch continued the original's W&B run
+    (its record was copied with the history), and its wandb/ held a copy of the original's offline run."""
+    first = train(tmp_path, *TINY, "trainer.max_env_steps=1500", "trainer.eval_every=0", "logger=[csv,wandb]",
+                  f"hydra.run.dir={tmp_path / 'a'}")
+    assert first.returncode == 0, output(first)
+    branch = train(tmp_path, "trainer.max_env_steps=2500", f"trainer.resume={tmp_path / 'a/snapshots/epoch_000002.pt'}",
+                   f"hydra.run.dir={tmp_path / 'b'}")
+    assert branch.returncode == 0, output(branch)
+    (a,) = offline_runs(tmp_path / "a")
+    (b,) = offline_runs(tmp_path / "b")  # the original's offline run is not copied into the branch
+    original, mine = run_record(records(a)), run_record(records(b))
+    assert mine["run_id"] != original["run_id"]
+    assert mine["config"]["update"]["corral_branched_from"] == original["run_id"]
+    assert [h["epoch"] for h in history(records(a))] == [0, 1, 2]
+    assert [h["epoch"] for h in history(records(b))] == [2, 3, 4]
+    assert json.loads((tmp_path / "b" / "wandb_run.json").read_text())["run_id"] == mine["run_id"]
 
 
 def test_an_unreachable_wandb_server_warns_once_and_training_goes_on(tmp_path: Path) -> None:
