@@ -133,8 +133,10 @@ def error_report(exc: BaseException, prefix: str = "corral: error: ", lead: str 
     if isinstance(exc, WorkerError) and (tb := exc.traceback_from_caller()) is not None:
         shown = "\n".join(f"{lead}{line}" for line in tb.splitlines())
         return f"{shown}\n{lead}{prefix}{exc.message}; the traceback above shows where it raised"
-    if isinstance(exc, PluginHookError) and exc.plugin_traceback:
-        shown = "\n".join(f"{lead}{line}" for line in exc.plugin_traceback.rstrip().splitlines())
+    shown_traceback = (exc.plugin_traceback if isinstance(exc, PluginHookError)
+                       else exc.algorithm_traceback if isinstance(exc, AlgorithmError) else None)
+    if shown_traceback:
+        shown = "\n".join(f"{lead}{line}" for line in shown_traceback.rstrip().splitlines())
         return f"{shown}\n{lead}{prefix}{exc}"
     return f"{lead}{prefix}{exc}"
 
@@ -182,6 +184,16 @@ class EnvironmentValueError(CorralError, ValueError):
 class TrainingDivergedError(CorralError, ArithmeticError):
     """An algorithm's update produced NaN or infinite values (a loss, the policy's parameters):
     training diverged. The run stops before it samples with them; the epoch is not part of it."""
+
+
+class AlgorithmError(CorralError):
+    """An algorithm's update raised an exception of its own (not a corral error, not NaNs): the
+    message names the algorithm, the epoch and the exception; ``algorithm_traceback`` is the
+    traceback from the update's call down to where it raised, shown above the line."""
+
+    def __init__(self, message: str, *, algorithm_traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.algorithm_traceback = algorithm_traceback
 
 
 class OutputError(CorralError):

@@ -24,6 +24,7 @@ from corral.framework.batch import EpisodeBatch, StepType, nonfinite_values
 from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec, make_env
 from corral.framework.errors import (
+    AlgorithmError,
     ConfigError,
     CorralError,
     EnvironmentValueError,
@@ -482,13 +483,33 @@ class Trainer:
             if (bad := diverged_values(self.algo, {})) is not None:  # the error is the NaNs', not the cause
                 raise TrainingDivergedError(self._diverged(
                     epoch, episodes, f"{bad} (the update then raised {type(exc).__name__} on them)")) from exc
-            raise
+            raise self._update_raised(epoch, exc) from exc
         if (bad := diverged_values(self.algo, stats or {})) is not None:
             raise TrainingDivergedError(self._diverged(epoch, episodes, bad))
         return stats
 
+    def _algo_name(self) -> str:
+        return str(getattr(getattr(self.run_config, "algo", None), "name", None) or type(self.algo).__name__)
+
+    def _update_raised(self, epoch: int, exc: Exception) -> AlgorithmError:
+        """The one line for an update that raised ``exc``, with the traceback from the update's call."""
+        import traceback
+
+        summary = " ".join(f"{type(exc).__name__}: {exc}".split())
+        if len(summary) > 300:
+            summary = summary[:297] + "..."
+        if "overflow" in str(exc):  # torch: "value cannot be converted to type float without overflow"
+            fix = ("a value in the update is beyond the range of the tensors' float type: a learning rate (or another "
+                   f"algo.* setting) too large; lower it")
+        else:
+            fix = "fix the algorithm, or the algo.* setting it raised on"
+        return AlgorithmError(
+            f"algo={self._algo_name()}'s update in epoch {epoch} raised {summary}; the run stopped before sampling with "
+            f"it (epoch {epoch} is not part of the run): {fix}; the traceback above shows where it raised",
+            algorithm_traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
     def _diverged(self, epoch: int, episodes: EpisodeBatch, bad: str) -> str:
-        name = getattr(getattr(self.run_config, "algo", None), "name", None) or type(self.algo).__name__
+        name = self._algo_name()
         rewards = np.abs(np.asarray(episodes.rewards, dtype=np.float64)) if isinstance(episodes, EpisodeBatch) else None
         scale = f"; this batch's rewards reach {rewards.max():.3g}" if rewards is not None and rewards.size else ""
         return (f"algo={name}'s update in epoch {epoch} diverged: {bad}; the run stopped before sampling with it "
