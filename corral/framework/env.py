@@ -39,6 +39,20 @@ class EnvSpec:
         return isinstance(self.action_space, gym.spaces.Discrete)
 
 
+def silence_gymnasium_deprecations() -> None:
+    """Leave gymnasium's deprecation warnings unprinted in this process from now on, as in the
+    process that runs ``train.py``'s job (Python's default filter ignores a DeprecationWarning):
+    a worker process (or Ray actor) making ``CartPole-v0`` printed gymnasium's two-line ``The
+    environment CartPole-v0 is out of date`` each, in ANSI colour, which the run itself does not.
+    gymnasium shows them through a filter it adds when :mod:`gymnasium.logger` is first imported,
+    ahead of Python's; so it is imported first, and this filter goes ahead of it."""
+    import warnings
+
+    import gymnasium.logger  # noqa: F401 - adds gymnasium's filter now, not after (ahead of) this one
+
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"^gymnasium\.")
+
+
 def limit_above_time_limit(env: gym.Env, max_episode_length: int | None) -> str | None:
     """The warning for a ``max_episode_length`` above ``env``'s own ``TimeLimit``, which ends its
     episodes first (so the value asked for would do nothing); None when it is not above."""
@@ -341,6 +355,7 @@ __all__ = [
     "import_entry_point",
     "make_env",
     "limit_above_time_limit",
+    "silence_gymnasium_deprecations",
     "is_new_env",
     "env_rng_state",
     "set_env_rng_state",

@@ -8,7 +8,8 @@ import weakref
 from abc import ABCMeta, abstractmethod
 from typing import Any, Mapping
 
-from corral.framework.batch import EpisodeBatch
+from corral.framework.batch import EpisodeBatch, nonfinite_values
+from corral.framework.errors import EnvironmentValueError
 from corral.framework.interrupts import hold_while_stopping, stopping_notice
 from corral.framework.worker import Worker, WorkerFactory
 
@@ -20,14 +21,34 @@ def split_steps(num_samples: int, n_workers: int) -> list[int]:
 
 
 def collect_share(worker: Worker, share: int) -> EpisodeBatch:
-    """Whole episodes from ``worker`` totalling at least ``share`` steps (every sampler's loop)."""
+    """Whole episodes from ``worker`` totalling at least ``share`` steps (every sampler's loop).
+    Raises :class:`~corral.framework.errors.EnvironmentValueError` naming the worker when they hold
+    NaN or infinite observations or rewards (:func:`check_finite`)."""
     batches = []
     got = 0
     while got < share:
         batch = worker.rollout(min_steps=share - got)
         batches.append(batch)
         got += len(batch)
-    return EpisodeBatch.concatenate(*batches)
+    return check_finite(worker, EpisodeBatch.concatenate(*batches), "sampling (obtain_samples)")
+
+
+def check_finite(worker: Worker, batch: EpisodeBatch, activity: str) -> EpisodeBatch:
+    """``batch``, sampled by ``worker`` while ``activity``; an
+    :class:`~corral.framework.errors.EnvironmentValueError` that names the worker, as every worker
+    failure line does, when it holds NaN or infinite observations or rewards (an environment whose
+    state blew up): ``worker 1's environment EnvFactory(...) returned values no algorithm can learn
+    from (observations: NaN in ...) while sampling (obtain_samples); ...``. Every sampler passes it
+    on as it is (a restart would not help: the run stops, as the trainer's own check stops it)."""
+    bad = nonfinite_values(batch)
+    if bad is None:
+        return batch
+    env = worker.env_source if worker.env_source is not None else (worker.envs[0] if worker.envs else None)
+    what = f"environment {env!r}" if env is not None else "environment"
+    raise EnvironmentValueError(
+        f"worker {worker.worker_number}'s {what} returned values no algorithm can learn from ({bad}) while "
+        f"{activity}; the run stopped before training on them: check the environment, or wrap it to end an "
+        "episode whose state blew up")
 
 
 class _BuiltThenHooked(ABCMeta):
@@ -155,4 +176,4 @@ class Sampler(metaclass=_BuiltThenHooked):
             self.shutdown_worker()
 
 
-__all__ = ["Sampler", "split_steps", "collect_share"]
+__all__ = ["Sampler", "check_finite", "split_steps", "collect_share"]

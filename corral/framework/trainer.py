@@ -500,7 +500,7 @@ class Trainer:
             summary = summary[:297] + "..."
         if "overflow" in str(exc):  # torch: "value cannot be converted to type float without overflow"
             fix = ("a value in the update is beyond the range of the tensors' float type: a learning rate (or another "
-                   f"algo.* setting) too large; lower it")
+                   "algo.* setting) too large; lower it")
         else:
             fix = "fix the algorithm, or the algo.* setting it raised on"
         return AlgorithmError(

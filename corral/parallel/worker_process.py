@@ -14,8 +14,9 @@ parent -> child: ``(seq, version, env_refs, agent_refs, action, arg)`` or ``"sto
 child -> parent: ``(kind, seq, version, payload)`` with kind ``"ready"`` (payload: pid),
     ``"progress"`` (the worker is still working; at most one a second), ``"done"`` (a small result),
     ``"error"`` (payload: ``(summary, formatted traceback)``, plus the arguments of an
-    :class:`~corral.framework.worker.UpdateFailure` when applying an update failed, or ``None`` and the
-    message of a :class:`~corral.framework.errors.ConfigError` the worker raised) or ``"batches"`` (payload: the sizes
+    :class:`~corral.framework.worker.UpdateFailure` when applying an update failed, or ``None``, the
+    message of a :class:`~corral.framework.errors.ConfigError` the worker raised and that of an
+    :class:`~corral.framework.errors.EnvironmentValueError` (NaN sampled), each None when not that) or ``"batches"`` (payload: the sizes
     of the parts that follow: a pickle-protocol-5 stream of the list of EpisodeBatches, then each
     array's raw bytes as an out-of-band buffer, so arrays are never copied into a pickle).
 
@@ -38,7 +39,8 @@ import traceback
 from multiprocessing.connection import wait
 from typing import Any, Sequence
 
-from corral.framework.errors import ConfigError
+from corral.framework.env import silence_gymnasium_deprecations
+from corral.framework.errors import ConfigError, EnvironmentValueError
 from corral.framework.logger import current_run_log, log_corral_records_as_lines
 from corral.framework.memory import check_room_for_processes
 from corral.framework.worker import UpdateFailure
@@ -93,6 +95,7 @@ def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_a
     channel = _Channel(conn)
     _start_watchdog(parent_pid, channel)
     log_corral_records_as_lines(run_log, f"worker {worker_number}")
+    silence_gymnasium_deprecations()  # as in the sampler's process: no `CartPole-v0 is out of date` per worker
     # Which worker this process is (read by corral.testing.faulty_envs, for instance).
     os.environ["CORRAL_WORKER_NUMBER"] = str(worker_number)
     os.environ["CORRAL_WORKER_RESTART"] = str(restart)
@@ -126,7 +129,8 @@ def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_a
                 channel.send(("error", seq, version, (str(exc), tb, exc.args)))
             except Exception as exc:  # noqa: BLE001 - the parent decides (raise or restart)
                 channel.send(("error", seq, version, (_summary(exc), traceback.format_exc(), None,
-                                                      str(exc) if isinstance(exc, ConfigError) else None)))
+                                                      str(exc) if isinstance(exc, ConfigError) else None,
+                                                      str(exc) if isinstance(exc, EnvironmentValueError) else None)))
             finally:
                 channel.busy = None
     except (BrokenPipeError, ConnectionResetError, EOFError):

@@ -323,10 +323,10 @@ def test_nan_observations_stop_the_run_before_training_on_them(sampler: str) -> 
     from corral import EnvironmentValueError
 
     message = _failed_ppo_run("NaNCartPole-v1", 30, sampler, EnvironmentValueError)
-    assert message.startswith("the environment EnvFactory('corral.testing.faulty_envs:corral/NaNCartPole-v1', "
-                              "kwargs={'fail_at': 30}) returned values no algorithm can learn from (observations: "
-                              "NaN in "), message
-    assert "the run stopped before training on them" in message
+    assert re.match(r"worker [01]'s environment EnvFactory\('corral\.testing\.faulty_envs:corral/NaNCartPole-v1', "
+                    r"kwargs=\{'fail_at': 30\}\) returned values no algorithm can learn from \(observations: NaN in ",
+                    message), message  # the worker that got there first
+    assert " while sampling (obtain_samples); the run stopped before training on them" in message
 
 
 def test_nonfinite_values_names_the_array_the_kind_and_the_first_step() -> None:
@@ -405,8 +405,9 @@ def test_train_py_says_in_one_line_that_the_environment_returned_nan(tmp_path: P
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     line = proc.stderr.splitlines()[-1]
-    assert line.startswith("corral: error: the environment EnvFactory('corral.testing.faulty_envs:corral/NaNCartPole-v1', "
-                           "kwargs={'fail_at': 30}) returned values no algorithm can learn from (observations: NaN in "), line
+    assert line.startswith("corral: error: worker 0's environment EnvFactory('corral.testing.faulty_envs:corral/"
+                           "NaNCartPole-v1', kwargs={'fail_at': 30}) returned values no algorithm can learn from "
+                           "(observations: NaN in "), line
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "failed"
 
 

@@ -43,7 +43,7 @@ from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
 from corral.framework.checks import check
 from corral.framework.env import is_new_env
-from corral.framework.errors import ConfigError, CorralError, WorkerError
+from corral.framework.errors import ConfigError, CorralError, EnvironmentValueError, WorkerError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, split_steps
 from corral.framework.worker import UpdateFailure, update_error, worker_raised
@@ -352,6 +352,10 @@ class MultiprocessingSampler(Sampler):
                         # A setting the worker cannot run with: its message says what to change, and a
                         # restart would fail alike. The same one line as the local sampler's.
                         raise _Failure(ConfigError(rest[1]))
+                    if len(rest) > 2 and rest[2]:
+                        # The environment returned NaN (collect_share's check, whose message names this
+                        # worker): the error the trainer raises for it, and a restart would sample it again.
+                        raise _Failure(EnvironmentValueError(rest[2]))
                     return worker_raised(i, summary, activity, tb, pid=h.pid)
                 else:  # "done" / "batches"
                     h.served = True

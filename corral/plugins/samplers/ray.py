@@ -1,8 +1,8 @@
 """``sampler=ray``: one Ray actor per worker, on this machine or on a Ray cluster.
 
 ``sampler.address`` empty starts a local Ray runtime sized for the machine (and stops it at
-shutdown); ``auto`` or ``ray://host:port`` joins an existing cluster, which this sampler never
-shuts down. Broadcast updates are ``ray.put`` once and shared by every actor; per-worker lists
+shutdown, within ``RaySampler.shutdown_timeout_s`` seconds, else kills its processes); ``auto`` or
+``ray://host:port`` joins an existing cluster, which this sampler never shuts down. Broadcast updates are ``ray.put`` once and shared by every actor; per-worker lists
 are put item by item. Every wait is bounded: a dead actor, an actor that raised (its traceback
 included) or one that shows no progress for ``timeout`` seconds becomes a ``WorkerError``, or,
 with ``on_worker_failure=restart``, the actor is rebuilt with its seed stream advanced and its
@@ -10,7 +10,8 @@ share is sampled again, at most ``max_restarts`` times per worker over the sampl
 words and semantics are the multiprocessing sampler's: progress is the agent being asked for
 actions (an environment step), which the driver reads about once a second from each busy actor
 through a method in a concurrency group of its own (``progress``), so a slow worker that keeps
-stepping is never timed out and a hung one is terminated.
+stepping is never timed out and a hung one is terminated. ``state_dict`` / ``load_state_dict``
+calls are bounded the same way.
 
 Updates travel with the work: each ``sample`` / ``exact`` call carries that round's agent and
 environment update and applies it first, so an update that fails (wrong parameter shapes, an invalid
@@ -25,18 +26,21 @@ environment: a script's own modules reach every node without being installed the
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch
 from corral.framework.checks import check
-from corral.framework.env import is_new_env
-from corral.framework.errors import ConfigError, WorkerError
+from corral.framework.env import is_new_env, silence_gymnasium_deprecations
+from corral.framework.errors import ConfigError, EnvironmentValueError, WorkerError
 from corral.framework.logger import current_run_log, log_corral_records_as_lines
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, collect_share, split_steps
@@ -98,6 +102,7 @@ class _RayWorker:
 
         torch.set_num_threads(1)
         log_corral_records_as_lines(run_log, f"worker {worker_number}")  # the run's corral.log, where this node has it
+        silence_gymnasium_deprecations()  # as in the driver: no `CartPole-v0 is out of date` per actor
         os.environ["CORRAL_WORKER_NUMBER"] = str(worker_number)
         os.environ["CORRAL_WORKER_RESTART"] = str(restart)
         self.steps = 0  # the agent's get_actions calls: the progress the driver watches
@@ -151,6 +156,10 @@ class _RayWorker:
 
 class RaySampler(Sampler):
     """Samples with one Ray actor per worker; same seed, same episodes as the local sampler."""
+
+    #: Seconds ``ray.shutdown()`` of the local runtime this sampler started may take before its
+    #: processes are killed instead (:func:`stop_local_runtime`).
+    shutdown_timeout_s: float = 30.0
 
     def __init__(
         self,
@@ -321,7 +330,6 @@ class RaySampler(Sampler):
         return out
 
     def _gather(self, agent_update: Any, env_update: Any, method: str, amounts: list[int]) -> EpisodeBatch:
-        ray = self._ray
         if self._closed:
             raise RuntimeError("this sampler was shut down; build a new one")
         self._version += 1
@@ -335,11 +343,26 @@ class RaySampler(Sampler):
         # update fails this very call (never a batch sampled with the previous agent).
         pending = {getattr(a, method).remote(version, n, ag, en): i
                    for i, (a, n, ag, en) in enumerate(zip(self._actors, amounts, agent_refs, env_refs))}
-        results: dict[int, EpisodeBatch] = {}
-        # Progress, as under multiprocessing: each busy actor is asked for its step count about once a
-        # second; a worker whose count has not moved (and that has not answered) for ``timeout``
-        # seconds is stuck. The first answer of each actor counts as progress, as a worker process's
-        # first report does.
+        results = self._watch(pending, activity, lambda i: getattr(self._actors[i], method).remote(version, amounts[i]))
+        batches = []
+        for i in range(self.n_workers):
+            got_version, batch = results[i]
+            if got_version != version:  # cannot happen with fresh refs; never mix versions
+                raise WorkerError(f"ray sampler: worker {i} returned agent version {got_version}, "
+                                  f"expected {version}", worker_number=i)
+            batches.append(batch)
+        return EpisodeBatch.concatenate(*batches)
+
+    def _watch(self, pending: dict[Any, int], activity: str, resubmit: Callable[[int], Any]) -> dict[int, Any]:
+        """Wait for the actor calls ``pending`` (ref -> worker) and return each worker's result. Every
+        wait is bounded per worker by its progress: each busy actor is asked for its step count about
+        once a second (as a worker process reports it); a worker whose count has not moved (and that has
+        not answered) for ``timeout`` seconds is stuck, and is terminated. The first answer of each
+        actor counts as progress, as a worker process's first report does. A failed worker raises its
+        WorkerError, or with ``on_worker_failure=restart`` is restarted and given ``resubmit(i)``."""
+        ray = self._ray
+        pending = dict(pending)
+        results: dict[int, Any] = {}
         now = time.monotonic()
         deadline = {i: now + self.timeout for i in pending.values()}
         seen: dict[int, int | None] = {i: None for i in deadline}
@@ -373,24 +396,22 @@ class RaySampler(Sampler):
                     continue
                 i = pending.pop(ref)
                 try:
-                    got_version, batch = ray.get(ref)
+                    results[i] = ray.get(ref)
                 except Exception as exc:  # noqa: BLE001 - mapped to WorkerError below
                     cause = getattr(exc, "cause", None)
-                    if isinstance(cause, ConfigError):  # a setting the worker cannot run with: as under local
+                    if isinstance(cause, (ConfigError, EnvironmentValueError)):
+                        # A setting the worker cannot run with, or NaN sampled (collect_share's check, naming
+                        # the worker): as under local, one line whose message says all.
                         self._cancel(pending, settle_s=min(self.timeout, 5.0))
                         self._settle(probes)
-                        raise ConfigError(str(cause)) from None
+                        kind = ConfigError if isinstance(cause, ConfigError) else EnvironmentValueError
+                        raise kind(str(cause)) from None
                     error = self._worker_error(i, exc, "failed", activity)
                     if self._is_update_failure(exc):  # deterministic: a restart would replay it
                         self._cancel(pending, settle_s=min(self.timeout, 5.0))
                         self._settle(probes)
                         raise error from None
                     failures.append((i, error))
-                    continue
-                if got_version != version:  # cannot happen with fresh refs; never mix versions
-                    raise WorkerError(f"ray sampler: worker {i} returned agent version {got_version}, "
-                                      f"expected {version}", worker_number=i)
-                results[i] = batch
             now = time.monotonic()
             failed = {i for i, _ in failures}
             for ref, i in list(pending.items()):
@@ -411,11 +432,11 @@ class RaySampler(Sampler):
                 self._settle([ref for ref, j in probes.items() if j == i], 0.0)
                 probes = {ref: j for ref, j in probes.items() if j != i}
                 self._restart(i, error)
-                pending[getattr(self._actors[i], method).remote(version, amounts[i])] = i
+                pending[resubmit(i)] = i
                 now = time.monotonic()
                 deadline[i], next_probe[i], seen[i] = now + self.timeout, now, None
         self._settle(probes)
-        return EpisodeBatch.concatenate(*[results[i] for i in range(self.n_workers)])
+        return results
 
     def _stuck(self, i: int, activity: str) -> WorkerError:
         """Terminate actor ``i``, which showed no progress for ``timeout`` seconds, and say so."""
@@ -518,8 +539,9 @@ class RaySampler(Sampler):
     # ------------------------------------------------------------------ snapshots
     def state_dict(self) -> dict[str, Any]:
         """Every actor's sampling state."""
-        results = self._await({a.state_dict.remote(): i for i, a in enumerate(self._actors)}, self.timeout,
-                              "saving its sampling state (state_dict)")
+        # Bounded as sampling is: per worker, by its progress (``timeout`` seconds without any), not the whole call.
+        results = self._watch({a.state_dict.remote(): i for i, a in enumerate(self._actors)},
+                              "saving its sampling state (state_dict)", lambda i: self._actors[i].state_dict.remote())
         return {"workers": [results[i] for i in range(len(self._actors))], "total_env_steps": self.total_env_steps}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -527,8 +549,10 @@ class RaySampler(Sampler):
         if len(state["workers"]) != len(self._actors):
             raise ConfigError(f"the sampler state holds {len(state['workers'])} workers, this sampler has "
                               f"{len(self._actors)}")
-        self._await({a.load_state_dict.remote(s): i for i, (a, s) in enumerate(zip(self._actors, state["workers"]))},
-                    self.timeout, "restoring its sampling state (load_state_dict)")
+        workers = [self._ray.put(ws) for ws in state["workers"]]
+        self._watch({a.load_state_dict.remote(ws): i for i, (a, ws) in enumerate(zip(self._actors, workers))},
+                    "restoring its sampling state (load_state_dict)",
+                    lambda i: self._actors[i].load_state_dict.remote(workers[i]))
         self.total_env_steps = int(state.get("total_env_steps", 0))
 
     # ------------------------------------------------------------------ shutdown
@@ -551,7 +575,59 @@ class RaySampler(Sampler):
                 pass
         self._actors = []
         if self._started_ray:
+            stop_local_runtime(ray, [pid for pid, _ in self.locations], self.shutdown_timeout_s)
+
+
+def stop_local_runtime(ray: Any, actor_pids: list[int], timeout_s: float) -> bool:
+    """``ray.shutdown()`` of a local runtime this process started, bounded: it runs in a thread of its
+    own, and when it has not returned within ``timeout_s`` seconds (a Ray process that stopped
+    answering), the runtime's processes (raylet, GCS, object store...) and the actors ``actor_pids``
+    are killed instead, so none is left behind, and a warning says so. True when Ray shut down itself."""
+    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
+    processes = [info.process for infos in dict(getattr(node, "all_processes", None) or {}).values()
+                 for info in infos if getattr(info, "process", None) is not None]
+    done = threading.Event()
+
+    def shutdown() -> None:
+        try:
             ray.shutdown()
+        except Exception as exc:  # noqa: BLE001 - reported below; its processes are killed instead
+            log.debug("ray sampler: ray.shutdown() raised %s: %s", type(exc).__name__, exc)
+        else:
+            done.set()
+
+    thread = threading.Thread(target=shutdown, name="corral-ray-shutdown", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if done.is_set():
+        return True
+    for pid in actor_pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ValueError):  # gone already, or not of this machine
+            pass
+    for process in processes:
+        try:
+            process.kill()
+            process.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - gone already, or will not be reaped: nothing more to do
+            pass
+    if not thread.is_alive():  # it raised
+        return False
+    log.warning("ray sampler: Ray's shutdown did not finish within %g s; its processes were killed instead",
+                timeout_s)
+    # A shutdown that waited for those processes now finishes (this process's side of Ray torn down).
+    thread.join(_AFTER_KILL_S)
+    if thread.is_alive():
+        # Ray's own exit hook would call the same shutdown again, and the interpreter would hang at exit.
+        hook = getattr(getattr(getattr(ray, "_private", None), "worker", None), "shutdown", None)
+        if hook is not None:
+            atexit.unregister(hook)
+    return False
+
+
+#: Seconds a Ray shutdown whose processes were killed may take to return.
+_AFTER_KILL_S = 15.0
 
 
 #: Seconds between two questions to a busy actor about its progress (a worker process reports as often).
