@@ -533,3 +533,31 @@ def test_an_unknown_command_is_one_line_with_the_commands(tmp_path: Path) -> Non
     assert overrides.returncode == 2 and overrides.stderr == (
         "corral: error: 'algo=vpg' is an override, not a command; to train with it: corral train algo=vpg seed=2\n")
     assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_a_snapshot_the_live_run_rotates_away_while_corral_eval_builds_is_replaced_by_its_latest(
+        cartpole_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``corral eval`` on a run that is still training: between finding the latest snapshot and
+    loading it (the run is rebuilt in between), the trainer may write a newer one and remove the old
+    (``trainer.keep_snapshots``). Before, that was ``... epoch_000002.pt does not exist; check
+    trainer.resume``; now the evaluation loads the run's latest snapshot."""
+    import shutil
+
+    from corral.framework import compose, eval_run
+
+    live = tmp_path / "live"
+    shutil.copytree(cartpole_run, live)
+    snapshots = live / "snapshots"
+    (old,) = [p for p in snapshots.glob("epoch_*.pt") if p.name == "epoch_000002.pt"]
+    real_build = compose.build
+
+    def build_while_the_run_rotates(cfg: object) -> object:
+        built = real_build(cfg)
+        shutil.copy2(old, snapshots / "epoch_000003.pt")  # the trainer's next snapshot...
+        (snapshots / "latest").write_text("epoch_000003.pt\n")
+        old.unlink()  # ...and its rotation
+        return built
+
+    monkeypatch.setattr(compose, "build", build_while_the_run_rotates)
+    result = eval_run.evaluate_run(live, episodes=1, output=tmp_path / "eval.json")
+    assert result.snapshot == str(snapshots / "epoch_000003.pt")

@@ -177,7 +177,14 @@ def evaluate_run(
         built_cfg = _with_env(cfg, run_env)  # the run as trained: the policy's spaces
     run = build(built_cfg)
     try:
-        _load_weights(run, snapshot, trust)
+        try:
+            _load_weights(run, snapshot, trust)
+        except SnapshotError:
+            if snapshot.exists() or not Path(source).expanduser().is_dir():
+                raise
+            # A run that is still training removed it (it keeps its last trainer.keep_snapshots): its latest.
+            snapshot = find_snapshot(source)
+            _load_weights(run, snapshot, trust)
         env = run.env
         factory = evaluation_factory(run.worker_factory, seed=run_seed if seed is None else seed, n_workers=n_workers)
         if env_id is not None:
