@@ -206,10 +206,34 @@ def test_an_empty_run_directory_is_one_line_not_the_current_directory(tmp_path: 
     (True, "logger.wandb.project=x,y", "corral: error: logger.wandb.project=x: logger wandb is not among the run's "
                                        "loggers (csv); add it: logger=[csv,wandb] logger.wandb.project=x (the sweep's "
                                        "job seed=1 logger.wandb.project=x; no job has started)"),
+    # two presets composed in silence, the second's settings winning
+    (False, "experiment=[ppo_cartpole,trpo_cartpole]",
+     "corral: error: experiment=[ppo_cartpole,trpo_cartpole]: experiment takes one preset, and of a list each preset's "
+     "settings would replace the ones before it in silence (trpo_cartpole's win); give one preset (e.g. "
+     "experiment=ppo_cartpole), or put the settings you want from ppo_cartpole and trpo_cartpole into one preset file "
+     "of your own (conf/experiment/<name>.yaml, added with hydra.searchpath=[file://$PWD/conf])"),
+    # OmegaConf's words: "Invalid value assigned: int is not a ListConfig, list or tuple."
+    (False, "policy.hidden_sizes=64", "corral: error: policy.hidden_sizes=64: policy.hidden_sizes takes a list, not 64; "
+                                      "write it in brackets, e.g. policy.hidden_sizes=[64]"),
+    (True, "policy.hidden_sizes=[64],64", "corral: error: policy.hidden_sizes=64: policy.hidden_sizes takes a list, not "
+                                          "64; write it in brackets, e.g. policy.hidden_sizes=[64] (a value of the "
+                                          "sweep policy.hidden_sizes=[64],64)"),
+    # named the group: "algo: Interpolation key 'nope' not found"
+    (False, "algo.learning_rate=${nope}", "corral: error: algo.learning_rate=${nope}: the interpolation names nope, "
+                                          "which the config does not have; give algo.learning_rate a value, or "
+                                          "interpolate a setting the config has (`python train.py --cfg job` lists "
+                                          "them)"),
+    # Hydra's internal config names, and its advice for a defaults list
+    (False, "=1", "corral: error: =1: an override is key=value, and this one has no key before '='; name the setting, "
+                  "e.g. seed=1 (`python train.py --help` lists the settings and options)"),
+    (False, "+experiment=ppo_cartpole", "corral: error: +experiment=ppo_cartpole: experiment is a config group the run "
+                                        "already has, so an option of it is chosen, not added; write "
+                                        "experiment=ppo_cartpole, without the +"),
 ], ids=["unreadable-run-dir", "unreadable-sweep-value", "hydra-type", "hydra-type-sweep", "float-for-int",
         "plus-on-a-setting", "no-value", "unclosed-list", "deleted-setting", "bool-as-number", "bool-as-word-sweep",
         "unknown-key", "unknown-key-sweep", "hydra-key", "hydra-key-sweep", "added-hydra-key",
-        "added-hydra-key-sweep", "unused-logger", "unused-logger-sweep"])
+        "added-hydra-key-sweep", "unused-logger", "unused-logger-sweep", "preset-list", "scalar-for-list",
+        "scalar-for-list-sweep", "missing-interpolation", "no-key", "plus-on-a-group"])
 def test_an_override_hydra_cannot_read_or_type_is_one_line_before_anything(
     tmp_path: Path, sites: dict[str, Path], multirun: bool, override: str, line: str
 ) -> None:
@@ -513,6 +537,41 @@ def test_a_run_or_sweep_directory_that_holds_runs_is_not_overwritten(tmp_path: P
         assert proc.returncode == 0 and "(n_epochs=2 reached) after 2 epochs" in proc.stderr, output(proc)
 
 
+def test_a_resumes_bad_override_is_one_line_before_the_run_is_touched(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """A resume's overrides get the one-line errors of a new run, before anything is written into the run
+    resumed (they reached Hydra's multi-line report, or were checked only once the run's ``.hydra/resume-<time>/``
+    was written), for a run and for every job of a sweep of resumes."""
+    proc = train(tmp_path, sites, *SMALL)
+    assert proc.returncode == 0, output(proc)
+    run_dir = tmp_path / "run"
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    resume = [sys.executable, str(TRAIN), f"trainer.resume={run_dir}"]
+    for bad, line in [
+        ("trainer.n_epochs=abc", "trainer.n_epochs=abc: trainer.n_epochs takes a whole number, not 'abc'"),
+        ("logger=[nope]", "logger=[nope]: logger has no option 'nope'; choose one of console, csv, mlflow, "
+                          "tensorboard, wandb (a plugin package adds its own; `corral plugins` lists what is installed)"),
+        ("trainer.batch_size=-5", "trainer.batch_size must be >= 1, got -5"),
+        ("algo.learning_rate=0.1", "trainer.resume continues a run with the config it was started with, and these "
+                                   "overrides would change it: algo.learning_rate=0.1 (the run has "
+                                   "algo.learning_rate=0.0003). A resume may change trainer.*, the loggers and the "
+                                   "sampler (with the same sampler.n_workers); drop the others, or start a new run "
+                                   "without trainer.resume"),
+    ]:
+        proc = run([*resume, bad], tmp_path, sites)
+        assert proc.returncode == 2, output(proc)
+        assert proc.stderr.splitlines() == [f"corral: error: {line}"], output(proc)
+        assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before, bad  # no .hydra/resume-<time>/
+    sweep = tmp_path / "sweep"
+    proc = run([*resume, "-m", "trainer.n_epochs=2,3", "trainer.batch_size=200,-5", f"hydra.sweep.dir={sweep}"],
+               tmp_path, sites)
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.splitlines() == ["corral: error: trainer.batch_size must be >= 1, got -5 (the sweep's job "
+                                        "trainer.n_epochs=2 trainer.batch_size=-5; no job has started)"], output(proc)
+    assert not sweep.exists()
+    proc = run([*resume, "trainer.n_epochs=2"], tmp_path, sites)  # and a good one resumes
+    assert proc.returncode == 0 and "(n_epochs=2 reached) after 2 epochs" in proc.stderr, output(proc)
+
+
 def test_either_limit_may_be_null_but_not_both(tmp_path: Path, sites: dict[str, Path]) -> None:
     """``trainer.n_epochs=null`` trains until ``trainer.max_env_steps`` (SB3's total_timesteps); both
     null is one line before the run directory exists, not a run that never stops."""
@@ -650,6 +709,19 @@ def test_a_value_its_option_would_ignore_is_one_warning_line(tmp_path: Path, sit
     assert proc.stderr.startswith(warnings[0]), output(proc)
     assert not (tmp_path / "run" / "videos").exists()
 
+
+
+def test_a_meta_evaluation_setting_without_evaluation_is_one_warning_line(tmp_path: Path,
+                                                                          sites: dict[str, Path]) -> None:
+    """A meta-RL algorithm meta-evaluates only within the trainer's evaluation: with ``trainer.eval_every=0``
+    its ``algo.meta_eval_*`` settings changed nothing, in silence."""
+    proc = train(tmp_path, sites, "experiment=rl2_bandits", "algo.meta_eval_trials=3", "trainer.max_env_steps=null",
+                 "worker.n_envs=2", "algo.minibatch_size=100", *SMALL)
+    assert proc.returncode == 0, output(proc)
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
+    assert warnings == ["corral: warning: algo.meta_eval_trials=3 has no effect while trainer.eval_every=0: "
+                        "algo=rl2_ppo meta-evaluates only within the trainer's evaluation; set trainer.eval_every > 0, "
+                        "or leave algo.meta_eval_trials at its default (2)"], output(proc)
 
 # ------------------------------------------------------------------------------------ with plugins
 def test_train_with_the_third_party_sampler_and_worker(tmp_path: Path, sites: dict[str, Path]) -> None:

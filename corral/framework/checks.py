@@ -420,9 +420,12 @@ __all__ = [
     "field_check",
     "field_problems",
     "ignored_values",
+    "META_EVAL_PREFIX",
+    "meta_eval_ignored",
     "inside_run_dir",
     "unchecked_fields",
     "unknown_key_message",
+    "unresolved_message",
 ]
 
 
@@ -449,7 +452,15 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
         keys = ", ".join(f"experiment.{k}" for k in list(preset)[:3])
         problems.append(f"the experiment preset's settings landed under {keys}, where nothing reads them: its file "
                         "needs `# @package _global_` as its first line (as every preset has; docs/plugins.md)")
-    top_values = {k: cfg.get(k) for k in top if k not in kinds and not isinstance(cfg.get(k), DictConfig)}
+    top_values = {}
+    for k in top:
+        try:
+            value = cfg.get(k)
+        except OmegaConfBaseException as exc:  # an interpolation that does not resolve (seed=${nope})
+            problems.append(unresolved_message(cfg, k, exc))
+            continue
+        if k not in kinds and not isinstance(value, DictConfig):
+            top_values[k] = value
     for problem in field_problems(schema, top_values, ""):
         problems.append(problem.lstrip("."))
 
@@ -461,7 +472,7 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
         try:
             container = OmegaConf.to_container(node, resolve=True)
         except OmegaConfBaseException as exc:  # e.g. an interpolation that does not resolve
-            problems.append(f"{prefix}: {str(exc).splitlines()[0]}")
+            problems.append(unresolved_message(cfg, str(getattr(exc, "full_key", None) or prefix), exc))
             return
         assert isinstance(container, dict)
         values = {str(k): v for k, v in container.items()}
@@ -488,6 +499,32 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
     for prefix, option, kind, name, node in _option_nodes(cfg, kinds):
         check_node(prefix, option, kind, name, node)
     return problems
+
+
+_MISSING_KEY = re.compile(r"Interpolation key '(.+)' not found")
+
+
+def unresolved_message(cfg: Any, key: str, exc: BaseException) -> str:
+    """One line for the setting ``key`` of ``cfg`` whose value is an interpolation that does not resolve
+    (``algo.learning_rate=${nope}``): the setting as written, the key it names that the config lacks
+    (or OmegaConf's reason), and what to do."""
+    from omegaconf import OmegaConf
+
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    written = None
+    try:
+        parent_key, _, leaf = key.rpartition(".")
+        parent = OmegaConf.select(cfg, parent_key, throw_on_resolution_failure=False) if parent_key else cfg
+        node = parent._get_node(leaf) if parent is not None and hasattr(parent, "_get_node") else None
+        written = node._value() if node is not None else None
+    except Exception:  # noqa: BLE001 - the value as written is only shown when it can be read
+        written = None
+    setting = f"{key}={written}" if isinstance(written, str) else key
+    missing = _MISSING_KEY.fullmatch(reason)
+    if missing is not None:
+        return (f"{setting}: the interpolation names {missing.group(1)}, which the config does not have; give "
+                f"{key} a value, or interpolate a setting the config has (`python train.py --cfg job` lists them)")
+    return f"{setting}: its interpolation does not resolve ({reason}); give {key} a value"
 
 
 def relation_problems(config: type, values: Mapping[str, Any]) -> list[str]:
@@ -541,6 +578,51 @@ def composed_ignored(cfg: Any, registry: Any, kinds: Iterable[str], given: Colle
 
     for prefix, _, kind, name, node in _option_nodes(cfg, kinds):
         check_node(prefix, kind, name, node)
+    return out + meta_eval_ignored(cfg, registry, given)
+
+
+#: The settings of a meta-RL algorithm that only its ``meta_evaluate`` reads start with this.
+META_EVAL_PREFIX = "meta_eval_"
+
+
+def meta_eval_ignored(cfg: Any, registry: Any, given: Collection[str]) -> list[str]:
+    """One message for each ``algo.meta_eval_*`` setting among ``given`` set away from its default while
+    ``trainer.eval_every=0``: the algorithm's ``meta_evaluate`` (meta-RL: adaptation on held-out tasks)
+    runs only within the trainer's evaluation, so without evaluation the setting changes nothing. For an
+    algorithm (its registered factory, or the ``component_class`` the factory builds) with a
+    ``meta_evaluate``, and a trainer with an ``eval_every``."""
+    from omegaconf import DictConfig
+    from omegaconf.errors import OmegaConfBaseException
+
+    trainer, algo = cfg.get("trainer"), cfg.get("algo")
+    if not isinstance(trainer, DictConfig) or not isinstance(algo, DictConfig) or "name" not in algo:
+        return []
+    try:
+        eval_every = trainer.get("eval_every")
+    except OmegaConfBaseException:  # composed_problems names it
+        return []
+    if isinstance(eval_every, bool) or eval_every != 0:
+        return []
+    reg = registry.entries.get(("algo", algo.name))
+    if reg is None or reg.config is None:
+        return []
+    built = getattr(reg.factory, "component_class", reg.factory)
+    if not callable(getattr(built, "meta_evaluate", None)):
+        return []
+    out = []
+    for f in dataclasses.fields(reg.config):
+        if not f.name.startswith(META_EVAL_PREFIX) or f"algo.{f.name}" not in given or f.name not in algo:
+            continue
+        try:
+            value = algo.get(f.name)
+        except OmegaConfBaseException:
+            continue
+        default = _default(f)
+        if default is dataclasses.MISSING or value == default:
+            continue
+        out.append(f"algo.{f.name}={_yaml(value)} has no effect while trainer.eval_every=0: algo={algo.name} "
+                   "meta-evaluates only within the trainer's evaluation; set trainer.eval_every > 0, or leave "
+                   f"algo.{f.name} at its default ({_yaml(default)})")
     return out
 
 

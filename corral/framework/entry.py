@@ -15,7 +15,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 from corral.framework.config import CONFIG_NAME, register_configs
 from corral.framework.errors import (
@@ -263,14 +263,10 @@ class SweepJobFailed(CompactHydraException):
 
 def snapshot_config(source: str | Path, trust: bool = False) -> DictConfig | None:
     """The resolved config stored in the snapshot of a run directory or snapshot file (None for a
-    snapshot without one). For a resumed run it is the original run's config, not what the
-    resuming command composed (which is what the run's ``.hydra/config.yaml`` holds). The snapshot
-    is read as data only unless ``trust`` (see :func:`corral.framework.snapshot.load_snapshot`)."""
-    from corral.framework.snapshot import load_snapshot
-    from corral.framework.trainer import find_snapshot
+    snapshot without one): :func:`corral.framework.resume.snapshot_config`."""
+    from corral.framework.resume import snapshot_config as stored_config
 
-    state = load_snapshot(find_snapshot(source), trust=trust, objects=False)  # the config is in the data part
-    return OmegaConf.create(state["config"]) if state.get("config") else None
+    return stored_config(source, trust=trust)
 
 
 def resolve_resume(cfg: DictConfig) -> DictConfig:
@@ -278,20 +274,12 @@ def resolve_resume(cfg: DictConfig) -> DictConfig:
 
     ``trainer.*`` settings, the loggers and the sampler given on the new command line replace the
     original ones (see :mod:`corral.framework.resume`); any other override that would change the
-    run is a ``ConfigError`` naming it.
+    run is a ``ConfigError`` naming it. ``train.py`` has checked this before Hydra started the run
+    (:func:`corral.framework.precheck.precheck`).
     """
-    from corral.framework.resume import check_overrides
+    from corral.framework.resume import resumed_config
 
-    resume = cfg.trainer.get("resume")
-    if not resume:
-        return cfg
-    old = snapshot_config(resume, trust=bool(cfg.trainer.get("trust_snapshot", False)))
-    if old is None:
-        return cfg
-    resolved = check_overrides(old, cfg, _task_overrides())
-    with open_dict(resolved):
-        resolved.trainer.resume = str(resume)
-    return resolved
+    return resumed_config(cfg, _task_overrides())
 
 
 def _task_overrides() -> list[str]:

@@ -15,9 +15,10 @@ A run directory that cannot be created (``hydra.run.dir=/proc/x``) is one line t
 starts. With other flags (``--help``, ``--cfg`` and such) only the options are checked, and Hydra shows
 what was asked. A sweep gets the checks of :func:`check_sweep_values`,
 :func:`check_sweep_plugins` and :func:`check_sweep_jobs` (each of its jobs' configs, up to a bound,
-before any job starts); each job checks its own config again when it starts. Nothing is checked when the command
-line resumes a run (``trainer.resume``: the run's own config is used, see
-:mod:`corral.framework.resume`) or names another primary config (``--config-name`` and such).
+before any job starts); each job checks its own config again when it starts. A command line that resumes a
+run (``trainer.resume``) has its overrides checked the same way, and then the run's own config with them (see
+:mod:`corral.framework.resume`), before anything is written into the run's directory. Nothing is checked when
+the command line names another primary config (``--config-name`` and such).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 from corral.framework.config import CONFIG_MODULE, CONFIG_NAME
-from corral.framework.errors import ConfigError
-from corral.framework.resume import check_branch_dir, check_resume_source, holds_run
+from corral.framework.errors import ConfigError, CorralError
+from corral.framework.resume import check_branch_dir, check_resume_source, holds_run, resume_arg, resumed_config
 
 
 def _key(override: str) -> str:
@@ -80,13 +81,13 @@ def precheck(args: Sequence[str]) -> None:
     check_flags(args, command)
     if any(a in OTHER_CONFIG_FLAGS for a in flags):
         return
+    check_keys_given(overrides)
     check_searchpath(overrides)
     repeated = repeated_key_warnings(overrides, "the sweep" if multirun else "the run", "" if multirun else f"{command} -m ")
-    if any(_key(a) == "trainer.resume" for a in args):  # composed from the run's own config when it starts
+    resuming = resume_arg(overrides) is not None
+    if resuming:  # before the run's own config is read: a source that names nothing, a branch into another run
         check_resume_source(args)
         check_branch_dir(args)
-        _print_warnings(repeated)
-        return
     import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints (types-PyYAML is not a dependency)
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
@@ -100,18 +101,19 @@ def precheck(args: Sequence[str]) -> None:
         with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
             options_of = _options_lister(GlobalHydra.instance().config_loader(), overrides)
             check_choices(overrides, options_of)
+            check_one_preset(overrides)
             _parse(overrides)  # also beside a flag: `--info nope` is the override nope to Hydra
             if flags and not multirun:  # --cfg, --help, ...: Hydra shows what was asked, of options that exist
                 return
             hydra_cfg = hydra_config(overrides)  # composed once, for the two checks below
-            check_output_dir(overrides, multirun, hydra_cfg)
+            check_output_dir(overrides, multirun, hydra_cfg, resume=resuming)
             check_added_hydra_keys(overrides, hydra_cfg)
             if multirun:
                 check_sweep_lists(overrides, options_of)
                 check_no_hydra_sweep(overrides)
                 check_sweep_values(overrides)
                 check_sweep_plugins(overrides, hydra_cfg)
-                check_sweep_jobs(overrides, hydra_cfg, options_of)
+                check_sweep_jobs(overrides, hydra_cfg, options_of, resolve=resumed_config if resuming else None)
                 _print_warnings(repeated + run_only_warnings(overrides))
                 return
             try:
@@ -127,6 +129,8 @@ def precheck(args: Sequence[str]) -> None:
         raise ConfigError(yaml_message(exc)) from None
     finally:
         GlobalHydra.instance().clear()
+    if resuming:  # the run's own config, with what this command may change (it refuses any other override)
+        cfg = resumed_config(cfg, [o for o in overrides if _composes_job(o)])
     validate(cfg)  # every value, and whether the choices fit together (the plugins' corral_validate_config)
     _print_warnings(repeated + sweep_only_warnings(overrides))
     warn_ignored(cfg, given_keys(overrides))
@@ -349,7 +353,8 @@ def check_sweep_lists(overrides: Sequence[str], options_of: Any) -> None:
 MAX_JOB_CHECKS = 16
 
 
-def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) -> None:
+def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any,
+                     resolve: Callable[[Any, Sequence[str]], Any] | None = None) -> None:
     """Raise one-line :class:`ConfigError` for a job of a sweep that would fail its checks: choices
     that do not fit together (``-m algo=ppo,sac`` on CartPole: SAC needs continuous actions), a value
     out of its range, a setting one of the options lacks (``-m worker=default,vec worker.n_envs=4``),
@@ -358,7 +363,8 @@ def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) 
     beyond that, those that combine every listed option of the config groups (``algo=...``,
     ``env=...``, a ``glob(...)`` as the options it matches) with the first value of the other sweeps, up to the
     same number; an ``interval(...)``, which the basic sweeper cannot list, is refused. Other sweepers
-    (Optuna) choose their jobs as they go; each job checks its own config."""
+    (Optuna) choose their jobs as they go; each job checks its own config. ``resolve(cfg, overrides)``,
+    when given, is the config a job of ``cfg`` trains with (a resume's: :func:`~corral.framework.resume.resumed_config`)."""
     import itertools
 
     from hydra import compose
@@ -402,10 +408,11 @@ def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any) 
     for job in itertools.islice(jobs, MAX_JOB_CHECKS):
         where = f" (the sweep's job {' '.join(job)}; no job has started)" if job else " (no job of the sweep has started)"
         try:
-            validate(compose(config_name=CONFIG_NAME, overrides=[*fixed, *job]))
+            cfg = compose(config_name=CONFIG_NAME, overrides=[*fixed, *job])
+            validate(resolve(cfg, [*fixed, *job]) if resolve is not None else cfg)
         except (HydraException, OmegaConfBaseException) as exc:
             raise ConfigError(f"{composition_error(exc, [*fixed, *job])}{where}") from None
-        except ConfigError as exc:
+        except CorralError as exc:  # a value out of range; a resume: an override it refuses, a snapshot it cannot read
             raise ConfigError(f"{exc}{where}") from None
 
 
@@ -432,6 +439,8 @@ def hydra_config(overrides: Sequence[str]) -> Any:
             raise ConfigError(hydra_message(exc)) from None  # e.g. hydra.sweeper.max_batch_size=abc
         if not_overridable(exc) is not None:
             raise ConfigError(composition_error(exc, [o for o in fixed if _composes_job(o)])) from None
+        if (line := added_group_message(str(exc))) is not None:  # +hydra/launcher=joblib
+            raise ConfigError(line) from None
         return None
 
 
@@ -520,13 +529,16 @@ def composition_error(exc: BaseException, overrides: Sequence[str]) -> str:
     return hydra_message(exc)
 
 
-def check_output_dir(overrides: Sequence[str], multirun: bool, hydra_cfg: Any) -> None:
+def check_output_dir(overrides: Sequence[str], multirun: bool, hydra_cfg: Any, resume: bool = False) -> None:
     """Raise one-line :class:`ConfigError` when the run's directory (``hydra.run.dir``, or
     ``hydra.sweep.dir`` for a sweep, in ``hydra_cfg`` from :func:`hydra_config`) cannot be created:
     its nearest existing ancestor is not a directory, or refuses a new directory
     (``hydra.run.dir=/proc/x``, a read-only file system). Hydra would stop on it with a traceback
     (:func:`corral.results.writable.directory_problem`); a directory that does not resolve yet (it
-    names run-time values) is left to Hydra."""
+    names run-time values) is left to Hydra. A single run that resumes another (``resume``) continues in
+    that run's directory unless it gives a ``hydra.run.dir`` of its own (a branch, whose target
+    :func:`~corral.framework.resume.check_branch_dir` checks), so only a given directory is checked, and
+    only whether it can be created."""
     from pathlib import Path
 
     from omegaconf import OmegaConf
@@ -534,7 +546,7 @@ def check_output_dir(overrides: Sequence[str], multirun: bool, hydra_cfg: Any) -
 
     from corral.results.writable import directory_problem
 
-    if hydra_cfg is None:
+    if hydra_cfg is None or (resume and not multirun and "hydra.run.dir" not in given_keys(overrides)):
         return
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
@@ -552,7 +564,7 @@ def check_output_dir(overrides: Sequence[str], multirun: bool, hydra_cfg: Any) -
     if problem is not None:
         raise ConfigError(f"{given}: cannot create the {'sweep' if multirun else 'run'}'s directory {target}: "
                           f"{problem}; give a directory you can write to, e.g. {key}=outputs/<name>")
-    if not multirun and holds_run(target):
+    if not multirun and not resume and holds_run(target):
         raise ConfigError(f"{given}: {target} already holds a run, and a new run there would overwrite its "
                           f"progress.csv and snapshots; continue it with trainer.resume={where}, or give another "
                           f"directory")
@@ -784,6 +796,48 @@ def check_choices(overrides: Sequence[str], options_of: Any) -> None:
                 raise ConfigError(unknown_option_message(group, option, options, override))
 
 
+def check_keys_given(overrides: Sequence[str]) -> None:
+    """Raise a one-line :class:`ConfigError` for an override with nothing before its ``=`` (``=1``,
+    ``+=1``): Hydra read it as an option of the primary config's group and listed its own internal
+    config names."""
+    for override in overrides:
+        if "=" in override and not _key(override).strip():
+            raise ConfigError(f"{override}: an override is key=value, and this one has no key before '='; name the "
+                              "setting, e.g. seed=1 (`python train.py --help` lists the settings and options)")
+
+
+def check_one_preset(overrides: Sequence[str]) -> None:
+    """Raise a one-line :class:`ConfigError` for a list of presets (``experiment=[a,b]``, also as a value of
+    a sweep): Hydra merges them in order, so each preset's settings silently replace those of the presets
+    before it. A list of one preset is that preset."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        if _key(override) != "experiment" or "=" not in override or override.startswith("~"):
+            continue
+        try:
+            parsed = parser.parse_overrides([override])[0]
+            values: list[tuple[str | None, Any]]
+            if parsed.is_sweep_override():
+                values = [(swept, parser.parse_overrides([f"experiment={swept}"])[0].value())
+                          for swept in parsed.sweep_string_iterator()]
+            else:
+                values = [(None, parsed.value())]
+        except (HydraException, ValueError):
+            continue  # _parse says what does not parse
+        for swept, value in values:
+            if isinstance(value, list) and len(value) > 1:
+                where = "" if swept is None else f" (the sweep's value {swept})"
+                names = [str(v) for v in value]
+                raise ConfigError(
+                    f"{override}: experiment takes one preset, and of a list each preset's settings would replace the "
+                    f"ones before it in silence ({names[-1]}'s win){where}; give one preset (e.g. "
+                    f"experiment={names[0]}), or put the settings you want from {' and '.join(names)} into one preset "
+                    "file of your own (conf/experiment/<name>.yaml, added with hydra.searchpath=[file://$PWD/conf])")
+
+
 def unknown_option_message(group: str, option: str, options: Sequence[str], override: str | None = None) -> str:
     """One line: the override, the option its group lacks, the group's options and where more come from."""
     where = ("Hydra plugin packages add more" if group.startswith("hydra/")
@@ -898,6 +952,8 @@ def hydra_message(exc: BaseException) -> str:
         return (f"{first.removeprefix('Error parsing override ').strip(chr(39))}: Hydra cannot read this override "
                 f"({reason}); an override is key=value "
                 "(see https://hydra.cc/docs/1.2/advanced/override_grammar/basic)")
+    if (group_line := added_group_message(text)) is not None:
+        return group_line
     cause = exc.__cause__
     if (unknown := not_overridable(exc)) is not None:
         key, written = unknown
@@ -923,16 +979,62 @@ def hydra_message(exc: BaseException) -> str:
     return "\n".join(lines).strip()
 
 
+_MULTIPLE_VALUES = re.compile(r"Multiple values for (\S+)\. To override a value use 'override \S+: (.*)'")
+_FORCE_ADD = re.compile(r"force-add of config groups is not supported: '(\+\+(\S+?)=(.*))'")
+
+
+def added_group_message(text: str) -> str | None:
+    """The one line for Hydra's refusal of a group option given with ``+`` or ``++`` (``+experiment=x``:
+    ``Multiple values for experiment. To override a value use 'override experiment: x'``, advice for a
+    defaults list): a group that the run already has is chosen without the ``+``. None for another error."""
+    head = text.strip().split("\n", 1)[0]
+    if (found := _MULTIPLE_VALUES.match(head)) is not None:
+        group, value = found.groups()
+        return (f"+{group}={value}: {group} is a config group the run already has, so an option of it is chosen, not "
+                f"added; write {group}={value}, without the +")
+    if (found := _FORCE_ADD.match(head)) is not None:
+        override, group, value = found.groups()
+        return (f"{override}: {group} is a config group, and Hydra cannot force-add a group's option; write "
+                f"{group}={value}, without the ++")
+    return None
+
+
 _NOT_CONVERTED = re.compile(r"Value '(.*)' of type '(\w+)' could not be converted to (Integer|Float)")
+#: OmegaConf's words for a list setting given a scalar, and for a mapping setting given a scalar.
+_NOT_A_LIST = re.compile(r"Invalid value assigned: \w+ is not a ListConfig, list or tuple\.?")
+_NOT_A_MAPPING = re.compile(r"Cannot assign \w+ to Dict\[.*\]\.?")
+#: ... and for a mapping given to a list setting, or a list to a mapping setting (the same words).
+_MERGE_MISMATCH = "Cannot merge DictConfig with ListConfig"
+
+
+def shape_message(override: str, reason: str) -> str | None:
+    """``<override>: <key> takes a list, not 64; write it in brackets, e.g. <key>=[64]`` (or a mapping,
+    in braces) for OmegaConf's ``Invalid value assigned: int is not a ListConfig, list or tuple`` and its
+    kin; None for another reason."""
+    key = _key(override)
+    written = override.split("=", 1)[1] if "=" in override else ""
+    given = written.strip()
+    reason = reason.strip()
+    mismatch = reason.rstrip(".") == _MERGE_MISMATCH
+    if _NOT_A_LIST.fullmatch(reason) or (mismatch and given.startswith("{")):
+        if given.startswith("{"):
+            return f"{override}: {key} takes a list, not a mapping ({given}); write it in brackets, e.g. {key}=[...]"
+        return f"{override}: {key} takes a list, not {given}; write it in brackets, e.g. {key}=[{given}]"
+    if _NOT_A_MAPPING.fullmatch(reason) or (mismatch and given.startswith("[")):
+        shown = f"a list ({given})" if given.startswith("[") else given
+        return (f"{override}: {key} takes a mapping, not {shown}; write it in braces, quoted for the shell, e.g. "
+                f"'{key}={{name: value}}'")
+    return None
 
 
 def type_message(override: str, reason: str) -> str:
     """``<override>: <reason>``, where OmegaConf's ``Value '1000.0' of type 'float' could not be
     converted to Integer`` becomes what the setting takes and, for a whole number written as a
-    float (``trainer.batch_size=1e3``), how to write it (``write trainer.batch_size=1000``)."""
+    float (``trainer.batch_size=1e3``), how to write it (``write trainer.batch_size=1000``); a list or
+    mapping setting given something else is :func:`shape_message`'s line."""
     found = _NOT_CONVERTED.fullmatch(reason.strip())
     if found is None:
-        return f"{override}: {reason}"
+        return shape_message(override, reason) or f"{override}: {reason}"
     value, kind, target = found.groups()
     key = _key(override)
     wanted = "a whole number" if target == "Integer" else "a number"
@@ -953,4 +1055,4 @@ def type_message(override: str, reason: str) -> str:
     return f"{override}: {key} takes {wanted}, not {shown}{hint}"
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "MODE_FLAGS", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_flags", "check_choices", "check_bool_values", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "MODE_FLAGS", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_flags", "added_group_message", "check_choices", "check_bool_values", "check_keys_given", "check_one_preset", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "shape_message", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]

@@ -258,6 +258,53 @@ def _copy_failure(exc: OSError, target: Path) -> str:
     return f"{exc.strerror or exc}: {target}"
 
 
+#: The configs :func:`snapshot_config` has read, by snapshot file (its size and time) and trust: ``train.py``
+#: reads the run's config when it checks the command line and again when the run starts, in one process.
+_READ_CONFIGS: dict[tuple[str, int, int, bool], Any] = {}
+
+
+def snapshot_config(source: str | os.PathLike, trust: bool = False) -> DictConfig | None:
+    """The resolved config stored in the snapshot of a run directory or snapshot file (None for a
+    snapshot without one). For a resumed run it is the original run's config, not what the
+    resuming command composed (which is what the run's ``.hydra/config.yaml`` holds). The snapshot
+    is read as data only unless ``trust`` (see :func:`corral.framework.snapshot.load_snapshot`); a
+    snapshot file read once is not read again while it is unchanged."""
+    from corral.framework.snapshot import load_snapshot
+    from corral.framework.trainer import find_snapshot
+
+    snapshot = find_snapshot(source)
+    try:
+        stat = snapshot.stat()
+        key: tuple[str, int, int, bool] | None = (str(snapshot.resolve()), stat.st_mtime_ns, stat.st_size, trust)
+    except OSError:  # load_snapshot says what is wrong with it
+        key = None
+    if key is not None and key in _READ_CONFIGS:
+        config = _READ_CONFIGS[key]
+    else:
+        config = load_snapshot(snapshot, trust=trust, objects=False).get("config") or None  # in the data part
+        if key is not None:
+            _READ_CONFIGS[key] = config
+    return OmegaConf.create(config) if config else None
+
+
+def resumed_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
+    """The config a run of ``cfg`` trains with: with ``trainer.resume=<dir>``, the config the run was
+    started with and this command's adjustable ``overrides`` (:func:`check_overrides`, which raises
+    :class:`ConfigError` for any other); ``cfg`` itself without ``trainer.resume`` or for a snapshot
+    that holds no config. Raises :class:`~corral.framework.errors.SnapshotError` for a snapshot that
+    cannot be found or read."""
+    resume = cfg.trainer.get("resume")
+    if not resume:
+        return cfg
+    old = snapshot_config(resume, trust=bool(cfg.trainer.get("trust_snapshot", False)))
+    if old is None:
+        return cfg
+    resolved = check_overrides(old, cfg, overrides)
+    with open_dict(resolved):
+        resolved.trainer.resume = str(resume)
+    return resolved
+
+
 def check_overrides(old: DictConfig, new: DictConfig, overrides: Sequence[str]) -> DictConfig:
     """The config a resumed run trains with: the original ``old`` with this command's adjustable
     overrides applied (``trainer.*``, ``logger``, the sampler); any other override that would change
@@ -356,4 +403,4 @@ def _same(a: Path, b: Path) -> bool:
 
 
 __all__ = ["ResumePlan", "absolute_resume", "check_branch_dir", "check_resume_source", "check_overrides", "copy_history", "drop_branch", "finished_message", "holds_run", "in_place_overrides", "plan",
-           "resume_arg", "run_dir_of"]
+           "resume_arg", "resumed_config", "run_dir_of", "snapshot_config"]

@@ -16,9 +16,11 @@ from corral.framework.checks import (
     describe_field,
     field_problems,
     ignored_values,
+    meta_eval_ignored,
     relation_problems,
     unchecked_fields,
     unknown_key_message,
+    unresolved_message,
 )
 from corral.framework.errors import ConfigError
 
@@ -261,3 +263,73 @@ def test_check_minimums_names_the_setting_its_least_value_and_null() -> None:
         with pytest.raises(ConfigError) as info:
             check_minimums(node, "hydra.launcher", limits, nullable=("cpus_per_task",))
         assert str(info.value) == says
+
+
+@dataclass
+class MetaConfig:
+    """A meta-RL algorithm's settings: two that only its meta-evaluation reads."""
+
+    meta_eval_trials: int = field(default=2, metadata=check(ge=1))
+    meta_eval_deterministic: bool = False
+    learning_rate: float = 0.1
+
+
+class Meta:
+    def meta_evaluate(self, env: object, *, seed: int) -> dict[str, float]:
+        return {}
+
+
+def build_meta(config: MetaConfig) -> Meta:
+    return Meta()
+
+
+build_meta.component_class = Meta  # type: ignore[attr-defined]
+
+
+def test_a_meta_evaluation_setting_without_evaluation_is_named() -> None:
+    """An algorithm meta-evaluates only within the trainer's evaluation: its ``meta_eval_*`` settings
+    changed nothing with ``trainer.eval_every=0``, in silence."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    registry = SimpleNamespace(entries={("algo", "meta"): SimpleNamespace(factory=build_meta, config=MetaConfig),
+                                        ("algo", "plain"): SimpleNamespace(factory=lambda config: None,
+                                                                           config=MetaConfig)})
+
+    def cfg(eval_every: int, algo: str = "meta", **values: object) -> object:
+        return OmegaConf.create({"trainer": {"name": "default", "eval_every": eval_every},
+                                 "algo": {"name": algo, "meta_eval_trials": 2, "meta_eval_deterministic": False,
+                                          "learning_rate": 0.1, **values}})
+
+    given = {"algo.meta_eval_trials", "algo.meta_eval_deterministic", "algo.learning_rate"}
+    assert meta_eval_ignored(cfg(0, meta_eval_trials=5, meta_eval_deterministic=True, learning_rate=0.5), registry,
+                             given) == [
+        "algo.meta_eval_trials=5 has no effect while trainer.eval_every=0: algo=meta meta-evaluates only within the "
+        "trainer's evaluation; set trainer.eval_every > 0, or leave algo.meta_eval_trials at its default (2)",
+        "algo.meta_eval_deterministic=true has no effect while trainer.eval_every=0: algo=meta meta-evaluates only "
+        "within the trainer's evaluation; set trainer.eval_every > 0, or leave algo.meta_eval_deterministic at its "
+        "default (false)"]
+    assert meta_eval_ignored(cfg(5, meta_eval_trials=5), registry, given) == []  # it evaluates
+    assert meta_eval_ignored(cfg(0, meta_eval_trials=5), registry, set()) == []  # a preset's value, not the user's
+    assert meta_eval_ignored(cfg(0), registry, given) == []  # the defaults
+    assert meta_eval_ignored(cfg(0, "plain", meta_eval_trials=5), registry, given) == []  # no meta_evaluate
+
+
+def test_an_interpolation_that_does_not_resolve_names_the_setting() -> None:
+    """The setting as written and the key its interpolation names (the message named the group: ``algo:
+    Interpolation key 'nope' not found``); OmegaConf's reason for another interpolation that fails."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    cfg = OmegaConf.create({"algo": {"learning_rate": "${nope}", "eps": "${oc.env:CORRAL_TEST_NOPE}"}})
+    with pytest.raises(OmegaConfBaseException) as missing:
+        OmegaConf.select(cfg, "algo.learning_rate")
+    assert unresolved_message(cfg, "algo.learning_rate", missing.value) == (
+        "algo.learning_rate=${nope}: the interpolation names nope, which the config does not have; give "
+        "algo.learning_rate a value, or interpolate a setting the config has (`python train.py --cfg job` lists them)")
+    with pytest.raises(OmegaConfBaseException) as unset:
+        OmegaConf.select(cfg, "algo.eps")
+    assert unresolved_message(cfg, "algo.eps", unset.value) == (
+        "algo.eps=${oc.env:CORRAL_TEST_NOPE}: its interpolation does not resolve (KeyError raised while resolving "
+        "interpolation: \"Environment variable 'CORRAL_TEST_NOPE' not found\"); give algo.eps a value")

@@ -18,7 +18,7 @@ from corral import hookimpl
 from corral.framework.compose import check_values, validate
 from corral.framework.config import config_of
 from corral.framework.entry import prepare
-from corral.framework.errors import ConfigError, CorralError
+from corral.framework.errors import ConfigError, CorralError, SnapshotError
 from corral.framework.plugins import Source, get_plugin_manager, get_registry
 
 Visible = Callable[..., ContextManager[None]]
@@ -304,6 +304,38 @@ def test_a_duck_typed_agent_is_named_at_build(corral_inline_plugin: Any, tmp_pat
     (["algo.learning_rate=abc"], "algo.learning_rate=abc: algo.learning_rate takes a number, not 'abc'"),
     (["algo.discount=[1"], "algo.discount=[1: no viable alternative at input '[1'"),
     (["algo.learning_rate=-1", "seed=3"], "algo.learning_rate must be > 0, got -1.0"),
+    (["policy.hidden_sizes=64"], "policy.hidden_sizes=64: policy.hidden_sizes takes a list, not 64; write it in "
+                                 "brackets, e.g. policy.hidden_sizes=[64]"),
+    (["env.kwargs=5"], "env.kwargs=5: env.kwargs takes a mapping, not 5; "),
+    # an interpolation to a key the config lacks named the group ("algo: Interpolation key 'nope' not found"),
+    # or (a top-level setting) ended in a traceback
+    (["algo.learning_rate=${nope}"], "algo.learning_rate=${nope}: the interpolation names nope, which the config "
+                                     "does not have; give algo.learning_rate a value, or interpolate a setting"),
+    (["env.kwargs.x=${nope.y}"], "env.kwargs.x=${nope.y}: the interpolation names nope.y, which the config does not "
+                                 "have; give env.kwargs.x a value"),
+    (["seed=${nope}"], "seed=${nope}: the interpolation names nope, which the config does not have; give seed a value"),
+    (["algo.learning_rate=${oc.env:CORRAL_TEST_NOPE}"],
+     "algo.learning_rate=${oc.env:CORRAL_TEST_NOPE}: its interpolation does not resolve (KeyError raised while "
+     "resolving interpolation: \"Environment variable 'CORRAL_TEST_NOPE' not found\"); give algo.learning_rate a value"),
+    # a list of presets composed them all in silence, the last one's settings winning
+    (["experiment=[ppo_cartpole,trpo_cartpole]"], "experiment=[ppo_cartpole,trpo_cartpole]: experiment takes one "
+                                                  "preset, and of a list each preset's settings would replace the "
+                                                  "ones before it in silence (trpo_cartpole's win); give one preset"),
+    (["-m", "experiment=[ppo_cartpole,trpo_cartpole],ppo_cartpole"],
+     "experiment=[ppo_cartpole,trpo_cartpole],ppo_cartpole: experiment takes one preset, and of a list each preset's "
+     "settings would replace the ones before it in silence (trpo_cartpole's win) (the sweep's value "
+     "[ppo_cartpole,trpo_cartpole]); give one preset"),
+    (["--cfg", "job", "+experiment=[ppo_cartpole,trpo_cartpole]"], "+experiment=[ppo_cartpole,trpo_cartpole]: "
+                                                                   "experiment takes one preset"),
+    # Hydra's internal config names, and its advice for a defaults list
+    (["=1"], "=1: an override is key=value, and this one has no key before '='; name the setting, e.g. seed=1"),
+    (["+=1"], "+=1: an override is key=value, and this one has no key before '='"),
+    (["+experiment=ppo_cartpole"], "+experiment=ppo_cartpole: experiment is a config group the run already has, so "
+                                   "an option of it is chosen, not added; write experiment=ppo_cartpole, without the +"),
+    (["++experiment=ppo_cartpole"], "++experiment=ppo_cartpole: experiment is a config group, and Hydra cannot "
+                                    "force-add a group's option; write experiment=ppo_cartpole, without the ++"),
+    (["+hydra/launcher=joblib"], "+hydra/launcher=joblib: hydra/launcher is a config group the run already has, so "
+                                 "an option of it is chosen, not added; write hydra/launcher=joblib, without the +"),
 ])
 def test_precheck_gives_hydras_errors_corrals_style(args: list[str], message: str) -> None:
     """train.py's precheck: Hydra's composition errors and corral's range errors alike are one
@@ -315,9 +347,10 @@ def test_precheck_gives_hydras_errors_corrals_style(args: list[str], message: st
         precheck(args)
     assert str(info.value).startswith(message)
     assert "HYDRA_FULL_ERROR" not in str(info.value)
+    assert "\n" not in str(info.value)
 
 
-def test_precheck_lists_the_available_options_and_skips_flags_and_resume(tmp_path: Path) -> None:
+def test_precheck_lists_the_available_options_skips_flags_and_reads_a_resumed_run(tmp_path: Path) -> None:
     from corral.framework.precheck import precheck
 
     prepare([])
@@ -332,7 +365,8 @@ def test_precheck_lists_the_available_options_and_skips_flags_and_resume(tmp_pat
                                           r"no job has started\)$"):
         precheck(["-m", "seed=1,2", "algo=ppo,vpg", "algo.learning_rate=-1"])  # every job's config, before any job
     precheck(["--cfg", "job", "algo.learning_rate=-1"])  # flags: Hydra's business
-    precheck([f"trainer.resume={tmp_path}", "algo.learning_rate=-1"])  # resume: the run's own config
+    with pytest.raises(SnapshotError, match=r"^no snapshot found in "):  # resume: the run's own config, read first
+        precheck([f"trainer.resume={tmp_path}", "algo.learning_rate=-1"])
     with pytest.raises(ConfigError, match=r"^trainer.resume=/nowhere: /nowhere does not exist; "):
         precheck(["trainer.resume=/nowhere"])  # but a source that is not there: before Hydra makes a directory
     precheck(["hydra.run.dir=/tmp/x", "algo=vpg"])
@@ -561,6 +595,22 @@ def test_a_single_runs_and_a_sweeps_own_hydra_settings_are_told_apart() -> None:
     ("+algo.lr=[1]", "Value '[1]' of type 'ListConfig' could not be converted to Float",
      "+algo.lr=[1]: algo.lr takes a number, not a list ([1])"),
     ("algo.lr=x", "Value 'x' is not a valid bool (type str)", "algo.lr=x: Value 'x' is not a valid bool (type str)"),
+    # a list or mapping setting given something else: OmegaConf's words were about its own classes
+    ("policy.hidden_sizes=64", "Invalid value assigned: int is not a ListConfig, list or tuple.",
+     "policy.hidden_sizes=64: policy.hidden_sizes takes a list, not 64; write it in brackets, e.g. "
+     "policy.hidden_sizes=[64]"),
+    ("++policy.hidden_sizes=64", "Invalid value assigned: int is not a ListConfig, list or tuple.",
+     "++policy.hidden_sizes=64: policy.hidden_sizes takes a list, not 64; write it in brackets, e.g. "
+     "policy.hidden_sizes=[64]"),
+    ("policy.hidden_sizes={a:1}", "Cannot merge DictConfig with ListConfig",
+     "policy.hidden_sizes={a:1}: policy.hidden_sizes takes a list, not a mapping ({a:1}); write it in brackets, e.g. "
+     "policy.hidden_sizes=[...]"),
+    ("env.kwargs=5", "Cannot assign int to Dict[str, Any]",
+     "env.kwargs=5: env.kwargs takes a mapping, not 5; write it in braces, quoted for the shell, e.g. "
+     "'env.kwargs={name: value}'"),
+    ("env.kwargs=[1]", "Cannot merge DictConfig with ListConfig",
+     "env.kwargs=[1]: env.kwargs takes a mapping, not a list ([1]); write it in braces, quoted for the shell, e.g. "
+     "'env.kwargs={name: value}'"),
 ])
 def test_type_message_says_what_the_setting_takes(override: str, reason: str, says: str) -> None:
     from corral.framework.precheck import type_message
