@@ -30,6 +30,7 @@ from corral.framework.errors import (
 )
 from corral.framework.plugins import call_hook, get_plugin_manager
 from corral.framework.precheck import MULTIRUN_FLAGS, precheck, split_flags
+from corral.framework.run_lock import LOCK_FILE
 
 # corral/conf/hydra/launcher/joblib.yaml (and submitit_*.yaml) set corral's defaults for the launcher and
 # so share the name of the plugin's own schema node, which Hydra merges in with a deprecation warning
@@ -226,10 +227,11 @@ def remove_refused_attempt(run_dir: Path) -> None:
     try:
         entries = {p.name for p in run_dir.iterdir()}
         log = run_dir / "corral.log"
-        if not entries <= {".hydra", "corral.log"} or (log.exists() and log.stat().st_size):
+        if not entries <= {".hydra", "corral.log", LOCK_FILE} or (log.exists() and log.stat().st_size):
             return
         shutil.rmtree(run_dir / ".hydra", ignore_errors=True)
         log.unlink(missing_ok=True)
+        (run_dir / LOCK_FILE).unlink(missing_ok=True)
         run_dir.rmdir()
     except OSError:  # gone already, or not ours to remove: nothing else to do
         pass
@@ -293,12 +295,24 @@ def _task_overrides() -> list[str]:
 def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
     """Build and train one run; write ``summary.json``; return the final evaluation return.
 
+    The run holds its directory (:mod:`corral.framework.run_lock`) while it trains: a second process
+    resuming it, or given the same ``hydra.run.dir``, is refused in one line instead of writing
+    into the same files.
+
     The final evaluation return is that of the last epoch; when the last epoch had no evaluation
     (``trainer.eval_every`` does not divide it) one more evaluation runs after training, so sweeps
     (Optuna's objective) always compare evaluation returns. Without evaluation
     (``trainer.eval_every=0``) the final training return is returned instead. The summary is
     written whether the run completes, is interrupted or fails (``status`` says which).
     """
+    from corral.framework.run_lock import training_in
+
+    with training_in(log_dir):
+        return _run(cfg, log_dir)
+
+
+def _run(cfg: DictConfig, log_dir: str | Path | None) -> float | None:
+    """:func:`run`, in its directory."""
     import time
 
     from corral.framework import resume as resuming
@@ -425,6 +439,25 @@ def run(cfg: DictConfig, log_dir: str | Path | None = None) -> float | None:
     return objective
 
 
+def resumed_overrides(first: Sequence[str], now: Sequence[str]) -> list[str]:
+    """The overrides of a run resumed with ``now`` whose first session had ``first``: ``first``, with
+    each key that ``now`` gives again replaced by ``now``'s value, then ``now``'s new keys. Left out:
+    how this session ran, not what the run is: ``trainer.resume`` / ``trainer.trust_snapshot``, the
+    loggers, the sampler (the same episodes under any) and Hydra's own settings."""
+    def key(override: str) -> str:
+        return override.split("=", 1)[0].lstrip("+~")
+
+    def how_it_ran(k: str) -> bool:
+        return (k in ("trainer.resume", "trainer.trust_snapshot") or k.split(".", 1)[0] in ("logger", "sampler")
+                or k.startswith(("hydra.", "hydra/")))
+
+    merged = {key(o): o for o in first}
+    for override in now:
+        if not how_it_ran(key(override)):
+            merged[key(override)] = override
+    return list(merged.values())
+
+
 def _read_summary(run_dir: Path) -> dict[str, Any] | None:
     """A run directory's ``summary.json`` (None when it has none or it cannot be read)."""
     import json
@@ -524,9 +557,16 @@ def _write_summary(cfg: DictConfig, log_dir: str | Path, built: Any, stats: dict
                         "from_epoch": trainer.resumed_epoch if trainer is not None else None,
                         "overrides": overrides, "in_place": plan.in_place,
                         **({} if plan.in_place or plan.origin is None else {"branch_of": str(plan.origin)})})
-        for key in ("started_at", "started_utc", "overrides", "job"):
+        # One run across its sessions: its first start, and the overrides that make it what it is now
+        # (the first session's, with this one's changes: a branch that trains longer, or with another
+        # trainer.batch_size, is not grouped with the original by `corral results`). A branch is a job
+        # of its own (of a sweep of branches); a run resumed in place stays the job it was.
+        kept = ("started_at", "started_utc") if not plan.in_place else ("started_at", "started_utc", "job")
+        for key in kept:
             if key in first:
                 summary[key] = first[key]
+        if "overrides" in first:
+            summary["overrides"] = resumed_overrides(list(first["overrides"]), overrides)
         summary["wall_time_s"] = float(first.get("wall_time_s") or 0.0) + wall_time
         summary["resumes"] = resumes
     write_summary(log_dir, summary)

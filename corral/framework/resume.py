@@ -33,11 +33,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.errors import ConfigError, OutputError
 from corral.framework.logger import RUN_LOG
+from corral.framework.run_lock import LOCK_FILE, holder, in_use_message
 
 #: Overrides a resume applies: these groups (and their fields) may change.
 ADJUSTABLE = ("trainer", "logger", "sampler", "hydra")
 #: What a branch leaves behind: these entries of the original run directory are not copied.
-NOT_COPIED = ("snapshots", ".hydra", "summary.json", "multirun.yaml")
+NOT_COPIED = ("snapshots", ".hydra", "summary.json", "multirun.yaml", LOCK_FILE)
 
 
 @dataclass
@@ -148,6 +149,13 @@ def check_resume_source(argv: Sequence[str]) -> None:
     if not path.exists():
         raise ConfigError(f"trainer.resume={source}: {path} does not exist; give the run's directory (the one with "
                           "snapshots/) or a snapshot file")
+    where = _given(argv).get("hydra.run.dir")
+    run_dir = path if path.is_dir() else (run_dir_of(path) or path.parent)
+    if run_dir.name == "snapshots":  # trainer.resume=<run>/snapshots
+        run_dir = run_dir.parent
+    in_place = not where or "${" in where or _same(Path(where).expanduser().absolute(), run_dir)
+    if in_place and (pid := holder(run_dir)) is not None:
+        raise ConfigError(f"trainer.resume={source}: {in_use_message(run_dir, pid)}")
 
 
 def check_branch_dir(argv: Sequence[str]) -> None:
@@ -205,7 +213,7 @@ def copy_history(resume: ResumePlan) -> list[Path]:
 
     try:
         for entry in resume.origin.iterdir():
-            if entry.name not in NOT_COPIED and not (dest / entry.name).exists():
+            if entry.name not in NOT_COPIED and not (dest / entry.name).exists() and not _run_of_its_own(entry, dest):
                 copy(entry, dest / entry.name)
         snapshots = dest / "snapshots"
         if not snapshots.exists():
@@ -222,6 +230,15 @@ def copy_history(resume: ResumePlan) -> list[Path]:
                           f"({_copy_failure(exc, copied[-1] if copied else dest)}); make room there, or give the "
                           "branch a directory on another file system (hydra.run.dir=...), and start it again") from None
     return copied
+
+
+def _run_of_its_own(entry: Path, dest: Path) -> bool:
+    """Whether ``entry`` of an original run's directory is not part of its history: the branch's own
+    directory (or one it is in: ``hydra.run.dir=<run>/longer`` copied the branch into itself), or
+    another run kept inside it (a directory holding a run: an earlier branch)."""
+    if not entry.is_dir() or entry.is_symlink():
+        return False
+    return dest.resolve().is_relative_to(entry.resolve()) or holds_run(entry) or (entry / ".hydra").is_dir()
 
 
 def _remove(paths: Sequence[Path]) -> None:

@@ -367,7 +367,8 @@ def test_resume_under_another_sampler_continues_the_same_episodes(tmp_path: Path
     assert rows(run) == expected
     summary = json.loads((run / "summary.json").read_text())
     assert summary["config"]["sampler"]["name"] == "multiprocessing" and summary["config"]["sampler"]["n_workers"] == 1
-    assert summary["overrides"] == [*_without_epochs(), "trainer.n_epochs=2"]  # the run's own, for corral results
+    # The run's own, for corral results: it now trains 4 epochs; the sampler is how it ran (same episodes).
+    assert summary["overrides"] == [*_without_epochs(), "trainer.n_epochs=4"]
 
 
 def test_resume_from_an_older_snapshot_file_branches_into_a_new_directory(tmp_path: Path,
