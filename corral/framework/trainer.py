@@ -689,7 +689,7 @@ class Trainer:
         for logger in self.loggers:  # drop rows of epochs this run will run again (see Logger.resume)
             with self._writing(f"logger={_logger_name(logger)} could not rewrite its rows for the resume"):
                 getattr(logger, "resume", lambda *a: None)(self.epoch, self.total_env_steps)
-        print(f"corral: resumed from {path} at epoch {self.epoch} ({self.total_env_steps:,} env steps)",
+        print(f"{job_prefix()}corral: resumed from {path} at epoch {self.epoch} ({self.total_env_steps:,} env steps)",
               file=sys.stderr, flush=True)
         return path
 

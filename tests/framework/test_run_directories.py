@@ -75,6 +75,8 @@ def test_a_sweep_of_branches_records_what_each_branch_is(tmp_path: Path) -> None
     sweep = tmp_path / "sweep"
     proc = train(tmp_path, "-m", f"trainer.resume={run}", "trainer.n_epochs=3,4", f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    for job in (0, 1):  # each job's lines carry its prefix, this one too
+        assert f"[job {job}] corral: resumed from {run / 'snapshots'}" in proc.stderr, proc.stderr[-3000:]
     for job, epochs in ((0, 3), (1, 4)):
         summary = json.loads((sweep / str(job) / "summary.json").read_text())
         assert summary["epochs"] == epochs and summary["job"]["num"] == job
