@@ -171,9 +171,14 @@ def describe_field(f: dataclasses.Field) -> str:
 
 def field_problems(config: type, values: Mapping[str, Any], prefix: str) -> list[str]:
     """Every declared field of ``config`` whose value in ``values`` is out of range, as messages
-    ``"<prefix>.<field> must be > 0, got -1.0"``. Fields absent from ``values`` are not checked."""
+    ``"<prefix>.<field> must be > 0, got -1.0"``. Fields absent from ``values`` are not checked. A
+    relation between two fields (``le_field=...``) is checked only when neither of them has a
+    problem of its own: ``buffer_size=-1`` is one message, not a second one about ``min_buffer_size``
+    that fixing ``buffer_size`` answers."""
     problems = []
     hints = _hints(config)
+    relations: list[tuple[str, Any, str, str]] = []
+    wrong: set[str] = set()  # the fields with a problem of their own
     for f in dataclasses.fields(config):
         spec = field_check(f)
         if spec is None or f.name not in values:
@@ -187,10 +192,14 @@ def field_problems(config: type, values: Mapping[str, Any], prefix: str) -> list
             if why is not None:
                 key = f"{prefix}.{f.name}" + (f"[{index}]" if index is not None else "")
                 problems.append(f"{key} {why}, got {item!r}")
-        for op, other in spec.relations():
-            bound = values.get(other)
-            if _is_number(value) and _is_number(bound) and not _COMPARE[op](value, bound):
-                problems.append(f"{prefix}.{f.name} must be {op} {prefix}.{other} ({bound!r}), got {value!r}")
+                wrong.add(f.name)
+        relations += [(f.name, value, op, other) for op, other in spec.relations()]
+    for name, value, op, other in relations:
+        if name in wrong or other in wrong:
+            continue
+        bound = values.get(other)
+        if _is_number(value) and _is_number(bound) and not _COMPARE[op](value, bound):
+            problems.append(f"{prefix}.{name} must be {op} {prefix}.{other} ({bound!r}), got {value!r}")
     return problems
 
 

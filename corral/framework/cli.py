@@ -218,11 +218,14 @@ def plot_command(argv: Sequence[str]) -> int:
     opts.ignore = _checked_ignore("plot", opts.dirs, opts.ignore)
 
     from corral.results.plot import plot_dir
+    from corral.results.table import mean_std
 
     result = plot_dir(opts.dirs, out=opts.out, metric=opts.metric, ignore=opts.ignore)
     for c in result.curves:
-        spread = f" ± {c.std[-1]:.1f}" if c.n_runs > 1 else ""  # one run has no spread
-        print(f"{c.label}: {c.n_runs} run(s), final {result.metric} {c.mean[-1]:.1f}{spread}")
+        # each run's own final value, as `corral results` averages them (the line ends at the shortest run's end)
+        mean, std = mean_std(c.finals) or (float(c.mean[-1]), float(c.std[-1]))
+        spread = f" ± {std:,.1f}" if c.n_runs > 1 else ""  # one run has no spread
+        print(f"{c.label}: {c.n_runs} run(s), final {result.metric} {mean:,.1f}{spread}")
     for line in result.skipped:  # as `corral results` lists them: a missing line is never silent
         print(f"skipped: {line}")
     print(f"wrote {result.path} ({len(result.curves)} line(s), {result.metric} vs environment steps)")

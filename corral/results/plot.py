@@ -50,6 +50,9 @@ class Curve:
     mean: np.ndarray
     std: np.ndarray
     runs: list[str] = field(default_factory=list)
+    #: Each run's own final value of the metric, in the order of ``runs`` (what ``corral plot``
+    #: prints: the line itself ends where the shortest run ends, at a value interpolated there).
+    finals: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -87,11 +90,32 @@ def mean_curve(label: str, series: Sequence[tuple[np.ndarray, np.ndarray]], runs
     return Curve(label=label, n_runs=len(data), x=grid, mean=ys.mean(axis=0), std=std, runs=list(runs))
 
 
+#: The summary field that holds a run's final value of a ``progress.csv`` column, as ``corral results``
+#: shows it (the final evaluation of a run that did not evaluate at its last epoch is only there).
+SUMMARY_FINALS = {"train/return_mean": "final_train_return", "eval/return_mean": "final_eval_return"}
+
+
+def final_values(runs: Sequence[RunRecord], series: Sequence[np.ndarray], metric: str) -> list[float]:
+    """Each run's final value of ``metric``: its summary's (``final_train_return`` for
+    ``train/return_mean``, ``final_eval_return`` for ``eval/return_mean``, the values ``corral
+    results`` averages) when every run has it, else the last value of each run's own ``series``."""
+    name = SUMMARY_FINALS.get(metric)
+    given = [r.summary.get(name) for r in runs] if name else []
+    finals = [float(v) for v in given if isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)]
+    if finals and len(finals) == len(runs):
+        return finals
+    return [float(y[-1]) for y in series]
+
+
 def group_curve(label: str, runs: Sequence[RunRecord], metric: str, x_key: str = X_KEY) -> Curve | None:
-    """The mean +- std curve of ``runs`` for ``metric`` (see :func:`mean_curve`); None when no run has it."""
+    """The mean +- std curve of ``runs`` for ``metric`` (see :func:`mean_curve`), with each run's
+    final value (:func:`final_values`); None when no run has it."""
     data = [(r, *read_curve(r.progress_path, metric, x_key)) for r in runs if r.progress_path.is_file()]
     data = [(r, x, y) for r, x, y in data if len(x)]
-    return mean_curve(label, [(x, y) for _, x, y in data], [str(r.path) for r, _, _ in data])
+    curve = mean_curve(label, [(x, y) for _, x, y in data], [str(r.path) for r, _, _ in data])
+    if curve is not None:
+        curve.finals = final_values([r for r, _, _ in data], [y for _, _, y in data], metric)
+    return curve
 
 
 def choose_metric(runs: Iterable[RunRecord]) -> str:
@@ -226,5 +250,5 @@ def plot_dir(roots: Roots, out: str | Path | None = None, metric: str | None = N
     return PlotResult(path=path, metric=metric, curves=curves, n_lines=n_lines, skipped=skipped)
 
 
-__all__ = ["Curve", "DEFAULT_PNG", "PlotResult", "choose_metric", "columns_hint", "draw", "group_curve", "learning_curves",
-           "mean_curve", "output_path", "plot_dir", "read_curve"]
+__all__ = ["Curve", "DEFAULT_PNG", "PlotResult", "SUMMARY_FINALS", "choose_metric", "columns_hint", "draw",
+           "final_values", "group_curve", "learning_curves", "mean_curve", "output_path", "plot_dir", "read_curve"]

@@ -65,7 +65,9 @@ class RunRecord:
         return self.path / (str(name) if name else PROGRESS_FILE)
 
     def override_dict(self) -> dict[str, str]:
-        """The overrides as ``{key: value}`` (``+``/``++``/``~`` prefixes dropped)."""
+        """The overrides as ``{key: value}`` (``+``/``++``/``~`` prefixes dropped). A resumed run's
+        summary holds its first session's overrides with each resume's own changes
+        (:func:`corral.framework.entry.resumed_overrides`)."""
         return parse_overrides(self.overrides)
 
 
@@ -126,18 +128,42 @@ def _sort_key(run: RunRecord) -> tuple[Any, ...]:
     return (num if isinstance(num, int) else 10**9, parts)
 
 
-def find_runs(root: str | Path) -> list[RunRecord]:
-    """Every run under ``root`` (``root`` itself when it is a run directory), in job order.
+#: What a run directory holds beside ``summary.json`` (Hydra's record, the run's log); its
+#: ``progress.csv`` is looked for as well. ``snapshots/`` is not among them: an MLflow file store
+#: keeps a run's uploaded snapshots next to its uploaded ``summary.json``.
+RUN_FILES = (".hydra", "corral.log")
 
-    A run is a directory holding ``summary.json``. Raises ``FileNotFoundError`` when ``root``
-    does not exist.
+
+def looks_like_run(run_dir: str | Path) -> bool:
+    """True when ``run_dir`` holds a run's own files beside its ``summary.json``: ``.hydra/``,
+    ``corral.log`` or its ``progress.csv`` (see :attr:`RunRecord.progress_path`)."""
+    run_dir = Path(run_dir)
+    if any((run_dir / name).exists() for name in RUN_FILES) or (run_dir / PROGRESS_FILE).is_file():
+        return True
+    return read_run(run_dir).progress_path.is_file()
+
+
+def find_runs(root: str | Path) -> list[RunRecord]:
+    """Every run under ``root``, ``root`` itself included when it is a run directory, in job order.
+
+    A run is a directory holding ``summary.json``: ``root`` itself, a directory that no run under
+    ``root`` holds (a sweep's jobs, runs copied with only their summaries), and, inside a run
+    directory, one that also holds a run's own files (``.hydra/``, ``corral.log``, its
+    ``progress.csv``): a branch written into the run it continued (``trainer.resume=nest
+    hydra.run.dir=nest/longer``), the jobs of a sweep directory a single run was written into. A
+    ``summary.json`` inside a run without them is not a run: a copy, such as the one the MLflow
+    logger uploads into a file store under the run (``mlruns/<experiment>/<run>/artifacts/``).
+    Raises ``FileNotFoundError`` when ``root`` does not exist.
     """
     root = Path(root)
     if not root.exists():
         raise FileNotFoundError(f"{root} does not exist")
+    holders = {p.parent for p in root.rglob(SUMMARY_FILE) if p.is_file()}
     if (root / SUMMARY_FILE).is_file():
-        return [read_run(root)]
-    runs = [read_run(p.parent) for p in root.rglob(SUMMARY_FILE)]
+        holders.add(root)
+
+    runs = [read_run(d) for d in holders
+            if d == root or not any(parent in holders for parent in d.parents) or looks_like_run(d)]
     return sorted(runs, key=_sort_key)
 
 
@@ -238,6 +264,7 @@ __all__ = [
     "RunRecord",
     "find_runs",
     "find_runs_under",
+    "looks_like_run",
     "parse_overrides",
     "read_run",
     "root_paths",

@@ -135,6 +135,20 @@ def test_a_field_bounded_by_another_field() -> None:
     assert check_defaults(Related) == []
 
 
+def test_a_relation_with_a_field_that_has_its_own_problem_is_not_a_second_message() -> None:
+    """``algo.buffer_size=-1`` is one message: that min_buffer_size exceeds -1 follows from it."""
+    assert field_problems(Related, {"buffer_size": -1, "min_buffer_size": 100, "low": 0.0, "high": 1.0}, "algo") == [
+        "algo.buffer_size must be >= 1, got -1"]
+    # Either side: the field that declares the relation, or the one it names.
+    assert field_problems(Related, {"buffer_size": 5, "min_buffer_size": 0, "low": 2.0, "high": math.nan}, "algo") == [
+        "algo.min_buffer_size must be >= 1 and <= buffer_size, got 0", "algo.high must be a finite number, got nan"]
+    # Each field in range, the relation is still checked.
+    assert field_problems(Related, {"buffer_size": 5, "min_buffer_size": 6}, "algo") == [
+        "algo.min_buffer_size must be <= algo.buffer_size (5), got 6"]
+    with pytest.raises(ConfigError, match=r"^algo.buffer_size must be >= 1, got 0$"):
+        check_values(Related, {"buffer_size": 0, "min_buffer_size": 10}, "algo")
+
+
 @dataclass
 class Conditional:
     """Fields that only matter under a sibling's value."""
