@@ -6,6 +6,8 @@ registered with gymnasium on import:
 - ``corral/RaisingCartPole-v1``: raises ``EnvironmentFailure`` in ``step`` number ``fail_at``.
 - ``corral/SuicideCartPole-v1``: SIGKILLs its own process in ``step`` number ``fail_at``.
 - ``corral/ExitingCartPole-v1``: calls ``sys.exit(code)`` in ``step`` number ``fail_at``.
+- ``corral/LingeringCartPole-v1``: in ``step`` number ``fail_at``, closes its process's files (pipes)
+  and exits ``linger_s`` seconds later (a process's pipes break before its end is reported).
 - ``corral/HangingCartPole-v1``: sleeps ``hang_s`` seconds in ``step`` number ``fail_at``.
 - ``corral/SwallowingCartPole-v1``: from ``step`` number ``fail_at`` on, sleeps ``hang_s`` seconds
   per step inside an ``except KeyboardInterrupt: pass`` (code that swallows a Ctrl-C).
@@ -83,6 +85,22 @@ class SuicideCartPole(_FaultyCartPole):
     def fail(self) -> None:
         """SIGKILL this process."""
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class LingeringCartPole(_FaultyCartPole):
+    """CartPole whose process, at step ``fail_at``, closes its files (its pipes) and ends ``linger_s``
+    seconds later: the order of any process that exits, slowed down (its pipes break an instant before
+    the system reports that it ended)."""
+
+    def __init__(self, linger_s: float = 0.5, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.linger_s = float(linger_s)
+
+    def fail(self) -> None:
+        """Close every file descriptor above stderr, sleep ``linger_s``, exit with code 1."""
+        os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1024)
+        time.sleep(self.linger_s)
+        os._exit(1)
 
 
 class ExitingCartPole(_FaultyCartPole):
@@ -191,6 +209,7 @@ class SwallowingCartPole(_FaultyCartPole):
 
 
 for _name, _cls in (("Raising", RaisingCartPole), ("Suicide", SuicideCartPole), ("Exiting", ExitingCartPole),
+                    ("Lingering", LingeringCartPole),
                     ("Hanging", HangingCartPole),
                     ("NaN", NaNCartPole), ("WrongShape", WrongShapeCartPole), ("HugeReward", HugeRewardCartPole), ("Swallowing", SwallowingCartPole)):
     _id = f"corral/{_name}CartPole-v1"

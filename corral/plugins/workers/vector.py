@@ -26,6 +26,7 @@ import functools
 import logging
 import pickle
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, TypeVar
 
@@ -63,6 +64,10 @@ _warned_fresh_resume: set[str] = set()
 OVERSIZE_FACTOR = 4
 
 
+#: Seconds a broken pipe to an environment process waits for the system to report the process ended.
+_EXIT_NOTICE_S = 2.0
+
+
 class EnvironmentProcessLost(RuntimeError):
     """An environment process of ``worker.backend=async`` is gone (killed, or it exited)."""
 
@@ -80,6 +85,11 @@ def _reports_lost_processes(method: _M) -> _M:
             return method(self, *args, **kwargs)
         except (BrokenPipeError, EOFError, ConnectionResetError) as exc:
             processes = list(getattr(self.venv, "processes", ()))
+            # A process's pipes close as it exits, an instant before the system reports it ended: wait
+            # that instant (a pipe that broke with every process alive is not this error).
+            deadline = time.monotonic() + _EXIT_NOTICE_S
+            while processes and all(p.is_alive() for p in processes) and time.monotonic() < deadline:
+                time.sleep(0.02)
             gone = [f"slot {i} (pid {p.pid}) {describe_exit(p.exitcode)}" for i, p in enumerate(processes)
                     if not p.is_alive()]
             if not gone:

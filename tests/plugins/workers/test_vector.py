@@ -628,3 +628,20 @@ class TestNativeContractUnderProxy(TestNativeContract):
         server.apply_agent_update(copy.deepcopy(policy), 1)
         worker.update_agent(ActionProxy(0, endpoint=server.endpoint(0)))
         return worker
+
+
+def test_an_async_environment_process_whose_pipe_breaks_before_it_ends_is_named() -> None:
+    """An exiting process's pipes close an instant before the system reports that it ended: a killed
+    environment process seen in that instant (a clean-clone CI run caught it) gave the pipe's
+    ``ConnectionResetError`` instead of the process's slot, pid and exit. ``LingeringCartPole`` makes
+    that instant half a second."""
+    from corral.plugins.workers.vector import EnvironmentProcessLost
+
+    env = EnvFactory("corral.testing.faulty_envs:corral/LingeringCartPole-v1", {"fail_at": 5, "linger_s": 0.5})
+    worker = make_worker(env, n_envs=2, backend="async")
+    try:
+        with pytest.raises(EnvironmentProcessLost, match=r"^the environment process of slot \d \(pid \d+\) exited "
+                                                         r"with code 1; worker.backend=async cannot go on without it"):
+            worker.rollout(min_steps=100)
+    finally:
+        worker.shutdown()
