@@ -108,16 +108,23 @@ def plugins_command(argv: Sequence[str]) -> int:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when a plugin failed to load or registers nothing, an option name clashed, "
-                             "or a config default is outside its own declared range")
+                             "a config default is outside its own declared range, or a plugin's config search "
+                             "path names nothing")
     opts = parser.parse_args(list(argv))
 
     import warnings
 
+    from corral.framework.config import report_searchpath_problems
+    from corral.framework.errors import PluginHookError
     from corral.framework.plugins import PluginWarning, get_plugin_manager
 
-    with warnings.catch_warnings():  # listed below instead (FAILED PLUGINS, NAME CLASHES)
+    with warnings.catch_warnings():  # listed below instead (FAILED PLUGINS, NAME CLASHES, SEARCH PATH ...)
         warnings.simplefilter("ignore", PluginWarning)
         manager = get_plugin_manager()
+        try:  # a plugin's config search path that names nothing: a PluginError under CORRAL_STRICT_PLUGINS
+            searchpath_problems = report_searchpath_problems(manager)
+        except PluginHookError as exc:  # the hook itself raised: listed, the other plugins still are
+            searchpath_problems = [str(exc)]
     registry = manager.registry
     components = [
         {
@@ -148,14 +155,18 @@ def plugins_command(argv: Sequence[str]) -> int:
         print(f"corral: warning: {message}", file=sys.stderr)
     if opts.json:
         print(json.dumps({"components": components, "failed": failed, "clashes": clashes,
-                          "config_problems": config_problems}, indent=2))
+                          "config_problems": config_problems, "searchpath_problems": searchpath_problems}, indent=2))
     else:
         _print_table(components, failed, clashes)
         if config_problems:
             print("\nCONFIG DEFAULTS OUTSIDE THEIR DECLARED RANGES")
             for line in config_problems:
                 print(f"  {line}")
-    return 1 if (opts.check and (failed or clashes or config_problems)) else 0
+        if searchpath_problems:
+            print("\nCONFIG SEARCH PATHS THAT NAME NOTHING")
+            for line in searchpath_problems:
+                print(f"  {line}")
+    return 1 if (opts.check and (failed or clashes or config_problems or searchpath_problems)) else 0
 
 
 def _checked_ignore(command: str, roots: list[str], given: list[str] | None) -> list[str]:

@@ -9,7 +9,10 @@ multi-select (``logger=[console,csv]``); each sits under ``logger.<name>``.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_search_path import ConfigSearchPath
@@ -19,7 +22,15 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import MISSING, DictConfig, OmegaConf
 
 from corral.framework.checks import check
-from corral.framework.plugins import PluginManager, call_hook, get_plugin_manager
+from corral.framework.errors import PluginError
+from corral.framework.plugins import (
+    PluginManager,
+    PluginWarning,
+    call_hook,
+    call_hook_each,
+    get_plugin_manager,
+    strict_plugins,
+)
 from corral.framework.registry import Registration, node_class
 
 #: Hydra's config module holding config.yaml, experiment/ presets and hydra/ presets.
@@ -50,12 +61,14 @@ _STORED: dict[tuple[str, str], type | None] = {}
 def register_configs(manager: PluginManager | None = None) -> None:
     """Store every registration (and the primary schema) in Hydra's ConfigStore. Idempotent.
 
-    Also registers :class:`CorralSearchPathPlugin` (the plugins' YAML presets). Nodes this
+    Also registers :class:`CorralSearchPathPlugin` (the plugins' YAML presets), and says which of
+    their search-path entries name nothing (:func:`report_searchpath_problems`). Nodes this
     function stored earlier for components that are no longer registered (a plugin
     was unregistered or the plugin manager was reset without it) are removed again.
     """
     manager = manager or get_plugin_manager()
     register_searchpath_plugin()
+    report_searchpath_problems(manager)
     cs = ConfigStore.instance()
     cs.store(name="corral_schema", node=CorralConfig)
     current = set()
@@ -99,10 +112,67 @@ def searchpath(manager: PluginManager | None = None) -> list[str]:
     manager = manager or get_plugin_manager()
     paths: list[str] = []
     for result in call_hook(manager.hook.corral_config_searchpath):
-        for p in result or []:
+        for p in [result] if isinstance(result, str) else result or []:
             if p not in paths:
                 paths.append(p)
     return paths
+
+
+def searchpath_entry_problem(entry: str) -> str | None:
+    """``"<entry> <what is wrong>"`` for a config search-path entry that names nothing: a ``pkg://``
+    package that cannot be found, a ``file://`` (or plain) directory that does not exist; None for
+    one that names something (or of another scheme). The check of the user's ``hydra.searchpath``
+    (:func:`corral.framework.precheck.check_searchpath`) and of the plugins' entries
+    (:func:`searchpath_problems`): Hydra only warns about such an entry, or says nothing."""
+    if entry.startswith("pkg://"):
+        package = entry[len("pkg://"):].strip("/").replace("/", ".")
+        try:
+            found = bool(package) and importlib.util.find_spec(package) is not None
+        except (ImportError, ValueError):
+            found = False
+        return None if found else f"{entry} names no importable package ({package!r})"
+    if entry.startswith("file://") or "://" not in entry:
+        where = Path(entry[len("file://"):] if entry.startswith("file://") else entry)
+        if not where.is_dir():
+            return f"{entry}: {where.absolute()} {'is not a directory' if where.exists() else 'does not exist'}"
+    return None
+
+
+def searchpath_problems(manager: PluginManager | None = None) -> list[str]:
+    """One line for each entry of a plugin's ``corral_config_searchpath`` that names nothing
+    (:func:`searchpath_entry_problem`), naming the plugin, its distribution and version: the presets
+    meant to come from there would otherwise be "not found" with no word of the path."""
+    manager = manager or get_plugin_manager()
+    problems = []
+    for name, result in call_hook_each(manager.hook.corral_config_searchpath):
+        for entry in [result] if isinstance(result, str) else result:
+            if (problem := searchpath_entry_problem(str(entry))) is None:
+                continue
+            source = manager.sources.get(name)
+            if source is not None and source.distribution == "corral":
+                problems.append(f"corral's own plugin {name}: its config search path {problem}: a bug in corral; "
+                                "please report it")
+                continue
+            who = f"{name} ({source.distribution} {source.version})" if source is not None else name
+            problems.append(f"plugin {who}: its config search path {problem}, so the presets meant to come from "
+                            f"there are not available; fix the plugin, or run without it: CORRAL_DISABLE_PLUGINS={name}")
+    return problems
+
+
+def report_searchpath_problems(manager: PluginManager | None = None) -> list[str]:
+    """:func:`searchpath_problems`, each said once per process as a :class:`PluginWarning` (a
+    ``corral: warning:`` line from ``train.py``), not at each of Hydra's search-path builds; with
+    ``CORRAL_STRICT_PLUGINS`` set, the first raises :class:`PluginError` instead. Returns them all."""
+    manager = manager or get_plugin_manager()
+    problems = searchpath_problems(manager)
+    for problem in problems:
+        if problem in manager.searchpath_reported:
+            continue
+        if strict_plugins():
+            raise PluginError(f"{problem} (CORRAL_STRICT_PLUGINS is set, so the run stops)")
+        manager.searchpath_reported.add(problem)
+        warnings.warn(problem, PluginWarning, stacklevel=2)
+    return problems
 
 
 class CorralSearchPathPlugin(SearchPathPlugin):
@@ -152,6 +222,9 @@ __all__ = [
     "open_node",
     "register_configs",
     "searchpath",
+    "searchpath_entry_problem",
+    "searchpath_problems",
+    "report_searchpath_problems",
     "CorralSearchPathPlugin",
     "register_searchpath_plugin",
 ]

@@ -89,6 +89,9 @@ class PluginManager:
         #: What :meth:`load` found wrong in ``CORRAL_PLUGINS`` / ``CORRAL_DISABLE_PLUGINS``: a name no
         #: installed plugin has (one message per variable; each also given as a :class:`PluginWarning`).
         self.unknown_names: list[str] = []
+        #: The lines about plugins' config search-path entries that name nothing already said
+        #: (:func:`corral.framework.config.report_searchpath_problems`): each is said once per process.
+        self.searchpath_reported: set[str] = set()
 
     @property
     def hook(self) -> Any:
@@ -147,7 +150,7 @@ class PluginManager:
                 try:
                     self.registry.add(Registration(kind, name, factory, config, help_, source))
                 except DuplicateRegistration as clash:
-                    if _strict():
+                    if strict_plugins():
                         raise
                     # Only the clashing option is dropped: the plugin's other options still load.
                     self.registry.clashes.append(clash.clash)
@@ -166,7 +169,7 @@ class PluginManager:
             self.sources.pop(source.plugin, None)
             # One line whatever the exception's text holds (pluggy's and OmegaConf's span several).
             what = " ".join(f"{type(exc).__name__}: {exc}".split())
-            if _strict():
+            if strict_plugins():
                 raise PluginError(f"corral plugin from {source} failed to load: {what} (CORRAL_STRICT_PLUGINS is set, "
                                   "so the run stops)") from exc
             message = f"corral plugin from {source} failed to load and was skipped: {what}"
@@ -200,7 +203,8 @@ def _warn_unknown_names(installed: dict[str, set[str]], **variables: set[str] | 
     return messages
 
 
-def _strict() -> bool:
+def strict_plugins() -> bool:
+    """Whether ``CORRAL_STRICT_PLUGINS`` is set: a plugin problem stops the run instead of a warning."""
     return os.environ.get("CORRAL_STRICT_PLUGINS", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
@@ -293,6 +297,27 @@ def call_hook(caller: Any, **kwargs: Any) -> Any:
         raise _hook_error(caller, exc) from exc
 
 
+def call_hook_each(caller: Any, **kwargs: Any) -> list[tuple[str, Any]]:
+    """Like :func:`call_hook`, but ``(plugin name, result)`` of each implementation, in the order pluggy
+    calls them (a None result left out, as pluggy does), to say which plugin returned what. Hook
+    wrappers are not called (no corral hook needs one)."""
+    results: list[tuple[str, Any]] = []
+    try:
+        for impl in reversed(caller.get_hookimpls()):  # pluggy calls the last registered first
+            if impl.hookwrapper or getattr(impl, "wrapper", False):
+                continue
+            result = impl.function(*[kwargs[name] for name in impl.argnames])
+            if result is not None:
+                results.append((impl.plugin_name, result))
+    except CorralError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's own failure, named
+        if getattr(exc, "summary_status", None):
+            raise
+        raise _hook_error(caller, exc) from exc
+    return results
+
+
 def _hook_error(caller: Any, exc: Exception) -> PluginHookError:
     """The PluginHookError of ``exc``, raised in an implementation of the hook ``caller``: the plugin is
     the one whose implementation's frame is the deepest on the traceback."""
@@ -328,6 +353,7 @@ def reset_plugin_manager() -> None:
 
 
 __all__ = [
+    "strict_plugins",
     "BUILTIN_PLUGINS",
     "KINDS",
     "Clash",
@@ -338,6 +364,7 @@ __all__ = [
     "Source",
     "FailedPlugin",
     "call_hook",
+    "call_hook_each",
     "get_plugin_manager",
     "get_registry",
     "reset_plugin_manager",

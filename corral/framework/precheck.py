@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Sequence
 
-from corral.framework.config import CONFIG_MODULE, CONFIG_NAME
+from corral.framework.config import CONFIG_MODULE, CONFIG_NAME, searchpath_entry_problem
 from corral.framework.errors import ConfigError, CorralError
 from corral.framework.resume import check_branch_dir, check_resume_source, holds_run, resume_arg, resumed_config
 
@@ -693,11 +693,10 @@ def _parse(overrides: Sequence[str]) -> None:
 
 def check_searchpath(overrides: Sequence[str]) -> None:
     """Raise a one-line :class:`ConfigError` for a ``hydra.searchpath`` entry that names nothing: a
-    ``file://`` (or plain) directory that does not exist, a ``pkg://`` package that cannot be found.
+    ``file://`` (or plain) directory that does not exist, a ``pkg://`` package that cannot be found
+    (:func:`corral.framework.config.searchpath_entry_problem`, which checks the plugins' entries too).
     Hydra said so in a two-line Python warning and went on, and the options the user meant to add
     were then "not found" with no word of the path."""
-    import importlib.util
-
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -711,22 +710,14 @@ def check_searchpath(overrides: Sequence[str]) -> None:
         except (HydraException, OmegaConfBaseException, ValueError):
             continue  # _parse says what does not parse
         for entry in entries if isinstance(entries, list) else [entries]:
-            entry = str(entry)
-            if entry.startswith("pkg://"):
-                package = entry[len("pkg://"):].strip("/").replace("/", ".")
-                try:
-                    found = bool(package) and importlib.util.find_spec(package) is not None
-                except (ImportError, ValueError):
-                    found = False
-                if not found:
-                    raise ConfigError(f"hydra.searchpath: {entry} names no importable package ({package!r}); give "
-                                      "a package that holds config groups, or a directory as file:///abs/path")
-            elif entry.startswith("file://") or "://" not in entry:
-                where = Path(entry[len("file://"):] if entry.startswith("file://") else entry)
-                if not where.is_dir():
-                    what = "is not a directory" if where.exists() else "does not exist"
-                    raise ConfigError(f"hydra.searchpath: {entry}: {where.absolute()} {what}; give the directory that "
-                                      "holds your config groups (e.g. file://$PWD/conf, with conf/experiment/*.yaml)")
+            problem = searchpath_entry_problem(str(entry))
+            if problem is None:
+                continue
+            if str(entry).startswith("pkg://"):
+                raise ConfigError(f"hydra.searchpath: {problem}; give a package that holds config groups, or a "
+                                  "directory as file:///abs/path")
+            raise ConfigError(f"hydra.searchpath: {problem}; give the directory that holds your config groups "
+                              "(e.g. file://$PWD/conf, with conf/experiment/*.yaml)")
 
 
 def _is_searchpath(override: str) -> bool:

@@ -120,8 +120,10 @@ def corral_register(register: Any) -> None:
 
 @hookimpl
 def corral_config_searchpath() -> list[str]:
-    """This plugin's experiment presets (``experiment=testplugin_quick``)."""
-    return ["pkg://corral_testplugin.conf"]
+    """This plugin's experiment presets (``experiment=testplugin_quick``), then the entries that
+    CORRAL_TESTPLUGIN_SEARCHPATH lists (comma-separated): a test's plugin bug, a path naming nothing."""
+    extra = [p.strip() for p in os.environ.get("CORRAL_TESTPLUGIN_SEARCHPATH", "").split(",") if p.strip()]
+    return ["pkg://corral_testplugin.conf", *extra]
 
 
 def _raise_if_asked(hook: str) -> None:
