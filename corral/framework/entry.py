@@ -356,6 +356,8 @@ def _run(cfg: DictConfig, log_dir: str | Path | None) -> float | None:
                         built.close(quiet=True)
                         if resuming.drop_branch(plan, copied):
                             branch, where = plan.run_dir, plan.origin or plan.snapshot
+                    elif plan is not None:  # nor does the run itself: not even Hydra's record of this command
+                        resuming.drop_session_record(log_dir)
                     resuming.say(resuming.finished_message(where, trainer.stop_reason, trainer.epoch,
                                                            trainer.total_env_steps, branch=branch))
                     status = "finished"

@@ -252,17 +252,30 @@ def _remove(paths: Sequence[Path]) -> None:
 
 def drop_branch(resume: ResumePlan, copied: Sequence[Path]) -> bool:
     """Undo a branch that had nothing to do (its run had already reached the limit): remove the
-    history :func:`copy_history` copied, and this job's own files (Hydra's ``.hydra/``, ``corral.log``);
+    history :func:`copy_history` copied, and this job's own files (Hydra's ``.hydra/``, ``corral.log``, the
+    run's lock, :mod:`corral.framework.run_lock`, which this process holds until it ends);
     the directory goes too when nothing else is left in it. True when it is gone."""
     if resume.in_place or resume.run_dir is None:
         return False
-    _remove([*copied, resume.run_dir / ".hydra", resume.run_dir / RUN_LOG])
+    _remove([*copied, resume.run_dir / ".hydra", resume.run_dir / RUN_LOG, resume.run_dir / LOCK_FILE])
     try:
         resume.run_dir.rmdir()  # only when empty: something of the user's stays
     except OSError:
         return False
     return True
 
+
+def drop_session_record(run_dir: str | os.PathLike[str] | None) -> None:
+    """Remove Hydra's record of this command (``.hydra/resume-<time>/``, :func:`in_place_overrides`)
+    from a run resumed in place that had nothing to do: the run is left exactly as it was."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        subdir = HydraConfig.get().output_subdir
+    except ValueError:  # not under Hydra (library use): nothing was written
+        return
+    if run_dir is not None and subdir and str(subdir).startswith(".hydra/resume-"):
+        shutil.rmtree(Path(run_dir) / str(subdir), ignore_errors=True)
 
 
 def _copy_failure(exc: OSError, target: Path) -> str:
@@ -419,5 +432,5 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-__all__ = ["ResumePlan", "absolute_resume", "check_branch_dir", "check_resume_source", "check_overrides", "copy_history", "drop_branch", "finished_message", "holds_run", "in_place_overrides", "plan",
+__all__ = ["ResumePlan", "absolute_resume", "check_branch_dir", "check_resume_source", "check_overrides", "copy_history", "drop_branch", "drop_session_record", "finished_message", "holds_run", "in_place_overrides", "plan",
            "resume_arg", "resumed_config", "run_dir_of", "snapshot_config"]

@@ -103,11 +103,14 @@ def test_resume_refuses_overrides_it_cannot_honour(finished, tmp_path: Path) -> 
 def test_resuming_a_finished_run_says_how_to_train_longer(finished, tmp_path: Path) -> None:
     run, _ = finished
     summary = (run / "summary.json").read_text()
+    hydra_records = sorted(p.name for p in (run / ".hydra").iterdir())
     proc = train(tmp_path, f"trainer.resume={run}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"corral: the run in {run} already finished: n_epochs=2 reached at epoch 2" in proc.stderr
     assert f"trainer.resume={run} trainer.n_epochs=4" in proc.stderr
     assert (run / "summary.json").read_text() == summary
+    # nothing written: not even Hydra's record of the command (it left .hydra/resume-<time>/)
+    assert sorted(p.name for p in (run / ".hydra").iterdir()) == hydra_records
     # a limit below where the run is: the suggestion goes past the run (it said n_epochs=2 at epoch 2)
     proc = train(tmp_path, f"trainer.resume={run}", "trainer.n_epochs=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
