@@ -230,13 +230,18 @@ def test_sweep_jobs_share_one_experiment_in_a_file_store(tmp_path: Path) -> None
     assert [e.experiment_id for e in client.search_experiments() if e.name == "corral"] == [mine]
 
 
+def three_epochs(tmp_path: Path, name: str) -> None:
+    """A run of three epochs logging to MLflow, in ``tmp_path/name`` (snapshots of epochs 1-3)."""
+    first = train(tmp_path, *TINY, "trainer.max_env_steps=1500", "trainer.eval_every=0", "logger=[csv,mlflow]",
+                  f"hydra.run.dir={tmp_path / name}")
+    assert first.returncode == 0, output(first)
+
+
 def test_resume_continues_the_same_mlflow_run_without_logging_an_epoch_twice(tmp_path: Path) -> None:
     """In place, from an older snapshot: the epochs after it run again (exactly), and the MLflow run
     already holds them; before, each of their metrics had two values at the same step."""
     uri = f"file:{tmp_path / 'mlruns'}"
-    first = train(tmp_path, *TINY, "trainer.max_env_steps=1500", "trainer.eval_every=0", "logger=[csv,mlflow]",
-                  f"hydra.run.dir={tmp_path / 'a'}")
-    assert first.returncode == 0, output(first)
+    three_epochs(tmp_path, "a")
     (run,) = runs_of(uri)
     before = [(m.step, m.value) for m in client(uri).get_metric_history(run.info.run_id, "train/return_mean")]
     assert len(before) == 3
@@ -255,9 +260,7 @@ def test_a_branch_is_an_mlflow_run_of_its_own_and_leaves_the_originals_as_it_was
     the original's mlflow_run.json and wrote its epochs into the original's MLflow run (one epoch twice,
     then the branch's own, under the original's run directory tag)."""
     uri = f"file:{tmp_path / 'mlruns'}"
-    first = train(tmp_path, *TINY, "trainer.max_env_steps=1500", "trainer.eval_every=0", "logger=[csv,mlflow]",
-                  f"hydra.run.dir={tmp_path / 'a'}")
-    assert first.returncode == 0, output(first)
+    three_epochs(tmp_path, "a")
     (original,) = runs_of(uri)
     before = [(m.step, m.value) for m in client(uri).get_metric_history(original.info.run_id, "train/return_mean")]
     branch = train(tmp_path, "trainer.max_env_steps=2500", f"trainer.resume={tmp_path / 'a/snapshots/epoch_000002.pt'}",

@@ -153,12 +153,17 @@ def test_multirun_with_joblib_gives_two_offline_runs_in_one_group(tmp_path: Path
     assert runs["1"]["display_name"].startswith("corral#1 ")
 
 
+def three_epochs(tmp_path: Path, name: str) -> None:
+    """A run of three epochs logging to W&B (offline), in ``tmp_path/name`` (snapshots of epochs 1-3)."""
+    first = train(tmp_path, *TINY, "trainer.max_env_steps=1500", "trainer.eval_every=0", "logger=[csv,wandb]",
+                  f"hydra.run.dir={tmp_path / name}")
+    assert first.returncode == 0, output(first)
+
+
 def test_resume_continues_the_same_wandb_run_without_logging_an_epoch_twice(tmp_path: Path) -> None:
     """In place, from an older snapshot: the epochs after it run again (exactly), and the W&B run holds
     them already; before, they were logged again as rows of their own."""
-    first = train(tmp_path, *TINY, "trainer.max_env_steps=1500", "trainer.eval_every=0", "logger=[csv,wandb]",
-                  f"hydra.run.dir={tmp_path / 'a'}")
-    assert first.returncode == 0, output(first)
+    three_epochs(tmp_path, "a")
     second = train(tmp_path, "trainer.max_env_steps=2000", f"trainer.resume={tmp_path / 'a/snapshots/epoch_000001.pt'}",
                    f"hydra.run.dir={tmp_path / 'a'}")
     assert second.returncode == 0, output(second)
@@ -173,9 +178,7 @@ def test_resume_continues_the_same_wandb_run_without_logging_an_epoch_twice(tmp_
 def test_a_branch_is_a_wandb_run_of_its_own_and_leaves_the_originals_as_it_was(tmp_path: Path) -> None:
     """``trainer.resume=<run> hydra.run.dir=<new>``: before, the branch continued the original's W&B run
     (its record was copied with the history), and its wandb/ held a copy of the original's offline run."""
-    first = train(tmp_path, *TINY, "trainer.max_env_steps=1500", "trainer.eval_every=0", "logger=[csv,wandb]",
-                  f"hydra.run.dir={tmp_path / 'a'}")
-    assert first.returncode == 0, output(first)
+    three_epochs(tmp_path, "a")
     branch = train(tmp_path, "trainer.max_env_steps=2500", f"trainer.resume={tmp_path / 'a/snapshots/epoch_000002.pt'}",
                    f"hydra.run.dir={tmp_path / 'b'}")
     assert branch.returncode == 0, output(branch)

@@ -19,15 +19,6 @@ FAULTY = "corral.testing.faulty_envs:corral/{}CartPole-v1"
 
 
 @pytest.fixture(scope="module")
-def ray_runtime():
-    """One Ray runtime for the module (the samplers must not shut it down)."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def policy():
     import torch
 

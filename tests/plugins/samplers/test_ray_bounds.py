@@ -56,19 +56,6 @@ ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 @pytest.fixture(scope="module")
-def ray_runtime():
-    """One Ray runtime for the module (the samplers must not shut it down)."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False,
-                 log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def policy():
     return MLPPolicy(EnvSpec.from_env(EnvFactory("CartPole-v1")()), hidden_sizes=(8,))
 

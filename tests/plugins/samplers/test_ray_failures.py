@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 
@@ -22,19 +21,6 @@ from corral.framework.errors import WorkerError  # noqa: E402
 from corral.testing.processes import wait_gone  # noqa: E402
 
 FAULTY = "corral.testing.faulty_envs:corral/{}CartPole-v1"
-
-
-@pytest.fixture(scope="module")
-def ray_runtime():
-    """One Ray runtime for the module (the samplers must not shut it down)."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address="local", num_cpus=2, include_dashboard=False, configure_logging=False,
-                 log_to_driver=False)
-    yield
-    if started:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
