@@ -640,8 +640,10 @@ def test_an_async_environment_process_whose_pipe_breaks_before_it_ends_is_named(
     env = EnvFactory("corral.testing.faulty_envs:corral/LingeringCartPole-v1", {"fail_at": 5, "linger_s": 0.5})
     worker = make_worker(env, n_envs=2, backend="async")
     try:
-        with pytest.raises(EnvironmentProcessLost, match=r"^the environment process of slot \d \(pid \d+\) exited "
-                                                         r"with code 1; worker.backend=async cannot go on without it"):
+        # Both slots step alike, so both processes may have ended by the time the worker looks.
+        slot = r"slot \d \(pid \d+\) exited with code 1"
+        with pytest.raises(EnvironmentProcessLost, match=rf"^the environment process of {slot}(, {slot})?; "
+                                                         r"worker.backend=async cannot go on without it"):
             worker.rollout(min_steps=100)
     finally:
         worker.shutdown()
