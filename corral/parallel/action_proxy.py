@@ -59,11 +59,6 @@ PROXY_METHODS = frozenset({
 
 
 # ---------------------------------------------------------------------- worker side
-#: The start of the proxy's TimeoutError when the server gave no sign of life for ``timeout`` seconds
-#: (the sampler tells it apart from a worker's own failure).
-NO_ANSWER = "the action server did not answer worker"
-
-
 @dataclass
 class ProxyEndpoint:
     """What a worker process needs to reach the server: its slot and semaphores (inherited at start)."""
@@ -199,7 +194,8 @@ class ActionProxy(Policy):
                 held = int(slot.header[HELD])
                 deadline = now + ep.timeout
             elif now > deadline:
-                raise TimeoutError(f"{NO_ANSWER} {ep.worker_number} within {ep.timeout:g} s")
+                raise TimeoutError(f"the action server did not answer worker {ep.worker_number} within "
+                                   f"{ep.timeout:g} s")
 
     def _call(self, method: str, *args: Any) -> Any:
         slot, ep = self._slot()
@@ -281,6 +277,6 @@ class ActionProxy(Policy):
 
 
 __all__ = [
-    "ActionProxy", "ActionServerError", "NO_ANSWER", "PROXY_METHODS", "ProxyEndpoint", "ServedWorkerFactory", "SlotLayout",
+    "ActionProxy", "ActionServerError", "PROXY_METHODS", "ProxyEndpoint", "ServedWorkerFactory", "SlotLayout",
     "SlotView", "install_endpoint", "poll_acquire", "response_meta",
 ]

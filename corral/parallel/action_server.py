@@ -99,16 +99,14 @@ class _ServerSlot:
         for view, value in zip(self.views[1:], infos.values()):
             view[...] = value
 
-    def close(self, unmap: bool = True) -> None:
-        """Unmap (unless ``unmap`` is false: a thread may still write to it) and unlink the segment;
-        drop the semaphores (freed when unreferenced)."""
-        if unmap:
-            self.views = []
-            self.view.release()
-            try:
-                self.shm.close()
-            except BufferError:  # pragma: no cover - a view escaped; unlinking still frees the name
-                pass
+    def close(self) -> None:
+        """Unmap and unlink the segment; drop the semaphores (freed when unreferenced)."""
+        self.views = []
+        self.view.release()
+        try:
+            self.shm.close()
+        except BufferError:  # pragma: no cover - a view escaped; unlinking still frees the name
+            pass
         try:
             self.shm.unlink()
         except FileNotFoundError:  # pragma: no cover
@@ -157,9 +155,6 @@ class ActionServer:
         self._thread: threading.Thread | None = None
         self._posts: dict[int, int] = {}
         self._held_at = float("-inf")
-        #: When the forward pass running now started (``time.monotonic()``), and for which workers.
-        self._forward_started: float | None = None
-        self._forward_workers: list[int] = []
         try:
             for i in range(n_workers):
                 self.slots.append(_ServerSlot(ctx, i, obs_bytes, resp_bytes))
@@ -208,39 +203,18 @@ class ActionServer:
             return False
 
     def close(self, join_s: float = 5.0) -> None:
-        """Stop the thread (bounded) and free every segment and semaphore. Idempotent. A thread that
-        does not stop (stuck in a forward pass that never returns) keeps the lock and the memory it
-        may still write to: the segments' names are removed, their memory goes with this process."""
+        """Stop the thread (bounded) and free every segment and semaphore. Idempotent."""
         self._stop = True
-        hung = False
         if self._thread is not None:
             self.ring()
             self._thread.join(join_s)
-            hung = self._thread.is_alive()
             self._thread = None
-        if hung or not self.lock.acquire(timeout=join_s):
-            for slot in self.slots:
-                slot.close(unmap=False)
-            self.slots = []
-            self.doorbell = None
-            return
-        try:
+        with self.lock:
             for slot in self.slots:
                 slot.close()
             self.slots = []
             self.doorbell = None
             self.pool = AgentPool(self.groups, self.pool.prepare)
-        finally:
-            self.lock.release()
-
-    def forward_pass(self) -> tuple[list[int], float] | None:
-        """The workers of the forward pass running now and the seconds it has run; None when none runs.
-        Read without the lock (the serving thread holds it while the pass runs)."""
-        started = self._forward_started
-        workers = self._forward_workers
-        if started is None:
-            return None
-        return list(workers), time.monotonic() - started
 
     # ------------------------------------------------------------------ the serving thread
     def _run(self) -> None:
@@ -346,14 +320,7 @@ class ActionServer:
                 observations.append(view.read_obs())
                 deterministic.append(bool(view.header[DETERMINISTIC]))
             t1 = time.perf_counter()
-            self._forward_workers = list(workers)
-            self._forward_started = time.monotonic()
-            try:
-                results = self.pool.get_actions(workers, observations, deterministic)
-            finally:
-                self._forward_started = None
-            if self._stop:  # closed while this pass ran (it did not return in time): its slots are gone
-                return
+            results = self.pool.get_actions(workers, observations, deterministic)
             self.forward_s += time.perf_counter() - t1
             for i, (actions, infos) in zip(workers, results):
                 self.slots[i].write_response(np.asarray(actions), {k: np.asarray(v) for k, v in infos.items()})

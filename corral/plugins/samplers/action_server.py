@@ -17,10 +17,7 @@ Failures read as the multiprocessing sampler's: the server answers a group once 
 of it has posted, so while one worker hangs in its environment the others wait for the server;
 that wait counts as neither's lack of progress (the server tells the waiting worker's proxy and
 this sampler that it is holding it back), so the hung worker alone runs out of ``timeout``, is
-named ("made no progress") and, with ``on_worker_failure=restart``, is the only one restarted. A
-forward pass of the server's that does not return within ``timeout`` is the server's fault, not
-its waiting workers': the error names the server's forward pass, no worker is restarted, and the
-shutdown does not wait for the stuck pass.
+named ("made no progress") and, with ``on_worker_failure=restart``, is the only one restarted.
 
 ``sampler=alternating`` (:mod:`corral.plugins.samplers.alternating`) is this sampler with two
 groups of workers.
@@ -38,15 +35,14 @@ from typing import Any
 
 from corral import hookimpl
 from corral.framework.checks import check
-from corral.framework.errors import ConfigError, WorkerError
+from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.worker import UpdateFailure, WorkerFactory, update_error
-from corral.parallel.action_proxy import NO_ANSWER, PROXY_METHODS, ActionProxy, ServedWorkerFactory
+from corral.parallel.action_proxy import PROXY_METHODS, ActionProxy, ServedWorkerFactory
 from corral.parallel.action_server import ActionServer
 from corral.plugins.samplers.multiprocessing import (
     MultiprocessingSampler,
     MultiprocessingSamplerConfig,
-    _Failure,
 )
 
 log = logging.getLogger(__name__)
@@ -241,36 +237,6 @@ class ActionServerSampler(MultiprocessingSampler):
             self.agent_version += 1  # applied here: replies to older requests are still told apart
         return super()._call(commands, worker_update, env_update, activity)
 
-    # ------------------------------------------------------------------ a server that does not answer
-    def _error_stuck(self, i: int, activity: str) -> WorkerError:
-        return self._server_hung(i, activity) or super()._error_stuck(i, activity)
-
-    def _on_failure(self, i: int, commands: dict[int, tuple[str, Any]], activity: str, error: WorkerError) -> None:
-        """A worker that ran out of time waiting for a forward pass of the server's (its proxy's
-        TimeoutError, or its lack of progress) names the server, and is not restarted: a restarted
-        worker would wait for the same server."""
-        if isinstance(error, ServerHung):
-            raise _Failure(error)
-        if f"raised TimeoutError: {NO_ANSWER} {i} " in error.message:
-            hung = self._server_hung(i, activity)
-            if hung is not None:
-                raise _Failure(hung)
-        super()._on_failure(i, commands, activity, error)
-
-    def _server_hung(self, i: int, activity: str) -> "ServerHung | None":
-        """The error naming the server when worker ``i`` is waiting in a forward pass that has run for
-        half of ``timeout`` or more (a worker is in a pass only once it has posted: its lack of
-        progress is the pass's); None when it is not."""
-        running = self.server.forward_pass() if self.server is not None else None
-        if running is None or i not in running[0] or running[1] < self.timeout / 2:
-            return None
-        workers, seconds = running
-        return ServerHung(
-            f"{self.option_name} sampler: the action server's forward pass (the policy's get_actions for "
-            f"worker(s) {workers}, on {self.device}) has not returned for {seconds:.0f} s while {activity}, so "
-            f"no worker could step; check the policy, or raise sampler.timeout={self.timeout:g} if its forward "
-            "passes are this slow")
-
     # ------------------------------------------------------------------ shutdown
     def _shutdown(self) -> None:
         try:
@@ -281,11 +247,6 @@ class ActionServerSampler(MultiprocessingSampler):
             # The processes' handles hold the semaphores they were started with: drop them so the
             # semaphores are freed now.
             self._handles[:] = [None] * len(self._handles)
-
-
-class ServerHung(WorkerError):
-    """The action server's forward pass did not return within the sampler's ``timeout``: the waiting
-    workers are not at fault (``worker_number`` is None)."""
 
 
 @hookimpl
