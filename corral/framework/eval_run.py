@@ -430,12 +430,12 @@ def _gymnasium_deprecations_unsaid() -> Iterator[None]:
     (Python's default filter ignores a DeprecationWarning): ``--env-id CartPole-v0`` made gymnasium
     print two lines of its own, in ANSI colour (``The environment CartPole-v0 is out of date``) that
     ``env.id=CartPole-v0`` in a run does not. gymnasium shows them through a filter it adds when
-    :mod:`gymnasium.logger` is first imported, ahead of Python's; so it is imported first, and this
-    filter goes ahead of it."""
-    import gymnasium.logger  # noqa: F401 - adds gymnasium's filter now, not after (ahead of) this one
+    :mod:`gymnasium.logger` is first imported, ahead of Python's; the filter of
+    :func:`~corral.framework.env.silence_gymnasium_deprecations` goes ahead of it, for the block only."""
+    from corral.framework.env import silence_gymnasium_deprecations
 
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"^gymnasium\.")
+        silence_gymnasium_deprecations()
         yield
 
 
