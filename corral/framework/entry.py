@@ -72,13 +72,24 @@ def main(argv: Sequence[str] | None = None) -> Any:
 
     args = absolute_resume(args)  # the same run wherever the job runs (hydra.job.chdir=true)
     sys.argv = [sys.argv[0]] + flags_last(args + in_place_overrides(args))  # resume=<dir> continues in <dir>
-    try:
-        return _sweep_or_run(multirun=any(a in MULTIRUN_FLAGS for a in args))
-    except KeyboardInterrupt:  # Ctrl-C outside a trainer, e.g. in a multirun: the launcher has stopped its jobs
-        multirun = any(a in ("-m", "--multirun") for a in args)
-        note = "; finished jobs keep their summary.json (corral results <sweep dir>)" if multirun else ""
-        print(f"\ncorral: interrupted{note}", file=sys.stderr, flush=True)
-        raise SystemExit(130) from None
+    from corral.framework.sweep_jobs import following
+
+    # A sweep's jobs run here (Hydra's basic launcher) and one is interrupted: the sweep's last line
+    # names the jobs that never started and how to run them (SweepFollower.unrun_line).
+    with following() as sweep:
+        try:
+            return _sweep_or_run(multirun=any(a in MULTIRUN_FLAGS for a in args))
+        except KeyboardInterrupt:  # Ctrl-C outside a trainer, e.g. in a multirun: the launcher has stopped its jobs
+            multirun = any(a in ("-m", "--multirun") for a in args)
+            note = "; finished jobs keep their summary.json (corral results <sweep dir>)" if multirun else ""
+            print(f"\ncorral: interrupted{note}", file=sys.stderr, flush=True)
+            if (line := sweep.unrun_line()) is not None:
+                print(line, file=sys.stderr, flush=True)
+            raise SystemExit(130) from None
+        except SystemExit:  # an interrupted job's exit status (130, 143) ends the sweep
+            if sweep.interrupted and (line := sweep.unrun_line()) is not None:
+                print(line, file=sys.stderr, flush=True)
+            raise
 
 
 def no_room_message(exc: BaseException, multirun: bool) -> str | None:
@@ -196,27 +207,31 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 def _job(cfg: DictConfig) -> float | None:
     """One job of ``train.py``: train ``cfg``; a CorralError is one ``corral: error:`` line, exit code 2."""
+    from corral.framework.sweep_jobs import running
     from corral.framework.trainer import TrainingInterrupted
 
-    try:
-        if HydraConfig.get().mode == RunMode.MULTIRUN and not cfg.trainer.get("resume"):
-            # A sweep's job: the warnings precheck() gives one run, for the job's own overrides.
-            from corral.framework.compose import warn_ignored
-            from corral.framework.precheck import given_keys
+    with running(HydraConfig.get()) as job:  # a sweep's job run here: main() knows which jobs have run
+        try:
+            if HydraConfig.get().mode == RunMode.MULTIRUN and not cfg.trainer.get("resume"):
+                # A sweep's job: the warnings precheck() gives one run, for the job's own overrides.
+                from corral.framework.compose import warn_ignored
+                from corral.framework.precheck import given_keys
 
-            warn_ignored(cfg, given_keys(_task_overrides()))
-        return run(cfg, log_dir=HydraConfig.get().runtime.output_dir)
-    except CorralError as exc:
-        # A clear one-paragraph message instead of a traceback from deep inside a library.
-        from corral.framework.logger import job_prefix
+                warn_ignored(cfg, given_keys(_task_overrides()))
+            return run(cfg, log_dir=HydraConfig.get().runtime.output_dir)
+        except CorralError as exc:
+            # A clear one-paragraph message instead of a traceback from deep inside a library.
+            from corral.framework.logger import job_prefix
 
-        print(error_report(exc, lead=job_prefix()), file=sys.stderr, flush=True)
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            raise SweepJobFailed.of(exc) from None
-        remove_refused_attempt(Path(HydraConfig.get().runtime.output_dir))
-        raise SystemExit(2) from None
-    except TrainingInterrupted as exc:  # Ctrl-C (or SIGTERM) stops a sweep too
-        raise SystemExit(exc.exit_code) from None
+            print(error_report(exc, lead=job_prefix()), file=sys.stderr, flush=True)
+            if HydraConfig.get().mode == RunMode.MULTIRUN:
+                raise SweepJobFailed.of(exc) from None
+            remove_refused_attempt(Path(HydraConfig.get().runtime.output_dir))
+            raise SystemExit(2) from None
+        except TrainingInterrupted as exc:  # Ctrl-C (or SIGTERM) stops a sweep too
+            # resumable from the run's directory exactly when the trainer's line said so (it has a snapshot)
+            job.stopped(Path(HydraConfig.get().runtime.output_dir) if exc.snapshot is not None else None)
+            raise SystemExit(exc.exit_code) from None
 
 
 def remove_refused_attempt(run_dir: Path) -> None:
