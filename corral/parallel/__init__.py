@@ -10,8 +10,11 @@ Who uses it: the ``multiprocessing``, ``action_server``, ``alternating`` and ``r
   ``action_slot``: the shared-memory slot format and the polling wait both of them use;
 - ``slot_state`` / ``slot_noise``: per-environment-slot agent state and noise streams kept by
   the action server for each worker's slots;
-- ``ray_runtime``: the ``runtime_env`` the Ray sampler and the Ray launcher pass on to Ray, and
-  naming the module behind an import failure inside a Ray worker.
+- ``ray_runtime``: starting and stopping a local Ray runtime (bounded; nothing of it left after a
+  hung shutdown or a Ctrl-C during ``ray.init``), the ``runtime_env`` the Ray sampler and the Ray
+  launcher pass on to Ray, and naming the module behind an import failure inside a Ray worker;
+- ``process_tree``: the processes below a pid (from ``/proc``) and stopping them within a bound,
+  also behind :mod:`corral.testing.processes`' leak checks.
 
 Imports only ``corral.framework`` and ``corral.rl``.
 """

@@ -23,16 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-
-def proc_stat(pid: int) -> tuple[int, str] | None:
-    """(parent pid, state letter) of ``pid`` from /proc, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            text = f.read()
-    except OSError:
-        return None
-    rest = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces and parentheses
-    return int(rest[1]), rest[0]
+from corral.parallel.process_tree import descendants, proc_stat, process_alive, process_table
 
 
 def cmdline(pid: int) -> str:
@@ -42,18 +33,6 @@ def cmdline(pid: int) -> str:
             return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:200]
     except OSError:
         return "?"
-
-
-def _parents() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, state) for every process in /proc."""
-    out = {}
-    if os.path.isdir("/proc"):
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                stat = proc_stat(int(entry))
-                if stat is not None:
-                    out[int(entry)] = stat
-    return out
 
 
 def child_processes(pid: int | None = None) -> dict[int, str]:
@@ -66,35 +45,10 @@ def child_processes(pid: int | None = None) -> dict[int, str]:
     found = {}
     if me == os.getpid():
         found = {p.pid: f"multiprocessing {p.name}" for p in multiprocessing.active_children() if p.pid}
-    for child, (parent, state) in _parents().items():
+    for child, (parent, state) in process_table().items():
         if parent == me and state != "Z":
             found.setdefault(child, cmdline(child))
     return found
-
-
-def descendants(pid: int) -> set[int]:
-    """Every live (not zombie) process whose parent chain reaches ``pid``."""
-    table = _parents()
-    out: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {p for p, (parent, _) in table.items() if parent in frontier} - out
-        out |= frontier
-    return {p for p in out if table[p][1] != "Z"}
-
-
-def process_alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = proc_stat(pid)
-    if stat is None:  # gone since the kill, or no /proc to ask (then the kill's answer stands)
-        return not os.path.isdir("/proc")
-    return stat[1] != "Z"
 
 
 def wait_gone(pids: Iterable[int], timeout: float = 15.0) -> set[int]:
@@ -140,7 +94,7 @@ def session_of(pid: int) -> int | None:
 
 def session_processes(sid: int) -> set[int]:
     """Live processes of session ``sid`` (a child started with ``start_new_session=True`` leads one)."""
-    return {p for p, (_, state) in _parents().items() if state != "Z" and session_of(p) == sid}
+    return {p for p, (_, state) in process_table().items() if state != "Z" and session_of(p) == sid}
 
 
 def default_signal_dispositions() -> None:

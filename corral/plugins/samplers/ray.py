@@ -26,12 +26,9 @@ environment: a script's own modules reach every node without being installed the
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import re
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -53,7 +50,15 @@ from corral.framework.worker import (
     update_error,
     worker_raised,
 )
-from corral.parallel.ray_runtime import check_runtime_env, join_cluster, missing_module_in, start_local_runtime
+from corral.parallel.process_tree import kill_processes, process_tree
+from corral.parallel.ray_runtime import (
+    check_runtime_env,
+    join_cluster,
+    let_shutdown_finish,
+    missing_module_in,
+    shutdown_within,
+    start_local_runtime,
+)
 from corral.parallel.worker_process import (
     MAX_RESTARTS_HELP,
     ON_WORKER_FAILURE_HELP,
@@ -581,35 +586,21 @@ class RaySampler(Sampler):
 def stop_local_runtime(ray: Any, actor_pids: list[int], timeout_s: float) -> bool:
     """``ray.shutdown()`` of a local runtime this process started, bounded: it runs in a thread of its
     own, and when it has not returned within ``timeout_s`` seconds (a Ray process that stopped
-    answering), the runtime's processes (raylet, GCS, object store...) and the actors ``actor_pids``
-    are killed instead, so none is left behind, and a warning says so. True when Ray shut down itself."""
+    answering), the runtime's processes (raylet, GCS, object store...), the actors ``actor_pids``
+    and every process descending from them (the raylet's agents) are killed instead, so none is
+    left behind, and a warning says so. True when Ray shut down itself."""
     node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
     processes = [info.process for infos in dict(getattr(node, "all_processes", None) or {}).values()
                  for info in infos if getattr(info, "process", None) is not None]
-    done = threading.Event()
-
-    def shutdown() -> None:
-        try:
-            ray.shutdown()
-        except Exception as exc:  # noqa: BLE001 - reported below; its processes are killed instead
-            log.debug("ray sampler: ray.shutdown() raised %s: %s", type(exc).__name__, exc)
-        else:
-            done.set()
-
-    thread = threading.Thread(target=shutdown, name="corral-ray-shutdown", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if done.is_set():
+    done, thread = shutdown_within(ray, timeout_s)
+    if done:
         return True
-    for pid in actor_pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (OSError, ValueError):  # gone already, or not of this machine
-            pass
+    # The whole tree first: a killed raylet's agents would be handed to another parent, out of reach.
+    kill_processes(process_tree([process.pid for process in processes] + list(actor_pids)), grace_s=0)
     for process in processes:
         try:
-            process.kill()
-            process.wait(timeout=5)
+            process.kill()  # one not found in /proc
+            process.wait(timeout=5)  # reaped
         except Exception:  # noqa: BLE001 - gone already, or will not be reaped: nothing more to do
             pass
     if not thread.is_alive():  # it raised
@@ -617,12 +608,7 @@ def stop_local_runtime(ray: Any, actor_pids: list[int], timeout_s: float) -> boo
     log.warning("ray sampler: Ray's shutdown did not finish within %g s; its processes were killed instead",
                 timeout_s)
     # A shutdown that waited for those processes now finishes (this process's side of Ray torn down).
-    thread.join(_AFTER_KILL_S)
-    if thread.is_alive():
-        # Ray's own exit hook would call the same shutdown again, and the interpreter would hang at exit.
-        hook = getattr(getattr(getattr(ray, "_private", None), "worker", None), "shutdown", None)
-        if hook is not None:
-            atexit.unregister(hook)
+    let_shutdown_finish(ray, thread, _AFTER_KILL_S)
     return False
 
 

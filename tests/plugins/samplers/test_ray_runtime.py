@@ -185,16 +185,18 @@ def test_train_py_on_a_two_node_cluster(ray_cluster, tmp_path: Path) -> None:
     assert (tmp_path / "run" / "progress.csv").read_text().count("\n") == 3
 
 
+#: train.py as `python train.py ...` runs it, plus a SIGUSR2 that prints every thread's stack
+#: (faulthandler), so a run that does not stop says where it is.
+STACKS_ON_SIGUSR2 = ("import faulthandler, runpy, signal, sys; faulthandler.register(signal.SIGUSR2, all_threads=True); "
+                     "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
 def test_ctrl_c_of_train_py_leaves_no_actor_or_ray_process(tmp_path: Path) -> None:
     import signal
     import time
 
     run = tmp_path / "run"
-    # train.py as `python train.py ...` runs it, plus a SIGUSR2 that prints every thread's stack
-    # (faulthandler), so a run that does not stop says where it is.
-    stacks_on_sigusr2 = ("import faulthandler, runpy, signal, sys; faulthandler.register(signal.SIGUSR2, all_threads=True); "
-                         "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    cmd = [sys.executable, "-c", stacks_on_sigusr2, str(ROOT / "train.py"), "sampler=ray", "sampler.n_workers=2", "trainer.n_epochs=100000",
+    cmd = [sys.executable, "-c", STACKS_ON_SIGUSR2, str(ROOT / "train.py"), "sampler=ray", "sampler.n_workers=2", "trainer.n_epochs=100000",
            "trainer.max_env_steps=null", "trainer.batch_size=400", "trainer.eval_every=0", "trainer.progress=false",
            "logger=[csv]", f"hydra.run.dir={run}"]
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
@@ -221,6 +223,70 @@ def test_ctrl_c_of_train_py_leaves_no_actor_or_ray_process(tmp_path: Path) -> No
     assert "Token authentication is enabled" not in err, err[-3000:]
     left = wait_gone(spawned, timeout=30)
     assert not left, [cmdline(p) for p in left]
+
+
+@pytest.mark.parametrize("how", ["sampler", "launcher"])
+def test_ctrl_c_while_ray_starts_leaves_no_ray_process(tmp_path: Path, how: str) -> None:
+    """Ctrl-C (SIGINT to the whole process group) while ``ray.init`` starts the local runtime of
+    ``sampler=ray`` or of ``hydra/launcher=ray``: its raylet is up and has started its agents, no
+    worker exists yet. train.py stops with its one line and status 130, and no process it started is
+    running ten seconds after it exited (the raylet's agents outlived it by a minute)."""
+    import signal
+    import time
+
+    run = ["-m", "hydra/launcher=ray", "seed=1,2", f"hydra.sweep.dir={tmp_path / 'sweep'}"] if how == "launcher" \
+        else ["sampler=ray", "sampler.n_workers=2", f"hydra.run.dir={tmp_path / 'run'}"]
+    cmd = [sys.executable, "-c", STACKS_ON_SIGUSR2, str(ROOT / "train.py"), *run, "trainer.n_epochs=100000",
+           "trainer.max_env_steps=null", "trainer.batch_size=400", "trainer.eval_every=0", "trainer.progress=false",
+           "logger=[csv]"]
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    env.pop("RAY_ADDRESS", None)
+    # Files, not pipes: a Ray process that outlives train.py would hold them open.
+    err_path = tmp_path / "stderr"
+    seen: dict[int, str] = {}  # every descendant of train.py at any poll, with its latest command line
+
+    def poll(pid: int) -> dict[int, str]:
+        now = {p: cmdline(p) for p in descendants(pid)}
+        seen.update({p: line for p, line in now.items() if line != "?" or p not in seen})
+        return now
+
+    def is_worker(line: str) -> bool:  # a Ray worker process (an actor, a job's task); the agents are ray::...Agent
+        return "default_worker.py" in line or (line.startswith("ray::") and not line.endswith("Agent"))
+
+    with err_path.open("w") as err_file, started_session(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err_file,
+                                                          env=env) as proc:
+        # SIGINT once the raylet has started its agents (or a second after the raylet appeared):
+        # ray.init then still waits, for seconds, for the node to register and this driver to connect.
+        deadline, raylet_at = time.monotonic() + 180, None
+        while True:
+            assert proc.poll() is None, f"train.py exited ({proc.returncode}) before Ray started: " \
+                                        f"{err_path.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no raylet within 180 s: {sorted(seen.values())}"
+            now = poll(proc.pid)
+            raylets = [p for p, line in now.items() if "/raylet/raylet " in line]
+            if raylets and raylet_at is None:
+                raylet_at = time.monotonic()
+            if raylets and (descendants(raylets[0]) or time.monotonic() - raylet_at > 1.0):
+                break
+            time.sleep(0.02)
+        during_start = not any(is_worker(line) for line in now.values()) and not any(tmp_path.rglob("progress.csv"))
+        os.killpg(proc.pid, signal.SIGINT)
+        deadline = time.monotonic() + 90
+        while proc.poll() is None and time.monotonic() < deadline:
+            poll(proc.pid)  # what started after the signal too
+            time.sleep(0.05)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGUSR2)
+            time.sleep(3)
+            pytest.fail(f"train.py did not stop within 90 s of Ctrl-C; its stderr, with every thread's stack:\n"
+                        f"{err_path.read_text()[-12000:]}")
+        # Before leaving the block, which stops whatever is left.
+        survivors = {p: seen[p] for p in wait_gone(seen, timeout=10)}
+    err = err_path.read_text()
+    print(f"SIGINT {'while Ray started' if during_start else 'after a Ray worker existed'}; {len(seen)} processes seen")
+    assert proc.returncode == 130, err[-3000:]
+    assert "corral: interrupted" in err and "Traceback" not in err, err[-3000:]
+    assert not survivors, f"running 10 s after train.py exited: {survivors}"
 
 
 ASSETS = ROOT / "tests" / "plugins" / "samplers" / "ray_assets"
