@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection
+from typing import Any, Collection, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -17,9 +18,9 @@ from corral.framework.config import CorralConfig, config_of
 from corral.framework.env import EnvSpec, limit_above_time_limit, make_env
 from corral.framework.errors import ConfigError, CorralError, WorkerError
 from corral.framework.logger import Logger
-from corral.framework.plugins import PluginManager, call_hook, get_plugin_manager
+from corral.framework.plugins import PluginManager, call_hook, component_error, get_plugin_manager
 from corral.framework.policy import Policy
-from corral.framework.registry import KINDS
+from corral.framework.registry import KINDS, Registration
 from corral.framework.sampler import Sampler
 from corral.framework.trainer import apply_torch_threads
 from corral.framework.worker import WorkerFactory, exception_summary
@@ -54,7 +55,22 @@ def env_source(env_cfg: Any, registry: Any = None) -> Any:
     (its ``name`` and fields) makes; no environment is made yet. ``registry``: the plugin
     manager's (default: the global one)."""
     registration = (registry or get_plugin_manager().registry).get("env", env_cfg.name)
-    return registration.factory(config_of(registration, env_cfg))
+    with building(registration):
+        return registration.factory(config_of(registration, env_cfg))
+
+
+@contextlib.contextmanager
+def building(registration: Registration, manager: PluginManager | None = None) -> Iterator[None]:
+    """Build the option ``registration`` (its config dataclass, its factory, a method that finishes
+    it) in the block: an exception of its own (not a corral error, whose message says what to
+    change) is one :class:`~corral.framework.errors.ComponentError` line naming the option, the
+    plugin that registered it and where it raised (:func:`~corral.framework.plugins.component_error`)."""
+    try:
+        yield
+    except CorralError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a component's own failure, named
+        raise component_error(registration, exc, manager) from exc
 
 
 def validate(cfg: DictConfig, manager: PluginManager | None = None) -> None:
@@ -134,7 +150,8 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
         probe.close()
 
     policy_reg = reg.get("policy", cfg.policy.name)
-    policy = policy_reg.factory(config_of(policy_reg, cfg.policy), env_spec=env_spec)
+    with building(policy_reg, manager):
+        policy = policy_reg.factory(config_of(policy_reg, cfg.policy), env_spec=env_spec)
     if not isinstance(policy, Policy):  # a duck-typed agent: workers could not seed it or update it
         kind = type(policy)
         raise ConfigError(
@@ -142,13 +159,19 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
             "not a corral.Policy; its class must subclass corral.Policy (get_actions, reset, get_param_values, "
             "set_param_values) so that workers can seed it and send it parameter updates"
         )
-    normalization = _normalization(reg, cfg, env_spec)  # normalize=: None when off
-    agents = normalization.wrap_policy(policy) if normalization is not None else policy
+    normalization, norm_reg = _normalization(reg, cfg, env_spec, manager)  # normalize=: None, None when off
+    if norm_reg is not None:
+        with building(norm_reg, manager):
+            agents = normalization.wrap_policy(policy)
+    else:
+        agents = policy
 
     worker_reg = reg.get("worker", cfg.worker.name)
-    worker_cfg = config_of(worker_reg, cfg.worker)
+    with building(worker_reg, manager):
+        worker_cfg = config_of(worker_reg, cfg.worker)
     sampler_reg = reg.get("sampler", cfg.sampler.name)
-    sampler_options = _asdict(config_of(sampler_reg, cfg.sampler))
+    with building(sampler_reg, manager):
+        sampler_options = _asdict(config_of(sampler_reg, cfg.sampler))
     n_workers = int(sampler_options.pop("n_workers", 1))
     worker_factory = WorkerFactory(
         seed=seed,
@@ -157,41 +180,49 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
         worker_class=worker_reg.factory,
         worker_args=_asdict(worker_cfg),
     )
-    sampler = sampler_reg.factory.from_worker_factory(worker_factory, agents=agents, envs=env, **sampler_options)
+    with building(sampler_reg, manager):
+        sampler = sampler_reg.factory.from_worker_factory(worker_factory, agents=agents, envs=env, **sampler_options)
 
     try:
         algo_reg = reg.get("algo", cfg.algo.name)
-        algo = algo_reg.factory(
-            config_of(algo_reg, cfg.algo), env_spec=env_spec, policy=policy, sampler=sampler, seed=seed
-        )
-        if normalization is not None:
-            algo = normalization.wrap_algorithm(algo)
+        with building(algo_reg, manager):
+            algo = algo_reg.factory(
+                config_of(algo_reg, cfg.algo), env_spec=env_spec, policy=policy, sampler=sampler, seed=seed
+            )
+        if norm_reg is not None:
+            with building(norm_reg, manager):
+                algo = normalization.wrap_algorithm(algo)
         log_path = Path(log_dir) if log_dir is not None else None
         loggers = []
         for name, node in (cfg.get("logger") or {}).items():
             logger_reg = reg.get("logger", name)
-            built_logger = logger_reg.factory(config_of(logger_reg, node), log_dir=log_path)
-            built_logger.option_name = name
+            with building(logger_reg, manager):
+                built_logger = logger_reg.factory(config_of(logger_reg, node), log_dir=log_path)
+                built_logger.option_name = name
             loggers.append(built_logger)
         trainer_reg = reg.get("trainer", cfg.trainer.name)
-        trainer = trainer_reg.factory(
-            config_of(trainer_reg, cfg.trainer), snapshot_dir=log_path, loggers=loggers, seed=seed, run_config=cfg
-        )
-        trainer.setup(algo, env)
+        with building(trainer_reg, manager):
+            trainer = trainer_reg.factory(
+                config_of(trainer_reg, cfg.trainer), snapshot_dir=log_path, loggers=loggers, seed=seed, run_config=cfg
+            )
+            trainer.setup(algo, env)
     except BaseException:
         sampler.shutdown_worker()
         raise
     return Run(cfg, env, env_spec, policy, worker_factory, sampler, algo, loggers, trainer)
 
 
-def _normalization(reg: Any, cfg: DictConfig, env_spec: EnvSpec) -> Any:
-    """The run's ``normalize=`` option built (wraps the starting agent and the algorithm), or None
-    when the config has no ``normalize`` node or normalises nothing."""
+def _normalization(reg: Any, cfg: DictConfig, env_spec: EnvSpec,
+                   manager: PluginManager | None = None) -> tuple[Any, Registration | None]:
+    """The run's ``normalize=`` option built (wraps the starting agent and the algorithm) and its
+    registration, or ``(None, None)`` when the config has no ``normalize`` node or normalises nothing."""
     node = cfg.get("normalize")
     if not isinstance(node, DictConfig) or "name" not in node:
-        return None
+        return None, None
     norm_reg = reg.get("normalize", node.name)
-    return norm_reg.factory(config_of(norm_reg, node), env_spec=env_spec)
+    with building(norm_reg, manager):
+        normalization = norm_reg.factory(config_of(norm_reg, node), env_spec=env_spec)
+    return (normalization, norm_reg) if normalization is not None else (None, None)
 
 
 def _asdict(obj: Any) -> dict[str, Any]:
@@ -202,4 +233,4 @@ def _asdict(obj: Any) -> dict[str, Any]:
     return dict(OmegaConf.to_container(obj, resolve=True))  # type: ignore[arg-type]
 
 
-__all__ = ["Run", "build", "check_values", "env_source", "probe_env", "validate"]
+__all__ = ["Run", "build", "building", "check_values", "env_source", "probe_env", "validate"]

@@ -28,7 +28,7 @@ from corral.framework.errors import (
     os_error_in,
     warnings_as_lines,
 )
-from corral.framework.plugins import call_hook, get_plugin_manager
+from corral.framework.plugins import call_run_summary, get_plugin_manager
 from corral.framework.precheck import MULTIRUN_FLAGS, precheck, split_flags
 from corral.framework.run_lock import LOCK_FILE
 
@@ -349,6 +349,7 @@ def _run(cfg: DictConfig, log_dir: str | Path | None) -> float | None:
             resuming.say(f"corral: resuming into {plan.run_dir}, a branch of {plan.origin or plan.snapshot} "
                          "(its history up to the snapshot is copied; the original stays as it was)")
     built = None
+    in_flight: BaseException | None = None  # what stops the run, on its way up (None: nothing)
     stats: dict[str, float] = {}
     status, error = "failed", None
     from corral.framework.interrupts import hold_while_stopping, stopping_notice
@@ -392,6 +393,7 @@ def _run(cfg: DictConfig, log_dir: str | Path | None) -> float | None:
                 built.close(quiet=failing)  # a logger that cannot close raises only when nothing else went wrong
             status = "completed"
     except BaseException as exc:
+        in_flight = exc
         # Again: catch_stop_signals put the handlers back as it was left, undoing the hold entered inside it.
         stopping.enter_context(hold_while_stopping(stopping_notice))
         # An exception may name its own status (an Optuna trial stopped by its pruner: "pruned").
@@ -452,6 +454,18 @@ def _run(cfg: DictConfig, log_dir: str | Path | None) -> float | None:
 
                     # the error that stopped the run comes next, in its own line
                     print(f"{job_prefix()}corral: warning: {unwritten}", file=sys.stderr, flush=True)
+                if summary is not None and log_dir is not None:  # the plugins' turn, once the run's lines are out
+                    hook_failed = call_run_summary(get_plugin_manager().hook.corral_run_summary,
+                                                   log_dir=Path(log_dir), summary=summary)
+                    if hook_failed is not None:
+                        from corral.framework.logger import job_prefix, run_log
+
+                        if in_flight is None:  # the run completed: the plugin's failure is the command's error
+                            run_log(log_dir).error("corral: error: %s", hook_failed)
+                            raise hook_failed
+                        # the error that stopped the run is the run's, and comes next in its own line
+                        run_log(log_dir).warning("corral: warning: %s", hook_failed)
+                        print(f"{job_prefix()}corral: warning: {hook_failed}", file=sys.stderr, flush=True)
     objective = stats.get("eval/return_mean", stats.get("train/return_mean"))
     return objective
 
@@ -586,6 +600,5 @@ def _write_summary(cfg: DictConfig, log_dir: str | Path, built: Any, stats: dict
             summary["overrides"] = resumed_overrides(list(first["overrides"]), overrides)
         summary["wall_time_s"] = float(first.get("wall_time_s") or 0.0) + wall_time
         summary["resumes"] = resumes
-    write_summary(log_dir, summary)
-    call_hook(get_plugin_manager().hook.corral_run_summary, log_dir=Path(log_dir), summary=summary)
+    write_summary(log_dir, summary)  # the corral_run_summary hook is called by _run, after the closing line
     return summary

@@ -57,6 +57,19 @@ class PluginHookError(PluginError):
         self.plugin_traceback = plugin_traceback
 
 
+class ComponentError(PluginError):
+    """A component chosen on the command line (``env=``, ``sampler=``, a logger, ...) raised an
+    exception of its own (not a corral error) while it was built: its factory, its config dataclass,
+    its constructor. The message names the option, the plugin that registered it (corral's own: a
+    bug in corral) and where it raised; the exception is the ``__cause__``."""
+
+    def __init__(self, message: str, *, kind: str, name: str, plugin: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.name = name
+        self.plugin = plugin
+
+
 class ConfigError(CorralError, ValueError):
     """A configuration value or a combination of choices is invalid."""
 

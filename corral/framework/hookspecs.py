@@ -41,7 +41,10 @@ def corral_run_start(trainer: Any, cfg: "DictConfig | None") -> None:
 @hookspec
 def corral_epoch_end(trainer: Any, epoch: int, stats: dict[str, float]) -> None:
     """Called after each epoch (``epoch`` an int) with its statistics (``stats["epoch"]`` and ``["env_steps"]``
-    ints, ``train/*``, ``loss/*``, ``eval/*``, ``time/*`` floats; you may add entries before loggers see them)."""
+    ints, ``train/*``, ``loss/*``, ``eval/*``, ``time/*`` floats; you may add entries before loggers see them).
+    Entries you add must be numbers (int or float, numpy scalars too, which become Python's; not bool,
+    str, arrays or tensors): anything else stops the run before the epoch is logged, in one line naming
+    your plugin and the entry."""
 
 
 @hookspec
@@ -51,4 +54,9 @@ def corral_run_end(trainer: Any, error: BaseException | None) -> None:
 
 @hookspec
 def corral_run_summary(log_dir: Path, summary: dict[str, Any]) -> None:
-    """Called after ``python train.py`` wrote the run's ``summary.json`` (the loggers are closed by then)."""
+    """Called after ``python train.py`` wrote the run's ``summary.json`` and printed its closing line (the
+    loggers are closed by then). An implementation that raises does not change the run's record. After
+    a completed run, ``train.py`` ends with one ``corral: error:`` line saying the run completed, where
+    its summary is and which plugin raised, and exits with status 2: the data is complete, but what the
+    hook does with it did not happen. After a run that failed or was interrupted, that line is a
+    ``corral: warning:`` and the run's own error and exit status stand."""

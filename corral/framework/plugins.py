@@ -14,15 +14,18 @@ import functools
 import importlib
 import os
 import re
+import sys
 import traceback
 import warnings
 from importlib import metadata
+from pathlib import Path
+from types import TracebackType
 from typing import Any, Callable
 
 import pluggy
 
 from corral.framework import hookspecs
-from corral.framework.errors import CorralError, CorralWarning, PluginError, PluginHookError
+from corral.framework.errors import ComponentError, CorralError, CorralWarning, PluginError, PluginHookError
 from corral.framework.registry import KINDS, Clash, DuplicateRegistration, FailedPlugin, Registration, Registry, Source
 
 ENTRY_POINT_GROUP = "corral"
@@ -302,48 +305,181 @@ def call_hook_each(caller: Any, **kwargs: Any) -> list[tuple[str, Any]]:
     calls them (a None result left out, as pluggy does), to say which plugin returned what. Hook
     wrappers are not called (no corral hook needs one)."""
     results: list[tuple[str, Any]] = []
+
+    def keep(plugin: str, result: Any) -> None:
+        if result is not None:
+            results.append((plugin, result))
+
+    _call_each(caller, kwargs, keep)
+    return results
+
+
+def call_hook_checked(caller: Any, check: Callable[[str | None], None], **kwargs: Any) -> None:
+    """Like :func:`call_hook`, but ``check(plugin name)`` runs right after each implementation returns,
+    in the order pluggy calls them, so that what one left wrong (a statistic of ``corral_epoch_end``
+    that is not a number) is named with its plugin before the next one, or anything else, sees it.
+    ``check`` raises (a corral error, e.g. :func:`hook_result_error`'s) to stop. A hook with a wrapper
+    among its implementations, or a relay that is not pluggy's, is called whole, then ``check(None)``."""
+    get_impls = getattr(caller, "get_hookimpls", None)
+    impls = get_impls() if callable(get_impls) else None
+    if impls is None or any(impl.hookwrapper or getattr(impl, "wrapper", False) for impl in impls):
+        call_hook(caller, **kwargs)
+        check(None)
+        return
+    _call_each(caller, kwargs, lambda plugin, _result: check(plugin))
+
+
+def _call_each(caller: Any, kwargs: dict[str, Any], after: Callable[[str, Any], None]) -> None:
+    """Call each implementation of the pluggy hook ``caller`` (but wrappers) with ``kwargs``, as pluggy
+    would (the last registered first), and ``after(plugin name, result)`` once each returns; a
+    plugin's own exception is one :class:`PluginHookError` line (:func:`call_hook`)."""
     try:
         for impl in reversed(caller.get_hookimpls()):  # pluggy calls the last registered first
             if impl.hookwrapper or getattr(impl, "wrapper", False):
                 continue
             result = impl.function(*[kwargs[name] for name in impl.argnames])
-            if result is not None:
-                results.append((impl.plugin_name, result))
+            after(impl.plugin_name, result)
     except CorralError:
         raise
     except Exception as exc:  # noqa: BLE001 - a plugin's own failure, named
         if getattr(exc, "summary_status", None):
             raise
         raise _hook_error(caller, exc) from exc
-    return results
 
 
-def _hook_error(caller: Any, exc: Exception) -> PluginHookError:
-    """The PluginHookError of ``exc``, raised in an implementation of the hook ``caller``: the plugin is
-    the one whose implementation's frame is the deepest on the traceback."""
+def _raising_plugin(caller: Any, exc: BaseException) -> tuple[str | None, TracebackType | None]:
+    """The plugin whose implementation of the hook ``caller`` raised ``exc`` (the one whose frame is the
+    deepest on the traceback) and the traceback from that frame on; ``(None, None)`` when none is on it."""
     get_impls = getattr(caller, "get_hookimpls", None)
     impls = {impl.function.__code__: impl.plugin_name for impl in (get_impls() if get_impls else [])
              if hasattr(impl.function, "__code__")}
-    hook = str(getattr(caller, "name", "a hook"))
     name, start, tb = None, None, exc.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code in impls:
             name, start = impls[tb.tb_frame.f_code], tb
         tb = tb.tb_next
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""  # OmegaConf adds full_key/object_type lines
-    summary = f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
+    return name, start
+
+
+def _exception_line(exc: BaseException) -> str:
+    """``TypeName: first line of its message`` (at most 500 characters; OmegaConf adds full_key and
+    object_type lines), or the type's name alone."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}"[:500] if text else type(exc).__name__
+
+
+def _hook_error(caller: Any, exc: Exception) -> PluginHookError:
+    """The PluginHookError of ``exc``, raised in an implementation of the hook ``caller``: the plugin is
+    the one whose implementation's frame is the deepest on the traceback."""
+    hook = str(getattr(caller, "name", "a hook"))
+    name, start = _raising_plugin(caller, exc)
+    summary = _exception_line(exc)
     shown = "".join(traceback.format_exception(type(exc), exc, start)) if start is not None else None
     if name is None:
         return PluginHookError(f"a plugin's {hook} raised {summary}", plugin="?", hook=hook, plugin_traceback=shown)
+    return PluginHookError(_hook_blame(name, f"raised {summary} in {hook}"), plugin=name, hook=hook,
+                           plugin_traceback=shown)
+
+
+def _hook_blame(name: str, what: str) -> str:
+    """``plugin <name> (<dist> <version>) <what>; fix the plugin, or run without it: CORRAL_DISABLE_PLUGINS=<name>``,
+    or for one of corral's own plugins ``corral's own plugin <name> <what>: a bug in corral; please report it``."""
     manager = _MANAGER
     source = manager.sources.get(name) if manager is not None else None
     if source is not None and source.distribution == "corral":
-        what = f"corral's own plugin {name} raised {summary} in {hook}: a bug in corral; please report it"
+        return f"corral's own plugin {name} {what}: a bug in corral; please report it"
+    who = f"{name} ({source.distribution} {source.version})" if source is not None else name
+    return f"plugin {who} {what}; fix the plugin, or run without it: CORRAL_DISABLE_PLUGINS={name}"
+
+
+def hook_result_error(caller: Any, plugin: str | None, what: str, why: str = "") -> PluginHookError:
+    """The one line for what an implementation of the hook ``caller`` left wrong without raising
+    (found by :func:`call_hook_checked`'s check), worded as for a hook that raised: the plugin,
+    ``what`` it did (``set the statistic x to 'a' (type str)``), the hook, ``why`` that is wrong and
+    what happened then, and how to go on. ``plugin`` None: not known."""
+    hook = str(getattr(caller, "name", "a hook"))
+    because = f": {why}" if why else ""
+    if plugin is None:
+        return PluginHookError(f"a plugin's {hook} {what}{because}", plugin="?", hook=hook)
+    return PluginHookError(_hook_blame(plugin, f"{what} in {hook}{because}"), plugin=plugin, hook=hook)
+
+
+def call_run_summary(caller: Any, *, log_dir: Path, summary: dict[str, Any]) -> PluginHookError | None:
+    """Call the ``corral_run_summary`` hook ``caller`` for a run whose ``summary.json`` in ``log_dir``
+    holds ``summary``, once the run's closing line is out. An implementation that raises (a corral error
+    too: the run is over either way) does not change what the run was: it comes back (not raised) as one
+    :class:`PluginHookError` line that says how the run ended and where its summary is, names the plugin
+    and where it raised, and says how to go on. None when every implementation returned.
+
+    ``train.py`` prints the line as the run's error when the run completed (exit status 2: the run's
+    data is whole, but what the plugin does with it, an upload, a notice, did not happen, and a script
+    that checks the exit status learns of it), and as a warning when the run stopped on an error of
+    its own (that error is the run's)."""
+    try:
+        caller(log_dir=log_dir, summary=summary)
+    except Exception as exc:  # noqa: BLE001 - reported by the caller, after the run's own lines
+        hook = str(getattr(caller, "name", "corral_run_summary"))
+        name, start = _raising_plugin(caller, exc)
+        where = f" (at {_frame_location(start, _plugin_root(name))})" if name is not None else ""
+        status = str(summary.get("status"))
+        ended = {"completed": "completed", "failed": "failed"}.get(status, f"was {status}")  # "was interrupted"
+        head = f"the run {ended} and its summary is {Path(log_dir) / 'summary.json'}, but"
+        what = f"raised {_exception_line(exc)} in {hook}{where}"
+        if name is None:
+            return PluginHookError(f"{head} a plugin's {what}", plugin="?", hook=hook)
+        return PluginHookError(f"{head} {_hook_blame(name, what)}", plugin=name, hook=hook)
+    return None
+
+
+# ------------------------------------------------------------------ components that fail to build
+def component_error(registration: Registration, exc: BaseException, manager: PluginManager | None = None
+                    ) -> ComponentError:
+    """The one line for the option ``registration`` (``env=foo``) whose building raised ``exc``, an
+    exception of its own (not a corral error): the option, the plugin that registered it, the
+    exception and where it raised (the deepest frame in the plugin's own package, else the deepest);
+    for one of corral's own options it is a bug in corral. Raise it ``from exc``."""
+    source = registration.source
+    option = f"{registration.kind}={registration.name}"
+    root = _plugin_root(source.plugin, manager)
+    where = _frame_location(exc.__traceback__, root)
+    raised = f"building it raised {_exception_line(exc)}" + (f" (at {where})" if where else "")
+    if source.distribution == "corral":
+        message = f"{option} (corral's own): {raised}: a bug in corral; please report it"
     else:
-        who = f"{name} ({source.distribution} {source.version})" if source is not None else name
-        what = (f"plugin {who} raised {summary} in {hook}; fix the plugin, or run without it: "
-                f"CORRAL_DISABLE_PLUGINS={name}")
-    return PluginHookError(what, plugin=name, hook=hook, plugin_traceback=shown)
+        origin = ("registered inline" if source.distribution == "inline"
+                  else f"from {source.distribution} {source.version}")
+        message = (f"{option} (plugin {source.plugin} {origin}): {raised}; fix the plugin, or choose another "
+                   f"{registration.kind}")
+    return ComponentError(message, kind=registration.kind, name=registration.name, plugin=source.plugin)
+
+
+def _plugin_root(plugin_name: str, manager: PluginManager | None = None) -> str | None:
+    """The directory of the top-level package of the plugin ``plugin_name`` (its module's file for a
+    top-level module); None when it cannot be told (an object registered inline, an unknown plugin)."""
+    manager = manager or _MANAGER
+    plugin = manager.pm.get_plugin(plugin_name) if manager is not None else None
+    if plugin is None:
+        return None
+    module_name = plugin.__name__ if isinstance(plugin, type(sys)) else getattr(type(plugin), "__module__", "")
+    top = sys.modules.get(str(module_name).split(".")[0])
+    file = getattr(top, "__file__", None)
+    if not file:
+        return None
+    return os.path.dirname(os.path.abspath(file)) if os.path.basename(file) == "__init__.py" else os.path.abspath(file)
+
+
+def _frame_location(tb: TracebackType | None, root: str | None) -> str | None:
+    """``file:line`` of the deepest frame of ``tb`` in ``root`` (a package's directory or a module's
+    file), or of the deepest frame when none is there (or ``root`` is None); None without a traceback."""
+    frames = traceback.extract_tb(tb) if tb is not None else []
+    if not frames:
+        return None
+    if root is not None:
+        inside = [f for f in frames if os.path.abspath(f.filename) == root
+                  or os.path.abspath(f.filename).startswith(root.rstrip(os.sep) + os.sep)]
+        if inside:
+            return f"{inside[-1].filename}:{inside[-1].lineno}"
+    return f"{frames[-1].filename}:{frames[-1].lineno}"
 
 
 def reset_plugin_manager() -> None:
@@ -364,7 +500,11 @@ __all__ = [
     "Source",
     "FailedPlugin",
     "call_hook",
+    "call_hook_checked",
     "call_hook_each",
+    "call_run_summary",
+    "component_error",
+    "hook_result_error",
     "get_plugin_manager",
     "get_registry",
     "reset_plugin_manager",

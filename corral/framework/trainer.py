@@ -523,7 +523,7 @@ class Trainer:
         if "eval/return_mean" in stats:
             best = self.best_eval_return
             self.best_eval_return = stats["eval/return_mean"] if best is None else max(best, stats["eval/return_mean"])
-        self._call_hook("corral_epoch_end", trainer=self, epoch=epoch, stats=stats)
+        self._epoch_end_hooks(epoch, stats)
         self.last_stats = stats
         if self._progress is not None:
             self._progress.clear()
@@ -536,6 +536,35 @@ class Trainer:
         if self.snapshot_dir is not None and every and self.epoch % every == 0:
             self.save_snapshot()
         self._committed = (self.epoch, self.total_env_steps)
+
+    def _epoch_end_hooks(self, epoch: int, stats: dict[str, float]) -> None:
+        """The ``corral_epoch_end`` hooks of epoch ``epoch``. What each implementation added to (or
+        changed in) ``stats`` is checked as soon as it returns, before the next one or any logger sees
+        it: a statistic must be a number (:func:`statistic_value`; numpy's become Python's, so every
+        logger records them alike). Anything else stops the run as a hook that raises does, with one
+        line naming the plugin, the statistic and its type; the epoch is not part of the run."""
+        from corral.framework.plugins import call_hook_checked, hook_result_error
+
+        caller = self.hooks.corral_epoch_end
+        seen = dict(stats)
+
+        def check(plugin: str | None) -> None:
+            for key, value in list(stats.items()):
+                if key in seen and seen[key] is value:
+                    continue
+                number = statistic_value(value)
+                if number is None:
+                    kind = type(value)
+                    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+                    shown = " ".join(repr(value).split())
+                    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+                    raise hook_result_error(
+                        caller, plugin, f"set the statistic {key} to {shown} (type {name})",
+                        f"a statistic must be a number (int or float, numpy's too; not bool), so the run stopped before "
+                        f"any logger wrote epoch {epoch}, which is not part of the run")
+                stats[key] = seen[key] = number
+
+        call_hook_checked(caller, check, trainer=self, epoch=epoch, stats=stats)
 
     @contextlib.contextmanager
     def _writing(self, what: str) -> Iterator[None]:
@@ -799,6 +828,17 @@ def diverged_values(algo: Algorithm, stats: dict[str, float]) -> str | None:
     return "; ".join(problems) or None
 
 
+def statistic_value(value: Any) -> int | float | None:
+    """``value`` as a statistic every logger records alike: an ``int`` or a ``float`` as it is, a
+    numpy (or other real) number as Python's ``int`` or ``float``; None for anything else (a string,
+    a bool, a tensor, an array, None), which a logger would refuse or write as text."""
+    import numbers
+
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return None
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
 def _try_state(sampler: Any) -> Any:
     try:
         return sampler.state_dict()
@@ -808,5 +848,5 @@ def _try_state(sampler: Any) -> Any:
 
 __all__ = [
     "PHASES", "StopRequest", "Terminated", "finish_epoch_on_interrupt", "Trainer", "TrainerConfig", "TrainingInterrupted", "defer_interrupts", "episode_stats",
-    "diverged_values", "find_snapshot", "catch_stop_signals",
+    "diverged_values", "find_snapshot", "catch_stop_signals", "statistic_value",
 ]

@@ -28,6 +28,7 @@ DISTS: dict[str, tuple[str, str, str]] = {
     "corral-testplugin": ("corral_testplugin", "testplugin", "0.1.0"),
     "corral-brokenimport": ("corral_brokenimport", "brokenimport", "0.2.0"),
     "corral-brokenregister": ("corral_brokenregister", "brokenregister", "0.2.0"),
+    "corral-faultyplugin": ("corral_faultyplugin", "faultyplugin", "0.3.0"),
 }
 
 #: Environment variables that change which plugins load; cleared for every test.

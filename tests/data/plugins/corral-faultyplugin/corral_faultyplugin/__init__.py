@@ -1,0 +1,1 @@
+"""corral-faultyplugin: a third-party corral plugin with the mistakes its authors might make."""
