@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Sequence
 
 import pytest
+import yaml
 
 from corral.testing.modules import import_path
 
@@ -218,6 +219,16 @@ def test_an_empty_run_directory_is_one_line_not_the_current_directory(tmp_path: 
     (True, "policy.hidden_sizes=[64],64", "corral: error: policy.hidden_sizes=64: policy.hidden_sizes takes a list, not "
                                           "64; write it in brackets, e.g. policy.hidden_sizes=[64] (a value of the "
                                           "sweep policy.hidden_sizes=[64],64)"),
+    # OmegaConf's words: "field 'policy.hidden_sizes' is not Optional"
+    (False, "policy.hidden_sizes=null", "corral: error: policy.hidden_sizes=null: policy.hidden_sizes cannot be null; "
+                                        "give it a value, or leave it out for its default"),
+    # Hydra kept logger=[csv] and dropped the addition without a word
+    (False, "+logger=[tensorboard]", "corral: error: +logger=[tensorboard]: logger=[csv] chooses the run's logger "
+                                     "options, and Hydra drops an option added beside it; give them in one list: "
+                                     "logger=[csv,tensorboard]"),
+    (True, "+logger=tensorboard", "corral: error: +logger=tensorboard: logger=[csv] chooses the run's logger options, "
+                                  "and Hydra drops an option added beside it; give them in one list: "
+                                  "logger=[csv,tensorboard]"),
     # named the group: "algo: Interpolation key 'nope' not found"
     (False, "algo.learning_rate=${nope}", "corral: error: algo.learning_rate=${nope}: the interpolation names nope, "
                                           "which the config does not have; give algo.learning_rate a value, or "
@@ -233,7 +244,7 @@ def test_an_empty_run_directory_is_one_line_not_the_current_directory(tmp_path: 
         "plus-on-a-setting", "no-value", "unclosed-list", "deleted-setting", "bool-as-number", "bool-as-word-sweep",
         "unknown-key", "unknown-key-sweep", "hydra-key", "hydra-key-sweep", "added-hydra-key",
         "added-hydra-key-sweep", "unused-logger", "unused-logger-sweep", "preset-list", "scalar-for-list",
-        "scalar-for-list-sweep", "missing-interpolation", "no-key", "plus-on-a-group"])
+        "scalar-for-list-sweep", "null-for-a-value", "addition-dropped", "addition-dropped-sweep", "missing-interpolation", "no-key", "plus-on-a-group"])
 def test_an_override_hydra_cannot_read_or_type_is_one_line_before_anything(
     tmp_path: Path, sites: dict[str, Path], multirun: bool, override: str, line: str
 ) -> None:
@@ -267,6 +278,49 @@ def test_a_key_given_twice_is_one_warning_line_naming_the_value_used(tmp_path: P
     run_dir = tmp_path / ("sweep/0" if multirun else "run")
     assert "seed: 3" in (run_dir / ".hydra" / "config.yaml").read_text().splitlines()
     assert not (tmp_path / "sweep" / "1").exists()
+
+
+def test_a_preset_with_a_component_swapped_is_one_line_naming_the_preset(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """``experiment=sac_halfcheetah algo=ppo worker=default``: the preset's settings for SAC and the
+    fragment worker were one line each, each reading as if the command line had set it."""
+    proc = train(tmp_path, sites, *SMALL, "experiment=sac_halfcheetah", "algo=ppo", "worker=default")
+    assert proc.returncode == 2, output(proc)
+    assert proc.stderr.strip().splitlines() == [
+        "corral: error: experiment=sac_halfcheetah sets algo.min_buffer_size for its algo=sac; worker.n_envs, "
+        "worker.timesteps_per_call for its worker=fragment, which algo=ppo worker=default does not have: the preset is "
+        "made for algo=sac worker=fragment; leave out algo=ppo worker=default, drop those settings "
+        "(~algo.min_buffer_size ~worker.n_envs ~worker.timesteps_per_call), or use a preset made for it (`corral "
+        "plugins` lists each option's settings)"], output(proc)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_presets_setting_for_another_option_can_be_dropped(tmp_path: Path, sites: dict[str, Path]) -> None:
+    """``~worker.backend`` after ``worker=vec`` drops the preset's setting for its vector worker, which
+    worker=vec does not have (it was refused as a deletion that changes nothing); deleting a setting
+    the chosen option has is still refused."""
+    proc = train(tmp_path, sites, *SMALL, "experiment=ppo_cartpole_vector", "worker=vec", "~worker.backend")
+    assert proc.returncode == 0, output(proc)
+    worker = yaml.safe_load((tmp_path / "run" / ".hydra" / "config.yaml").read_text())["worker"]
+    assert worker["name"] == "vec" and "backend" not in worker and worker["n_envs"] > 1  # the preset's n_envs stays
+    kept = run([sys.executable, str(TRAIN), *SMALL, "worker=vec", "~worker.n_envs", f"hydra.run.dir={tmp_path / 'kept'}"],
+               tmp_path, sites)
+    assert kept.returncode == 2, output(kept)
+    assert kept.stderr.strip().splitlines() == [
+        "corral: error: ~worker.n_envs: a deleted setting is filled back with its default, so this changes nothing; "
+        "give worker.n_envs a value instead (worker.n_envs=..., or worker.n_envs=null where it accepts null)"]
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+def test_adding_a_logger_the_run_has_is_one_warning_line(tmp_path: Path, sites: dict[str, Path], multirun: bool) -> None:
+    """``+logger=[csv]`` appends csv to the default loggers, where it already is: Hydra accepts it and
+    the run logs as it would without it."""
+    args = ["-m", f"hydra.sweep.dir={tmp_path / 'sweep'}", "seed=1,2"] if multirun else [f"hydra.run.dir={tmp_path / 'run'}"]
+    small = [o for o in SMALL if not o.startswith("logger=")]
+    proc = run([sys.executable, str(TRAIN), *args, *small, "+logger=[csv]"], tmp_path, sites)
+    assert proc.returncode == 0, output(proc)
+    assert [line for line in proc.stderr.splitlines() if "warning" in line] == [
+        "corral: warning: +logger=[csv] changes nothing: the run's logger list (console, csv, tensorboard) already "
+        "has csv; to have only csv, write logger=[csv], without the +"], output(proc)
 
 
 def test_a_sweeps_setting_in_a_single_run_is_one_warning_line_each(tmp_path: Path, sites: dict[str, Path]) -> None:
@@ -307,6 +361,20 @@ def test_an_unknown_option_with_a_hydra_flag_is_one_line(tmp_path: Path, sites: 
     assert proc.returncode == 2, output(proc)
     assert proc.stderr.strip().splitlines() == [f"corral: error: sampler=nonexistent: {UNKNOWN_SAMPLER}"], output(proc)
     assert proc.stdout == "", output(proc)
+
+
+@pytest.mark.parametrize("flag", [["--cfg", "job"], ["--help"], ["--info", "config"]])
+def test_a_value_of_the_wrong_type_with_a_hydra_flag_is_one_line(tmp_path: Path, sites: dict[str, Path],
+                                                                 flag: list[str]) -> None:
+    """Hydra printed its multi-line composition error (and its HYDRA_FULL_ERROR hint) for these; the
+    line is the one a run gets, also for a resume's override."""
+    (tmp_path / "old").mkdir()
+    for given in (["trainer.n_epochs=abc"], [f"trainer.resume={tmp_path / 'old'}", "trainer.n_epochs=abc"]):
+        proc = run([sys.executable, str(TRAIN), *flag, *given], tmp_path, sites)
+        assert proc.returncode == 2, output(proc)
+        assert proc.stderr.strip().splitlines() == [
+            "corral: error: trainer.n_epochs=abc: trainer.n_epochs takes a whole number, not 'abc'"], output(proc)
+        assert proc.stdout == "", output(proc)
 
 
 FLAGS = "`train.py --help` lists its flags, and a setting is key=value"
@@ -367,6 +435,11 @@ def test_a_flag_mistake_is_one_line(tmp_path: Path, sites: dict[str, Path], args
         (["experiment=ppo_cartpole_optuna", "hydra.sweeper.direction=up"],
          "corral: error: hydra.sweeper.direction must be maximize or minimize (train.py's objective is the final "
          "evaluation return: maximize), got 'up'"),
+        # the objective is the final evaluation return: with evaluation off it was the training return, in silence
+        (["experiment=ppo_cartpole_optuna"],  # SMALL sets trainer.eval_every=0
+         "corral: error: trainer.eval_every=0: the Optuna objective is each trial's final evaluation return, and with "
+         "evaluation off a trial has none (it would be ranked by its training return); set trainer.eval_every > 0 (an "
+         "evaluation also runs after the last epoch)"),
         (["hydra/sweeper=optuna", "seed=1"],
          "corral: error: hydra.sweeper=optuna has nothing to search: give hydra.sweeper.params or a search space on "
          "the command line, e.g. algo.learning_rate='tag(log, interval(1e-4, 1e-2))'"),
@@ -719,9 +792,9 @@ def test_a_meta_evaluation_setting_without_evaluation_is_one_warning_line(tmp_pa
                  "worker.n_envs=2", "algo.minibatch_size=100", *SMALL)
     assert proc.returncode == 0, output(proc)
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
-    assert warnings == ["corral: warning: algo.meta_eval_trials=3 has no effect while trainer.eval_every=0: "
-                        "algo=rl2_ppo meta-evaluates only within the trainer's evaluation; set trainer.eval_every > 0, "
-                        "or leave algo.meta_eval_trials at its default (2)"], output(proc)
+    assert warnings == ["corral: warning: algo.meta_eval_trials=3 has no effect while trainer.eval_every=0: it "
+                        "applies only with trainer.eval_every > 0; set that, or leave algo.meta_eval_trials at its "
+                        "default (2)"], output(proc)
 
 # ------------------------------------------------------------------------------------ with plugins
 def test_train_with_the_third_party_sampler_and_worker(tmp_path: Path, sites: dict[str, Path]) -> None:

@@ -116,9 +116,11 @@ def check(*, gt: float | None = None, ge: float | None = None, lt: float | None 
     what it accepts. ``gt_field``/``ge_field``/``lt_field``/``le_field`` compare the value with
     another field of the same config (``min_buffer_size: ... check(ge=1, le_field="buffer_size")``;
     skipped while either is None). ``applies_if`` says when the field has any effect: a condition
-    ``(sibling field, operator, value)`` with operator ``==``, ``!=`` or ``>``, or a tuple of them of
-    which any one is enough; a value other than the field's default while none holds is named by
-    :func:`ignored_values`.
+    ``(field, operator, value)`` with operator ``==``, ``!=`` or ``>``, or a tuple of them of which any
+    one is enough; a value other than the field's default while none holds is named by
+    :func:`ignored_values`. The field is a sibling (``eval_every``), or another group's setting by its
+    dotted key (``trainer.eval_every``: an algorithm setting that only the trainer's evaluation reads);
+    a run whose config lacks that setting (another trainer) is not warned.
     With no argument but ``help`` it declares "any finite number".
     """
     conditions = (applies_if,) if applies_if and isinstance(applies_if[0], str) else tuple(applies_if)
@@ -204,18 +206,20 @@ def field_problems(config: type, values: Mapping[str, Any], prefix: str) -> list
 
 
 def ignored_values(config: type, values: Mapping[str, Any], prefix: str,
-                   given: Collection[str] | None = None) -> list[str]:
+                   given: Collection[str] | None = None, run: Any = None) -> list[str]:
     """The fields of ``config`` set away from their default where their ``applies_if`` does not hold
     (values the run would ignore), as messages ``"<prefix>.<field>=2 has no effect while ..."``.
 
     ``given`` names the fields a user set (on a command line); only those are named, since a value
-    that came from a preset is not the user's to reset. None: every field in ``values`` counts."""
+    that came from a preset is not the user's to reset. None: every field in ``values`` counts.
+    ``run`` is the run's whole config, where a condition on another group's setting
+    (``trainer.eval_every``) is read; without it such a condition counts as holding."""
     out = []
     for f in dataclasses.fields(config):
         spec = field_check(f)
         if spec is None or f.name not in values or (given is not None and f.name not in given):
             continue
-        message = _ignored(config, f, spec, values, prefix)
+        message = _ignored(config, f, spec, values, prefix, run)
         if message is not None:
             out.append(message)
     return out
@@ -243,18 +247,21 @@ def _yaml(value: Any) -> str:
 
 def applies_text(spec: Check, prefix: str = "") -> str:
     """A field's ``applies_if`` in words: ``eval_every > 0``, ``obs=true or reward=true``, ``resume set``
-    (each name after ``prefix``)."""
+    (each sibling's name after ``prefix``; another group's setting by its own key, ``trainer.eval_every``)."""
     def one(other: str, op: str, wanted: Any) -> str:
+        name = other if "." in other else f"{prefix}{other}"
         if op == "!=" and wanted is None:
-            return f"{prefix}{other} set"
-        return f"{prefix}{other}{'=' if op == '==' else f' {op} '}{_yaml(wanted)}"
+            return f"{name} set"
+        return f"{name}{'=' if op == '==' else f' {op} '}{_yaml(wanted)}"
 
     return " or ".join(one(*condition) for condition in spec.applies_if)
 
 
-def _ignored(config: type, f: dataclasses.Field, spec: Check, values: Mapping[str, Any], prefix: str) -> str | None:
+def _ignored(config: type, f: dataclasses.Field, spec: Check, values: Mapping[str, Any], prefix: str,
+             run: Any = None) -> str | None:
     """The message for a field set away from its default where its ``applies_if`` holds for none of
-    its conditions (its value would be ignored), else None."""
+    its conditions (its value would be ignored), else None. A condition on another group's setting is
+    read from ``run`` (the whole config); one that cannot be read there counts as holding."""
     if not spec.applies_if:
         return None
     default = _default(f)
@@ -264,13 +271,35 @@ def _ignored(config: type, f: dataclasses.Field, spec: Check, values: Mapping[st
     by_name = {other.name: other for other in dataclasses.fields(config)}
     current = []
     for other, op, wanted in spec.applies_if:
-        have = values[other] if other in values else _default(by_name[other])
+        if "." in other:  # another group's setting
+            have = _run_value(run, other)
+            if have is dataclasses.MISSING:
+                return None
+            name = other
+        else:
+            have = values[other] if other in values else _default(by_name[other])
+            name = f"{prefix}.{other}"
         if _APPLIES_OPS[op](have, wanted):
             return None
-        current.append(f"{prefix}.{other}={_yaml(have)}")
+        current.append(f"{name}={_yaml(have)}")
     wants = applies_text(spec, prefix + ".")
     return (f"{prefix}.{f.name}={_yaml(value)} has no effect while {' and '.join(dict.fromkeys(current))}: it applies "
             f"only with {wants}; set that, or leave {prefix}.{f.name} at its default ({_yaml(default)})")
+
+
+def _run_value(run: Any, key: str) -> Any:
+    """The value of the dotted ``key`` in the run's config ``run``; ``dataclasses.MISSING`` when there
+    is no config, no such setting, or it does not resolve (another check names that)."""
+    if run is None:
+        return dataclasses.MISSING
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        value = OmegaConf.select(run, key, default=dataclasses.MISSING, throw_on_missing=True)
+    except OmegaConfBaseException:
+        return dataclasses.MISSING
+    return value
 
 
 def check_values(config: type, values: Mapping[str, Any], prefix: str) -> None:
@@ -319,7 +348,7 @@ def check_defaults(config: type, prefix: str = "config") -> list[str]:
             problems.append(f"{prefix}.{f.name}: metadata[{CHECK_KEY!r}] must come from corral.check(...), "
                             f"got {raw!r}")
         for other, _, _ in raw.applies_if if isinstance(raw, Check) else ():
-            if other not in names:
+            if other not in names and "." not in other:  # a dotted key is another group's: the run's config has it
                 problems.append(f"{prefix}.{f.name}: applies_if names {other!r}, which is not a field of "
                                 f"{config.__name__}")
         default = _default(f)
@@ -429,8 +458,6 @@ __all__ = [
     "field_check",
     "field_problems",
     "ignored_values",
-    "META_EVAL_PREFIX",
-    "meta_eval_ignored",
     "inside_run_dir",
     "unchecked_fields",
     "unknown_key_message",
@@ -583,55 +610,10 @@ def composed_ignored(cfg: Any, registry: Any, kinds: Iterable[str], given: Colle
             return
         assert isinstance(values, dict)
         mine = {key[len(prefix) + 1:] for key in given if key.startswith(prefix + ".")}
-        out.extend(ignored_values(reg.config, {str(k): v for k, v in values.items()}, prefix, given=mine))
+        out.extend(ignored_values(reg.config, {str(k): v for k, v in values.items()}, prefix, given=mine, run=cfg))
 
     for prefix, _, kind, name, node in _option_nodes(cfg, kinds):
         check_node(prefix, kind, name, node)
-    return out + meta_eval_ignored(cfg, registry, given)
-
-
-#: The settings of a meta-RL algorithm that only its ``meta_evaluate`` reads start with this.
-META_EVAL_PREFIX = "meta_eval_"
-
-
-def meta_eval_ignored(cfg: Any, registry: Any, given: Collection[str]) -> list[str]:
-    """One message for each ``algo.meta_eval_*`` setting among ``given`` set away from its default while
-    ``trainer.eval_every=0``: the algorithm's ``meta_evaluate`` (meta-RL: adaptation on held-out tasks)
-    runs only within the trainer's evaluation, so without evaluation the setting changes nothing. For an
-    algorithm (its registered factory, or the ``component_class`` the factory builds) with a
-    ``meta_evaluate``, and a trainer with an ``eval_every``."""
-    from omegaconf import DictConfig
-    from omegaconf.errors import OmegaConfBaseException
-
-    trainer, algo = cfg.get("trainer"), cfg.get("algo")
-    if not isinstance(trainer, DictConfig) or not isinstance(algo, DictConfig) or "name" not in algo:
-        return []
-    try:
-        eval_every = trainer.get("eval_every")
-    except OmegaConfBaseException:  # composed_problems names it
-        return []
-    if isinstance(eval_every, bool) or eval_every != 0:
-        return []
-    reg = registry.entries.get(("algo", algo.name))
-    if reg is None or reg.config is None:
-        return []
-    built = getattr(reg.factory, "component_class", reg.factory)
-    if not callable(getattr(built, "meta_evaluate", None)):
-        return []
-    out = []
-    for f in dataclasses.fields(reg.config):
-        if not f.name.startswith(META_EVAL_PREFIX) or f"algo.{f.name}" not in given or f.name not in algo:
-            continue
-        try:
-            value = algo.get(f.name)
-        except OmegaConfBaseException:
-            continue
-        default = _default(f)
-        if default is dataclasses.MISSING or value == default:
-            continue
-        out.append(f"algo.{f.name}={_yaml(value)} has no effect while trainer.eval_every=0: algo={algo.name} "
-                   "meta-evaluates only within the trainer's evaluation; set trainer.eval_every > 0, or leave "
-                   f"algo.{f.name} at its default ({_yaml(default)})")
     return out
 
 

@@ -23,6 +23,7 @@ the command line names another primary config (``--config-name`` and such).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sys
@@ -91,6 +92,7 @@ def precheck(args: Sequence[str]) -> None:
     import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints (types-PyYAML is not a dependency)
     from hydra import compose, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -102,8 +104,10 @@ def precheck(args: Sequence[str]) -> None:
             options_of = _options_lister(GlobalHydra.instance().config_loader(), overrides)
             check_choices(overrides, options_of)
             check_one_preset(overrides)
+            check_group_additions(overrides)
             _parse(overrides)  # also beside a flag: `--info nope` is the override nope to Hydra
             if flags and not multirun:  # --cfg, --help, ...: Hydra shows what was asked, of options that exist
+                _check_types(overrides, lambda job: compose(config_name=CONFIG_NAME, overrides=job))
                 return
             hydra_cfg = hydra_config(overrides)  # composed once, for the two checks below
             check_output_dir(overrides, multirun, hydra_cfg, resume=resuming)
@@ -112,8 +116,12 @@ def precheck(args: Sequence[str]) -> None:
                 check_sweep_lists(overrides, options_of)
                 check_no_hydra_sweep(overrides)
                 check_sweep_values(overrides)
-                check_sweep_plugins(overrides, hydra_cfg)
+                repeated += check_sweep_plugins(overrides, hydra_cfg)
                 check_sweep_jobs(overrides, hydra_cfg, options_of, resolve=resumed_config if resuming else None)
+                fixed = [str(o.input_line) for o in OverridesParser.create().parse_overrides(list(overrides))
+                         if not o.is_sweep_override()]
+                repeated += no_addition_warnings(fixed, lambda job: compose(config_name=CONFIG_NAME, overrides=job),
+                                                 options_of)
                 _print_warnings(repeated + run_only_warnings(overrides))
                 return
             try:
@@ -121,6 +129,9 @@ def precheck(args: Sequence[str]) -> None:
                 check_plugin_names(overrides, cfg, lambda job: compose(config_name=CONFIG_NAME, overrides=job))
                 check_deletions(overrides, lambda job: compose(config_name=CONFIG_NAME, overrides=job))
                 check_bool_values(overrides, cfg)
+                check_preset_fits(overrides, cfg, lambda job: compose(config_name=CONFIG_NAME, overrides=job))
+                repeated += no_addition_warnings(overrides, lambda job: compose(config_name=CONFIG_NAME, overrides=job),
+                                                 options_of)
             except MissingConfigException as exc:
                 raise ConfigError(_missing_message(exc, options_of)) from None
     except (HydraException, OmegaConfBaseException) as exc:
@@ -134,6 +145,20 @@ def precheck(args: Sequence[str]) -> None:
     validate(cfg)  # every value, and whether the choices fit together (the plugins' corral_validate_config)
     _print_warnings(repeated + sweep_only_warnings(overrides))
     warn_ignored(cfg, given_keys(overrides))
+
+
+def _check_types(overrides: Sequence[str], compose_job: Callable[[list[str]], Any]) -> None:
+    """Raise the one-line :class:`ConfigError` a run gets for a value of the wrong type
+    (``trainer.n_epochs=abc``) when the command only shows the config (``--cfg job``, ``--help``):
+    Hydra printed its multi-line composition error. Any other composition problem is Hydra's to show."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException, ValidationError
+
+    try:
+        compose_job([o for o in overrides if _composes_job(o)])
+    except (HydraException, OmegaConfBaseException) as exc:
+        if isinstance(exc.__cause__, ValidationError) or isinstance(exc, ValidationError):
+            raise ConfigError(hydra_message(exc)) from None
 
 
 #: Hydra's flags that say what ``train.py`` does: one of them at most (Hydra's rule).
@@ -183,6 +208,33 @@ def sweep_only_warnings(overrides: Sequence[str]) -> list[str]:
             if "=" in override and _key(override).startswith(SWEEP_ONLY)]
 
 
+def no_addition_warnings(overrides: Sequence[str], compose_job: Any, options_of: Any) -> list[str]:
+    """One line for each ``+group=[...]`` of a group that holds several options (``+logger=[csv]``)
+    whose options the run already has: Hydra accepts it and changes nothing. ``compose_job(overrides)``
+    composes a job's config; ``options_of(group)`` lists a group's options."""
+    lines = []
+    for override in overrides:
+        if not override.startswith("+") or override.startswith("++") or "=" not in override:
+            continue
+        group, value = override[1:].split("=", 1)
+        if "." in group or _is_hydra(group) or ("," in value and not value.strip().startswith("[")):
+            continue  # a setting, Hydra's own group, or a sweep
+        names = [name.strip() for name in value.strip().strip("[]").split(",") if name.strip()]
+        try:
+            known = set(options_of(group))
+        except Exception:  # noqa: BLE001 - not a group: another check says what is wrong
+            continue
+        if not names or not set(names) <= known:
+            continue
+        before = compose_job([o for o in overrides if o != override and _composes_job(o)]).get(group)
+        if not hasattr(before, "keys") or not all(name in before and hasattr(before[name], "keys") for name in names):
+            continue
+        had = ", ".join(str(name) for name in before.keys())
+        lines.append(f"{override} changes nothing: the run's {group} list ({had}) already has {', '.join(names)}; "
+                     f"to have only {' and '.join(names)}, write {group}=[{','.join(names)}], without the +")
+    return lines
+
+
 #: Hydra's settings that only a single run (no ``-m``) reads: its run directory.
 RUN_ONLY = ("hydra.run.",)
 
@@ -198,10 +250,12 @@ def run_only_warnings(overrides: Sequence[str]) -> list[str]:
 def repeated_keys(overrides: Sequence[str]) -> dict[str, list[str]]:
     """The overrides of each key that more than one override sets (``seed=1 seed=2`` gives
     ``{"seed": ["seed=1", "seed=2"]}``), in their order: Hydra keeps the last and drops the others.
-    A deletion (``~key``) is not counted."""
+    A deletion (``~key``) is not counted, nor an option added to a group (``+logger=[mlflow]``; beside
+    ``logger=[csv]``, :func:`check_group_additions` refuses it)."""
     given: dict[str, list[str]] = {}
     for override in overrides:
-        if "=" in override and not override.startswith("~"):
+        added_option = override.startswith("+") and not override.startswith("++") and "." not in _key(override)
+        if "=" in override and not override.startswith("~") and not added_option:
             given.setdefault(_key(override), []).append(override)
     return {key: found for key, found in given.items() if len(found) > 1}
 
@@ -598,23 +652,27 @@ def first_job_number(hydra_cfg: Any) -> int | None:
         return None  # sweep reports it when it starts
 
 
-def check_sweep_plugins(overrides: Sequence[str], hydra_cfg: Any) -> None:
+def check_sweep_plugins(overrides: Sequence[str], hydra_cfg: Any) -> list[str]:
     """Before a sweep starts, let its Hydra launcher and sweeper check their settings: a launcher or
     sweeper class with a ``check_config(cfg, overrides)`` classmethod (corral's submitit, Ray and
     Optuna shims have one) is given its composed ``hydra.launcher`` / ``hydra.sweeper`` node (from
     ``hydra_cfg``, :func:`hydra_config`) and the command line's job overrides, and raises
     :class:`ConfigError` for what would fail once jobs are launched (no SLURM on this machine,
     ``n_trials=0``, ``interval(1, 0.1)``). A sweeper with a ``search_ends(cfg, overrides)``
-    (corral's Optuna sweeper) has the ends of its search space checked as job values. When Hydra's
-    config does not compose, the sweep goes on and each job reports its own config's errors."""
+    (corral's Optuna sweeper) has the ends of its search space checked as job values, and with a
+    ``check_job(job_cfg)`` each of those job configs checked by it too (a trial that could not give
+    the sweeper its objective). Returns the lines of a class's ``ignored_settings(cfg)``: its
+    settings the sweep would not read. When Hydra's config does not compose, the sweep goes on and
+    each job reports its own config's errors."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.utils import get_class
 
     if hydra_cfg is None:
-        return
+        return []
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     fixed = [str(o.input_line) for o in parsed if not o.is_sweep_override() and _composes_job(str(o.input_line))]
     job = [str(o.input_line) for o in parsed if not _is_hydra(str(o.input_line))]
+    ignored: list[str] = []
     for part in ("launcher", "sweeper"):
         node = hydra_cfg.get(part)
         target = node.get("_target_") if node is not None else None
@@ -627,15 +685,20 @@ def check_sweep_plugins(overrides: Sequence[str], hydra_cfg: Any) -> None:
             check(node, job)
         ends = getattr(cls, "search_ends", None)
         if callable(ends):
-            _check_search_ends(ends(node, job), fixed)
+            _check_search_ends(ends(node, job), fixed, getattr(cls, "check_job", None))
+        settings = getattr(cls, "ignored_settings", None)
+        if callable(settings):
+            ignored += list(settings(node))
+    return ignored
 
 
-def _check_search_ends(ends: dict[str, list[str]], fixed: Sequence[str]) -> None:
+def _check_search_ends(ends: dict[str, list[str]], fixed: Sequence[str],
+                       check_job: Callable[[Any], None] | None = None) -> None:
     """Raise one-line :class:`ConfigError` when a value at an end of a search space (a sweeper's
     ``search_ends``: ``algo.clip_range=interval(-1, 0.3)`` gives -1 and 0.3) fails the job's checks:
-    a setting that does not exist, a value of the wrong type or out of its range. Each end is composed
-    with the fixed overrides alone, so the error names the setting it comes from
-    (:data:`MAX_VALUE_CHECKS` compositions at most)."""
+    a setting that does not exist, a value of the wrong type or out of its range, or the sweeper's
+    own ``check_job``. Each end is composed with the fixed overrides alone, so the error names the
+    setting it comes from (:data:`MAX_VALUE_CHECKS` compositions at most)."""
     from hydra import compose
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -643,18 +706,32 @@ def _check_search_ends(ends: dict[str, list[str]], fixed: Sequence[str]) -> None
     from corral.framework.compose import check_values
 
     checks = 0
+    composed: list[tuple[str, Any]] = []
     for key, values in ends.items():
         for value in values:
             checks += 1
             if checks > MAX_VALUE_CHECKS:
-                return
+                break
             where = f" (an end of the search space of {key})"
             try:
-                check_values(compose(config_name=CONFIG_NAME, overrides=[*fixed, value]))
+                job_cfg = compose(config_name=CONFIG_NAME, overrides=[*fixed, value])
+                check_values(job_cfg)
             except (HydraException, OmegaConfBaseException) as exc:
                 raise ConfigError(f"{hydra_message(exc)}{where}") from None
             except ConfigError as exc:
                 raise ConfigError(f"{exc}{where}") from None
+            composed.append((where, job_cfg))
+    if check_job is None:
+        return
+    try:  # a fixed setting's own problem first, named without a searched value
+        check_job(compose(config_name=CONFIG_NAME, overrides=list(fixed)))
+    except (HydraException, OmegaConfBaseException):
+        pass  # each end composed: what fails here is a value's problem, named below
+    for where, job_cfg in composed:
+        try:
+            check_job(job_cfg)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc}{where}") from None
 
 
 def check_no_hydra_sweep(overrides: Sequence[str]) -> None:
@@ -797,6 +874,66 @@ def check_keys_given(overrides: Sequence[str]) -> None:
                               "setting, e.g. seed=1 (`python train.py --help` lists the settings and options)")
 
 
+def check_preset_fits(overrides: Sequence[str], cfg: Any, compose_job: Callable[[list[str]], Any]) -> None:
+    """Raise one :class:`ConfigError` line for a preset with one of its components swapped
+    (``experiment=sac_halfcheetah algo=ppo``) whose settings for that component the new option does not
+    have (``algo.min_buffer_size``): the line names the preset, its settings and the option they are
+    for, where each such setting was one line reading as if the command line had given it.
+    ``compose_job(overrides)`` composes a job's config (run only on this error's path)."""
+    from corral.framework.plugins import get_plugin_manager
+    from corral.framework.registry import KINDS
+
+    presets = [o.split("=", 1)[1] for o in overrides if _key(o) == "experiment" and "=" in o and not o.startswith("~")]
+    swapped = [o for o in overrides if "=" in o and not o.startswith(("+", "~")) and _key(o) in KINDS]
+    if len(presets) != 1 or "," in presets[0] or not swapped:
+        return
+    registry = get_plugin_manager().registry
+    given = given_keys(overrides)
+    foreign: dict[str, list[str]] = {}
+    for override in swapped:
+        group = _key(override)
+        node = cfg.get(group)
+        entry = registry.entries.get((group, str(node.get("name")))) if hasattr(node, "get") else None
+        if entry is None or entry.config is None:
+            continue
+        fields = {f.name for f in dataclasses.fields(entry.config)} | {"name"}
+        keys = [f"{group}.{k}" for k in node.keys() if k not in fields and f"{group}.{k}" not in given]
+        if keys:
+            foreign[group] = keys
+    if not foreign:
+        return
+    preset = presets[0]
+    own = compose_job([f"experiment={preset}", *(o for o in overrides if _is_searchpath(o))])
+    parts = [f"{', '.join(keys)} for its {group}={own[group].name}" for group, keys in foreign.items()]
+    chosen = " ".join(o for o in swapped if _key(o) in foreign)
+    dropped = " ".join(f"~{key}" for keys in foreign.values() for key in keys)
+    raise ConfigError(f"experiment={preset} sets {'; '.join(parts)}, which {chosen} does not have: the preset is made "
+                      f"for {' '.join(f'{g}={own[g].name}' for g in foreign)}; leave out {chosen}, drop those settings "
+                      f"({dropped}), or use a preset made for it (`corral plugins` lists each option's settings)")
+
+
+def check_group_additions(overrides: Sequence[str]) -> None:
+    """Raise a one-line :class:`ConfigError` for an option added to a group (``+logger=[tensorboard]``)
+    beside an override that chooses that group's options (``logger=[csv]``): Hydra keeps the chosen
+    list and drops the addition without a word."""
+    chosen = {_key(o): o for o in overrides if "=" in o and not o.startswith(("+", "~")) and "." not in _key(o)}
+    for override in overrides:
+        if not override.startswith("+") or override.startswith("++") or "=" not in override:
+            continue
+        group = _key(override)
+        if group in chosen:
+            added = [name.strip() for name in override.split("=", 1)[1].strip().strip("[]").split(",")]
+            given = chosen[group].split("=", 1)[1].strip()
+            one_list = given.startswith("[") and given.endswith("]") and "[" not in given[1:]
+            if one_list or not any(c in given for c in ",[]"):  # one list or one option, not a sweep
+                names = [name.strip() for name in given.strip("[]").split(",")]
+                fix = f"give them in one list: {group}=[{','.join(dict.fromkeys(filter(None, names + added)))}]"
+            else:
+                fix = f"add {','.join(added)} to each list {chosen[group]} gives"
+            raise ConfigError(f"{override}: {chosen[group]} chooses the run's {group} options, and Hydra drops an "
+                              f"option added beside it; {fix}")
+
+
 def check_one_preset(overrides: Sequence[str]) -> None:
     """Raise a one-line :class:`ConfigError` for a list of presets (``experiment=[a,b]``, also as a value of
     a sweep): Hydra merges them in order, so each preset's settings silently replace those of the presets
@@ -852,7 +989,9 @@ def check_deletions(overrides: Sequence[str], compose_job: Callable[[list[str]],
     """Raise one-line :class:`ConfigError` for an override that deletes a setting (``~trainer.n_epochs``):
     corral fills a deleted setting back with its default, so the deletion would change nothing. Deleting
     a whole part stays (``~logger.csv`` runs without the CSV logger); a list or mapping setting
-    (``~policy.hidden_sizes``, ``~env.kwargs``) is a setting like any other."""
+    (``~policy.hidden_sizes``, ``~env.kwargs``) is a setting like any other. A key that is not a setting
+    of the chosen option (a preset's ``worker.backend`` after ``worker=vec``) is deleted for good: that
+    is how a preset's settings for another option are dropped."""
     deletions = [o for o in overrides if o.startswith("~") and "." in _key(o) and not _is_hydra(o)]
     if not deletions:
         return
@@ -863,9 +1002,30 @@ def check_deletions(overrides: Sequence[str], compose_job: Callable[[list[str]],
         key = _key(override)
         value = OmegaConf.select(kept, key, default=None, throw_on_missing=False)
         is_part = OmegaConf.is_dict(value) and "name" in value  # a chosen part (logger.csv) has its name
-        if value is not None and not is_part:
+        if value is not None and not is_part and _is_option_setting(kept, key):
             raise ConfigError(f"{override}: a deleted setting is filled back with its default, so this changes "
                               f"nothing; give {key} a value instead ({key}=..., or {key}=null where it accepts null)")
+
+
+def _is_option_setting(cfg: Any, key: str) -> bool:
+    """Whether the dotted ``key`` (``worker.backend``, ``logger.csv.filename``) names a field of the
+    option ``cfg`` chose for its group; True for a key outside the plugin groups (``seed``) and for an
+    option corral does not know (its own checks name it)."""
+    from corral.framework.plugins import get_plugin_manager
+    from corral.framework.registry import KINDS
+
+    parts = key.split(".")
+    if parts[0] not in KINDS:
+        return True
+    if parts[0] == "logger":
+        kind, name, leaf = "logger", parts[1], parts[2] if len(parts) > 2 else None
+    else:
+        node = cfg.get(parts[0])
+        kind, name, leaf = parts[0], str(node.get("name")) if hasattr(node, "get") else "", parts[1]
+    entry = get_plugin_manager().registry.entries.get((kind, name))
+    if entry is None or entry.config is None or leaf is None:
+        return True
+    return leaf in {f.name for f in dataclasses.fields(entry.config)}
 
 
 def check_bool_values(overrides: Sequence[str], cfg: Any) -> None:
@@ -991,6 +1151,8 @@ def added_group_message(text: str) -> str | None:
 
 
 _NOT_CONVERTED = re.compile(r"Value '(.*)' of type '(\w+)' could not be converted to (Integer|Float)")
+#: OmegaConf's words for null given to a setting that must hold a value.
+_NOT_OPTIONAL = re.compile(r"field '[^']*' is not Optional")
 #: OmegaConf's words for a list setting given a scalar, and for a mapping setting given a scalar.
 _NOT_A_LIST = re.compile(r"Invalid value assigned: \w+ is not a ListConfig, list or tuple\.?")
 _NOT_A_MAPPING = re.compile(r"Cannot assign \w+ to Dict\[.*\]\.?")
@@ -1021,13 +1183,16 @@ def shape_message(override: str, reason: str) -> str | None:
 def type_message(override: str, reason: str) -> str:
     """``<override>: <reason>``, where OmegaConf's ``Value '1000.0' of type 'float' could not be
     converted to Integer`` becomes what the setting takes and, for a whole number written as a
-    float (``trainer.batch_size=1e3``), how to write it (``write trainer.batch_size=1000``); a list or
-    mapping setting given something else is :func:`shape_message`'s line."""
+    float (``trainer.batch_size=1e3``), how to write it (``write trainer.batch_size=1000``); null for a
+    setting that must hold a value says so; a list or mapping setting given something else is
+    :func:`shape_message`'s line."""
+    key = _key(override)
+    if _NOT_OPTIONAL.fullmatch(reason.strip()):
+        return f"{override}: {key} cannot be null; give it a value, or leave it out for its default"
     found = _NOT_CONVERTED.fullmatch(reason.strip())
     if found is None:
         return shape_message(override, reason) or f"{override}: {reason}"
     value, kind, target = found.groups()
-    key = _key(override)
     wanted = "a whole number" if target == "Integer" else "a number"
     if kind == "float":
         shown = value
@@ -1046,4 +1211,4 @@ def type_message(override: str, reason: str) -> str:
     return f"{override}: {key} takes {wanted}, not {shown}{hint}"
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "MODE_FLAGS", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_flags", "added_group_message", "check_choices", "check_bool_values", "check_keys_given", "check_one_preset", "check_deletions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "shape_message", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "MODE_FLAGS", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_flags", "added_group_message", "check_choices", "check_bool_values", "check_keys_given", "check_one_preset", "check_deletions", "check_group_additions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_preset_fits", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "no_addition_warnings", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "shape_message", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]

@@ -21,6 +21,10 @@ from corral.framework.policy import Policy
 from corral.framework.worker import Worker, WorkerFactory
 from corral.meta.tasks import TaskSchedule, TaskSplit
 
+#: The ``applies_if`` of an algorithm setting that only its ``meta_evaluate`` reads: the trainer calls
+#: ``meta_evaluate`` within its evaluation, so with ``trainer.eval_every=0`` such a setting changes nothing.
+EVALUATING = ("trainer.eval_every", ">", 0)
+
 
 def trial_episode_returns(trials: EpisodeBatch) -> np.ndarray:
     """``[n_trials, n_episodes_per_trial]`` returns of each episode of each trial (a batch from
@@ -93,5 +97,5 @@ def adaptation_stats(trials: EpisodeBatch, prefix: str = "meta_eval") -> dict[st
 
 
 __all__ = [
-    "adaptation_stats", "curve_stats", "pearl_episode_returns", "run_meta_test", "trial_episode_returns",
+    "EVALUATING", "adaptation_stats", "curve_stats", "pearl_episode_returns", "run_meta_test", "trial_episode_returns",
 ]

@@ -37,6 +37,8 @@ _NOTHING_TO_SEARCH = ("hydra.sweeper=optuna has nothing to search: give hydra.sw
 #: Study attribute listing the trials an interrupted sweep left running (run again, not counted).
 INTERRUPTED_ATTR = "corral_interrupted"
 RESULTS_FILE = "optimization_results.yaml"
+#: The statistic a pruner hears from each trial unless ``prune_on`` names another.
+PRUNE_ON_DEFAULT = "eval/return_mean"
 
 
 def distribution(override: Override) -> Any:
@@ -162,7 +164,7 @@ class CorralOptunaSweeper(Sweeper):
         n_jobs: int = 1,
         sampler: Any = None,
         pruner: Any = None,
-        prune_on: str = "eval/return_mean",
+        prune_on: str = PRUNE_ON_DEFAULT,
         params: Optional[DictConfig] = None,
         **ignored: Any,
     ) -> None:
@@ -189,6 +191,30 @@ class CorralOptunaSweeper(Sweeper):
         cls.check_settings(cfg)
         if not _space_of(cfg, overrides):
             raise ConfigError(_NOTHING_TO_SEARCH)
+
+    @staticmethod
+    def check_job(job_cfg: Any) -> None:
+        """Raise a one-line :class:`ConfigError` for a trial's config that cannot give the study its
+        objective, the run's final evaluation return: ``trainer.eval_every=0`` (evaluation off; the
+        job would return its training return, and the study would rank it among evaluated trials, or
+        rank training returns as if they were evaluations). Called on the composed job config of each
+        end of the search space (``check_sweep_plugins``), so a searched ``eval_every`` is checked too."""
+        trainer = job_cfg.get("trainer")
+        if trainer is not None and trainer.get("eval_every") == 0:
+            raise ConfigError("trainer.eval_every=0: the Optuna objective is each trial's final evaluation return, and "
+                              "with evaluation off a trial has none (it would be ranked by its training return); set "
+                              "trainer.eval_every > 0 (an evaluation also runs after the last epoch)")
+
+    @staticmethod
+    def ignored_settings(cfg: Any) -> list[str]:
+        """One line for a setting the study would not read: ``prune_on`` away from its default
+        without a ``pruner`` (only a pruner reads it)."""
+        prune_on = cfg.get("prune_on")
+        if cfg.get("pruner") is None and prune_on not in (None, PRUNE_ON_DEFAULT):
+            return [f"hydra.sweeper.prune_on={prune_on} has no effect while hydra.sweeper.pruner=null: only a pruner "
+                    f"reads it; set a pruner (e.g. 'hydra.sweeper.pruner={{_target_: optuna.pruners.MedianPruner}}'), or "
+                    f"leave prune_on at its default ({PRUNE_ON_DEFAULT})"]
+        return []
 
     @classmethod
     def check_settings(cls, cfg: Any) -> None:

@@ -229,6 +229,34 @@ def test_a_prune_on_that_no_epoch_reports_stops_the_search_at_its_first_trial(tm
     assert "Traceback" not in out
 
 
+def test_a_search_whose_trials_would_not_evaluate_is_one_line_before_any_trial(tmp_path: Path) -> None:
+    """The objective is each trial's final evaluation return. A trial with ``trainer.eval_every=0``
+    returned its training return instead, and the study ranked the two kinds of number together."""
+    sweep_dir = tmp_path / "multirun"
+    proc = train(tmp_path, "experiment=ppo_cartpole_optuna", "hydra.sweeper.n_trials=2", "trainer.eval_every=choice(1,0)",
+                 *TINY, f"hydra.sweep.dir={sweep_dir}", timeout=200)
+    assert proc.returncode == 2, (proc.stdout + proc.stderr)[-4000:]
+    assert proc.stderr.strip().splitlines() == [
+        "corral: error: trainer.eval_every=0: the Optuna objective is each trial's final evaluation return, and with "
+        "evaluation off a trial has none (it would be ranked by its training return); set trainer.eval_every > 0 (an "
+        "evaluation also runs after the last epoch) (an end of the search space of trainer.eval_every)"]
+    assert not sweep_dir.exists()
+
+
+def test_a_prune_on_without_a_pruner_is_one_warning_line(tmp_path: Path) -> None:
+    """Only a pruner reads ``prune_on``: without one, a misspelt statistic was accepted in silence."""
+    sweep_dir = tmp_path / "multirun"
+    proc = train(tmp_path, "hydra/sweeper=optuna", "hydra.sweeper.n_trials=1", "hydra.sweeper.prune_on=eval/retrun_mean",
+                 "algo.learning_rate=interval(0.0001,0.01)", "trainer.n_epochs=1", *TINY, f"hydra.sweep.dir={sweep_dir}",
+                 timeout=200)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert [line for line in proc.stderr.splitlines() if "warning" in line] == [
+        "corral: warning: hydra.sweeper.prune_on=eval/retrun_mean has no effect while hydra.sweeper.pruner=null: only "
+        "a pruner reads it; set a pruner (e.g. 'hydra.sweeper.pruner={_target_: optuna.pruners.MedianPruner}'), or "
+        "leave prune_on at its default (eval/return_mean)"]
+    assert summaries(sweep_dir)[0]["status"] == "completed"
+
+
 def test_a_search_whose_every_trial_fails_ends_in_one_line(tmp_path: Path) -> None:
     # An environment that returns NaN: each trial fails alone (a trial's own failure does not stop a search).
     sweep_dir = tmp_path / "multirun"

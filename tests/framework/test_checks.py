@@ -13,10 +13,10 @@ from corral.framework.checks import (
     check_defaults,
     check_minimums,
     check_values,
+    composed_ignored,
     describe_field,
     field_problems,
     ignored_values,
-    meta_eval_ignored,
     relation_problems,
     unchecked_fields,
     unknown_key_message,
@@ -281,53 +281,45 @@ def test_check_minimums_names_the_setting_its_least_value_and_null() -> None:
 
 @dataclass
 class MetaConfig:
-    """A meta-RL algorithm's settings: two that only its meta-evaluation reads."""
+    """A meta-RL algorithm's settings: two that only the trainer's evaluation reads (another group's
+    setting in their ``applies_if``)."""
 
-    meta_eval_trials: int = field(default=2, metadata=check(ge=1))
-    meta_eval_deterministic: bool = False
+    meta_eval_trials: int = field(default=2, metadata=check(ge=1, applies_if=("trainer.eval_every", ">", 0)))
+    meta_eval_deterministic: bool = field(default=False, metadata=check(applies_if=("trainer.eval_every", ">", 0)))
     learning_rate: float = 0.1
 
 
-class Meta:
-    def meta_evaluate(self, env: object, *, seed: int) -> dict[str, float]:
-        return {}
-
-
-def build_meta(config: MetaConfig) -> Meta:
-    return Meta()
-
-
-build_meta.component_class = Meta  # type: ignore[attr-defined]
-
-
-def test_a_meta_evaluation_setting_without_evaluation_is_named() -> None:
-    """An algorithm meta-evaluates only within the trainer's evaluation: its ``meta_eval_*`` settings
-    changed nothing with ``trainer.eval_every=0``, in silence."""
+def test_applies_if_on_another_groups_setting_is_read_from_the_run_config() -> None:
+    """A setting that only another group's setting makes matter (``algo.meta_eval_*``: the trainer's
+    evaluation runs ``meta_evaluate``) names that setting when it does not hold; a trainer without it
+    (another trainer plugin) is not warned about."""
     from types import SimpleNamespace
 
     from omegaconf import OmegaConf
 
-    registry = SimpleNamespace(entries={("algo", "meta"): SimpleNamespace(factory=build_meta, config=MetaConfig),
-                                        ("algo", "plain"): SimpleNamespace(factory=lambda config: None,
-                                                                           config=MetaConfig)})
+    registry = SimpleNamespace(entries={("algo", "meta"): SimpleNamespace(factory=lambda config: None,
+                                                                          config=MetaConfig)})
 
-    def cfg(eval_every: int, algo: str = "meta", **values: object) -> object:
-        return OmegaConf.create({"trainer": {"name": "default", "eval_every": eval_every},
-                                 "algo": {"name": algo, "meta_eval_trials": 2, "meta_eval_deterministic": False,
+    def cfg(trainer: dict, **values: object) -> object:
+        return OmegaConf.create({"trainer": {"name": "default", **trainer},
+                                 "algo": {"name": "meta", "meta_eval_trials": 2, "meta_eval_deterministic": False,
                                           "learning_rate": 0.1, **values}})
 
     given = {"algo.meta_eval_trials", "algo.meta_eval_deterministic", "algo.learning_rate"}
-    assert meta_eval_ignored(cfg(0, meta_eval_trials=5, meta_eval_deterministic=True, learning_rate=0.5), registry,
-                             given) == [
-        "algo.meta_eval_trials=5 has no effect while trainer.eval_every=0: algo=meta meta-evaluates only within the "
-        "trainer's evaluation; set trainer.eval_every > 0, or leave algo.meta_eval_trials at its default (2)",
-        "algo.meta_eval_deterministic=true has no effect while trainer.eval_every=0: algo=meta meta-evaluates only "
-        "within the trainer's evaluation; set trainer.eval_every > 0, or leave algo.meta_eval_deterministic at its "
-        "default (false)"]
-    assert meta_eval_ignored(cfg(5, meta_eval_trials=5), registry, given) == []  # it evaluates
-    assert meta_eval_ignored(cfg(0, meta_eval_trials=5), registry, set()) == []  # a preset's value, not the user's
-    assert meta_eval_ignored(cfg(0), registry, given) == []  # the defaults
-    assert meta_eval_ignored(cfg(0, "plain", meta_eval_trials=5), registry, given) == []  # no meta_evaluate
+    changed = {"meta_eval_trials": 5, "meta_eval_deterministic": True, "learning_rate": 0.5}
+    assert composed_ignored(cfg({"eval_every": 0}, **changed), registry, ("algo",), given) == [
+        "algo.meta_eval_trials=5 has no effect while trainer.eval_every=0: it applies only with trainer.eval_every > 0; "
+        "set that, or leave algo.meta_eval_trials at its default (2)",
+        "algo.meta_eval_deterministic=true has no effect while trainer.eval_every=0: it applies only with "
+        "trainer.eval_every > 0; set that, or leave algo.meta_eval_deterministic at its default (false)"]
+    assert composed_ignored(cfg({"eval_every": 5}, **changed), registry, ("algo",), given) == []  # it evaluates
+    assert composed_ignored(cfg({"eval_every": 0}, **changed), registry, ("algo",), set()) == []  # a preset's values
+    assert composed_ignored(cfg({"eval_every": 0}), registry, ("algo",), given) == []  # the defaults
+    assert composed_ignored(cfg({}, **changed), registry, ("algo",), given) == []  # a trainer without eval_every
+    assert composed_ignored(cfg({"eval_every": "${nope}"}, **changed), registry, ("algo",), given) == []  # named elsewhere
+    assert ignored_values(MetaConfig, changed, "algo") == []  # without the run's config: counted as holding
+    assert check_defaults(MetaConfig) == []  # a dotted applies_if names another group's setting, not a field
+    assert describe_field(fields(MetaConfig)[0]) == ">= 1; only with trainer.eval_every > 0"
 
 
 def test_an_interpolation_that_does_not_resolve_names_the_setting() -> None:

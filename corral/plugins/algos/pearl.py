@@ -50,7 +50,7 @@ from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
 from corral.meta.context_encoder import kl_to_standard_normal
-from corral.meta.meta_eval import curve_stats, pearl_episode_returns, run_meta_test
+from corral.meta.meta_eval import EVALUATING, curve_stats, pearl_episode_returns, run_meta_test
 from corral.meta.task_replay import TaskReplayBuffers
 from corral.meta.tasks import TaskSampler, TaskSplit, schedule_length
 from corral.rl.networks import flat_dim, mlp
@@ -106,12 +106,15 @@ class PEARLConfig:
     n_train_tasks: int = field(default=100, metadata=check(ge=1, help="meta-train tasks (drawn once with task_seed)"))
     n_test_tasks: int = field(default=30, metadata=check(ge=0, help="held-out meta-test tasks (0: meta-test on meta-train tasks)"))
     task_seed: int = field(default=0, metadata=check(ge=0, help="seed of the task split (independent of the run's seed)"))
-    meta_eval_episodes: int = field(default=3, metadata=check(ge=1, help="episodes per meta-test task (posterior updated after each)"))
-    meta_eval_trials: int = field(default=1, metadata=check(ge=1, help="trials per meta-test task at each evaluation"))
-    meta_eval_deterministic: bool = field(default=True, metadata={"help": "meta-evaluate with mean actions"})
-    meta_eval_sample_z: bool = field(
-        default=True, metadata={"help": "meta-evaluate with z drawn from the prior/posterior (false: their mean)"}
-    )
+    # meta_evaluate runs within the trainer's evaluation only: without it these change nothing
+    meta_eval_episodes: int = field(default=3, metadata=check(
+        ge=1, applies_if=EVALUATING, help="episodes per meta-test task (posterior updated after each)"))
+    meta_eval_trials: int = field(default=1, metadata=check(
+        ge=1, applies_if=EVALUATING, help="trials per meta-test task at each evaluation"))
+    meta_eval_deterministic: bool = field(default=True, metadata=check(
+        applies_if=EVALUATING, help="meta-evaluate with mean actions"))
+    meta_eval_sample_z: bool = field(default=True, metadata=check(
+        applies_if=EVALUATING, help="meta-evaluate with z drawn from the prior/posterior (false: their mean)"))
 
 
 class PEARL(Algorithm):

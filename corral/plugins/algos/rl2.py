@@ -34,7 +34,7 @@ from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
-from corral.meta.meta_eval import adaptation_stats, run_meta_test
+from corral.meta.meta_eval import EVALUATING, adaptation_stats, run_meta_test
 from corral.meta.tasks import TaskSampler, TaskSplit, schedule_length
 from corral.plugins.algos.ppo import PPO, PPOConfig
 from corral.rl.networks import flat_dim, mlp
@@ -54,12 +54,14 @@ class RL2PPOConfig(PPOConfig):
         default=50, metadata=check(ge=0, help="held-out meta-test tasks, disjoint from the meta-train ones (0: evaluate on meta-train tasks)")
     )
     task_seed: int = field(default=0, metadata=check(ge=0, help="seed of the task split (independent of the run's seed)"))
-    meta_eval_trials: int = field(default=2, metadata=check(ge=1, help="trials per meta-test task at each evaluation"))
+    # meta_evaluate runs within the trainer's evaluation only: without it the meta_eval_* settings change nothing
+    meta_eval_trials: int = field(default=2, metadata=check(
+        ge=1, applies_if=EVALUATING, help="trials per meta-test task at each evaluation"))
     normalize_values: bool = field(
         default=True, metadata={"help": "fit the value function to returns standardised by their running mean and std"}
     )
     meta_eval_deterministic: bool = field(
-        default=False, metadata={"help": "meta-evaluate with the policy's mode instead of sampling"}
+        default=False, metadata=check(applies_if=EVALUATING, help="meta-evaluate with the policy's mode instead of sampling")
     )
 
 
