@@ -188,8 +188,10 @@ def _rgb_array_env(source: Any, kwargs: Mapping[str, Any]) -> gym.Env:
         if isinstance(source, EnvFactory) and not isinstance(source, RecordedEnvFactory):
             try:
                 env = EnvFactory(source.fn, {**dict(source.kwargs), "render_mode": "rgb_array"})()
-            except TypeError:  # a callable recipe that takes no render_mode
-                env = source()
+            except (TypeError, ConfigError) as exc:  # a callable recipe that takes no render_mode
+                if isinstance(exc, ConfigError) and "render_mode" not in str(exc):
+                    raise  # another keyword of env.kwargs: its own line
+                env = source()  # without frames: said below, not as an env.kwargs problem
         elif isinstance(source, str):
             env = EnvFactory(source, {**dict(kwargs), "render_mode": "rgb_array"})()
         else:

@@ -16,7 +16,7 @@ import torch
 
 from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.env import EnvFactory, EnvSpec
-from corral.framework.errors import CorralError
+from corral.framework.errors import ConfigError, CorralError
 from corral.framework.evaluation import (
     EVAL_BRANCH,
     episode_statistics,
@@ -334,3 +334,30 @@ def test_vector_worker_videos_are_the_episodes_taken(tmp_path: Path) -> None:
     plain = evaluation_episodes(policy, env, evaluation_factory(factory, n_workers=2), 8)
     assert VIDEO_SLOT_INFO not in plain.episode_infos  # only a recording says which slot
     assert plain.episode_returns.tolist() == episodes.episode_returns.tolist()  # the same episodes, recorded
+
+
+def _no_render_mode_env(size: int = 3) -> Any:
+    """An environment whose recipe takes a keyword of its own (``size``) but no ``render_mode``."""
+    import gymnasium as gym
+
+    class Plain(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (size,))
+        action_space = gym.spaces.Discrete(2)
+
+    return Plain()
+
+
+def test_an_environment_that_takes_no_render_mode_is_named_as_not_rendering() -> None:
+    """corral passes ``render_mode`` to record: a recipe with keywords of its own that takes none was
+    "does not take these keyword arguments: ... 'render_mode'; check env.kwargs", a setting the user
+    never gave."""
+    pytest.importorskip("moviepy", reason="the video extra (corral[video]) is not installed")
+    from corral.framework.video import check_recordable
+
+    with pytest.raises(ConfigError) as info:
+        check_recordable(EnvFactory(_no_render_mode_env, {"size": 4}))
+    assert "does not render rgb_array frames" in str(info.value), str(info.value)
+    assert "env.kwargs" not in str(info.value)
+    with pytest.raises(ConfigError) as other:  # another keyword it does not take stays the env.kwargs line
+        check_recordable(EnvFactory(_no_render_mode_env, {"sise": 4}))
+    assert "check env.kwargs" in str(other.value) and "sise" in str(other.value)
