@@ -16,9 +16,10 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.async_vector_env import AsyncState
 
 from corral.framework.env import EnvFactory, gym_spec, make_env
-from corral.framework.errors import ConfigError
+from corral.framework.errors import ConfigError, WorkerError
 from corral.framework.memory import check_room_for_processes
 from corral.framework.video import RecordedEnvFactory
 
@@ -214,12 +215,14 @@ def check_room_for_async_envs(n_envs: int) -> None:
 
 
 def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_length: int | None,
-                     seed: int, num_threads: int = 0, autoreset_mode: str = "next_step") -> BuiltVectorEnv:
+                     seed: int, num_threads: int = 0, autoreset_mode: str = "next_step",
+                     step_timeout: float | None = None) -> BuiltVectorEnv:
     """The VectorEnv of ``n_envs`` environments that ``backend`` makes from ``source``.
 
     ``max_episode_length`` is passed to the backend as its time limit where it is shorter than
     the environment's own, so the backend truncates there itself; ``seed`` seeds EnvPool (which
-    seeds environment ``i`` with ``seed + i``).
+    seeds environment ``i`` with ``seed + i``). ``step_timeout``: the seconds an ``async`` step may
+    take (:class:`BoundedAsyncVectorEnv`; None: no limit).
     """
     check_backend(backend)
     own = _own_vector_env(source, n_envs) if _env_id(source) is None else None
@@ -296,8 +299,39 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
             raise ConfigError("worker.backend=async starts processes of its own, which a worker inside a sampler's "
                               "worker process cannot; use worker.backend=sync there (or sampler=local or ray)")
         check_room_for_async_envs(n_envs)
-        venv = gym.vector.AsyncVectorEnv(fns, copy=False, autoreset_mode=mode)
+        venv = BoundedAsyncVectorEnv(fns, copy=False, autoreset_mode=mode)
+        venv.step_timeout = step_timeout
     return BuiltVectorEnv(venv, limit, True, True, backend)
+
+
+class StepTimedOut(WorkerError):
+    """An environment process of ``worker.backend=async`` did not answer a step within ``worker.step_timeout``."""
+
+
+class BoundedAsyncVectorEnv(gym.vector.AsyncVectorEnv):
+    """gymnasium's AsyncVectorEnv whose ``step`` waits at most ``step_timeout`` seconds (None: no
+    limit) for its environment processes; one that has not answered by then is a
+    :class:`StepTimedOut` naming its slot and pid (its step hangs: a deadlock, a simulator waiting
+    on something). Under ``sampler=local`` nothing else bounds that wait."""
+
+    step_timeout: float | None = None
+
+    def step(self, actions: Any) -> Any:
+        """Step every environment; :class:`StepTimedOut` when one takes longer than ``step_timeout``."""
+        import multiprocessing
+
+        self.step_async(actions)
+        try:
+            return self.step_wait(timeout=self.step_timeout)
+        except multiprocessing.TimeoutError:
+            self._state = AsyncState.WAITING_STEP  # answers are pending: the worker's shutdown ends the processes
+            stuck = [i for i, pipe in enumerate(self.parent_pipes) if pipe is not None and not pipe.poll()]
+            slots = [f"slot {i} (pid {self.processes[i].pid})" for i in stuck] or ["a slot"]
+            named = " and ".join([", ".join(slots[:-1]), slots[-1]] if len(slots) > 1 else slots)
+            raise StepTimedOut(
+                f"worker.backend=async: environment {named} did not answer a step within worker.step_timeout="
+                f"{self.step_timeout:g} s (its step hangs); fix the environment, or raise worker.step_timeout "
+                "for one that is this slow") from None
 
 
 def autoreset_mode_of(venv: VectorEnv) -> AutoresetMode:

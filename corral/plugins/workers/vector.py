@@ -28,7 +28,7 @@ import pickle
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Mapping, Optional, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -135,6 +135,10 @@ class VectorWorkerConfig:
         choices=tuple(AUTORESET_MODES), applies_if=(("backend", "==", "sync"), ("backend", "==", "async")),
         help="autoreset mode of the sync/async backends: next_step, same_step or disabled (native and EnvPool "
              "reset with their own)"))
+    step_timeout: Optional[float] = field(default=300.0, metadata=check(
+        gt=0, applies_if=("backend", "==", "async"),
+        help="seconds one step of the async backend's environment processes may take before the one that has not "
+             "answered is named and the rollout fails (null: no limit)"))
     timesteps_per_call: int = field(default=0, metadata=check(ge=0, help="0: whole episodes; >0: fragments, at least n_envs * timesteps_per_call transitions per rollout"))
     carry_episodes: bool = field(default=False, metadata={"help": (
         "whole episodes without restarting the environments each rollout: an episode still running when a "
@@ -203,7 +207,8 @@ class VectorWorker(Worker):
 
     def __init__(self, *, seed: Any, max_episode_length: int | None, worker_number: int = 0, n_envs: int = 16,
                  backend: str = "native", num_threads: int = 0, autoreset_mode: str = "next_step",
-                 timesteps_per_call: int = 0, carry_episodes: bool = False, **kwargs: Any) -> None:
+                 step_timeout: float | None = 300.0, timesteps_per_call: int = 0, carry_episodes: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(seed=seed, max_episode_length=max_episode_length, worker_number=worker_number,
                          n_envs=n_envs, **kwargs)
         check_backend(backend)
@@ -215,6 +220,7 @@ class VectorWorker(Worker):
         self.backend = backend
         self.num_threads = int(num_threads)
         self.autoreset_mode = str(autoreset_mode).lower()
+        self.step_timeout = None if step_timeout is None else float(step_timeout)
         self.timesteps_per_call = int(timesteps_per_call)
         self.returns_fragments = self.timesteps_per_call > 0
         self.carry_episodes = bool(carry_episodes)
@@ -254,7 +260,7 @@ class VectorWorker(Worker):
         built = build_vector_env(
             source, backend=self.backend, n_envs=self.n_envs, max_episode_length=self.max_episode_length,
             seed=self._env_seed if seed is None else seed, num_threads=self.num_threads,
-            autoreset_mode=self.autoreset_mode)
+            autoreset_mode=self.autoreset_mode, step_timeout=self.step_timeout)
         self._source, self._built, self.venv = source, built, built.venv
         self._vseeded = built.backend == "envpool"  # EnvPool is seeded when it is made
         self._rollouts = 0

@@ -284,3 +284,33 @@ def test_an_async_vector_env_under_ctrl_c_or_a_killed_environment_process(tmp_pa
         assert wait_gone(session, timeout=30) == set()
     rows = list(csv.DictReader(csv_path.open()))
     assert len(rows) >= 2
+
+
+def test_an_async_vector_env_whose_step_hangs_is_one_line_within_its_step_timeout(tmp_path: Path) -> None:
+    """``worker.backend=async`` under sampler=local, an environment whose step never returns (a stuck
+    simulator): the run waited for ever (no sampler timeout bounds sampler=local). Now the slot that
+    does not answer within ``worker.step_timeout`` is named with its pid, and nothing is left running."""
+    import time
+
+    from corral.testing.processes import session_processes, started_session
+
+    run = tmp_path / "run"
+    cmd = [sys.executable, str(REPO / "train.py"), "worker=vector", "worker.backend=async", "worker.n_envs=2",
+           "worker.step_timeout=2", "env=gym", "env.id=corral.testing.faulty_envs:corral/HangingCartPole-v1",
+           "+env.kwargs.fail_at=30", "+env.kwargs.hang_s=600", "trainer.n_epochs=5", "trainer.batch_size=200",
+           "trainer.eval_every=0", "trainer.progress=false", "logger=[csv]", f"hydra.run.dir={run}"]
+    with started_session(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        seen: set[int] = set()
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            seen |= session_processes(proc.pid)
+            time.sleep(0.1)
+        assert proc.poll() is not None, "the run did not end within 120 s of a 2 s step timeout"
+        _, stderr = proc.communicate(timeout=30)
+        assert proc.returncode == 2, stderr[-3000:]
+        last = stderr.strip().splitlines()[-1]
+        assert re.search(r"worker\.backend=async: environment slot [01] \(pid \d+\)( and slot [01] \(pid \d+\))? did not "
+                         r"answer a step within worker\.step_timeout=2 s \(its step hangs\); fix the environment, or "
+                         r"raise worker\.step_timeout for one that is this slow", last), stderr[-3000:]
+        assert "Error executing job" not in stderr, stderr[-3000:]
+        assert wait_gone(seen, timeout=30) == set()
