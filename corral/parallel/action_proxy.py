@@ -59,6 +59,11 @@ PROXY_METHODS = frozenset({
 
 
 # ---------------------------------------------------------------------- worker side
+#: How the proxy's TimeoutError starts when the server gave no sign of life for ``timeout`` seconds
+#: (the sampler tells it apart from a worker's own failure: the server may be the one at fault).
+NO_ANSWER = "the action server did not answer worker"
+
+
 @dataclass
 class ProxyEndpoint:
     """What a worker process needs to reach the server: its slot and semaphores (inherited at start)."""
@@ -181,7 +186,10 @@ class ActionProxy(Policy):
 
         While the server holds this request back because another worker of the group is still
         stepping, it bumps the slot's ``HELD`` counter: that wait is the other worker's, which the
-        sampler times out (and names) itself, so it never runs down this worker's clock.
+        sampler times out (and names) itself, so it never runs down this worker's clock. The server
+        bumps it, too, whenever it starts a call of its policy while this worker waits: so this
+        worker gives up only once a call of the server's has run ``timeout`` seconds (the sampler
+        then names that call, not this worker).
         """
         deadline = time.monotonic() + ep.timeout
         held = int(slot.header[HELD])
@@ -194,8 +202,7 @@ class ActionProxy(Policy):
                 held = int(slot.header[HELD])
                 deadline = now + ep.timeout
             elif now > deadline:
-                raise TimeoutError(f"the action server did not answer worker {ep.worker_number} within "
-                                   f"{ep.timeout:g} s")
+                raise TimeoutError(f"{NO_ANSWER} {ep.worker_number} within {ep.timeout:g} s")
 
     def _call(self, method: str, *args: Any) -> Any:
         slot, ep = self._slot()
@@ -277,6 +284,6 @@ class ActionProxy(Policy):
 
 
 __all__ = [
-    "ActionProxy", "ActionServerError", "PROXY_METHODS", "ProxyEndpoint", "ServedWorkerFactory", "SlotLayout",
-    "SlotView", "install_endpoint", "poll_acquire", "response_meta",
+    "ActionProxy", "ActionServerError", "NO_ANSWER", "PROXY_METHODS", "ProxyEndpoint", "ServedWorkerFactory",
+    "SlotLayout", "SlotView", "install_endpoint", "poll_acquire", "response_meta",
 ]

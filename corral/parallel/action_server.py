@@ -19,17 +19,29 @@ With one group this is rlpyt's GPU sampler; with two, the alternating sampler: w
 forward pass runs, the other group's workers step their environments.
 
 Everything the thread touches is guarded by ``lock``; the sampler takes it to apply agent updates,
-restart a worker's slot, or shut down.
+restart a worker's slot, or shut down (each wait bounded: :class:`ServerBusy` when the thread holds it
+for ``timeout`` seconds).
+
+A call of the policy that does not return (a forward pass stuck on a lock or on a device that no
+longer answers) is the server's fault, not its workers': :attr:`ActionServer.call` says which call
+runs, for which workers, since when, so that the sampler can name it. Such a call may return at any
+time later, or never, so the thread touches no slot memory once closed, and the policy never sees
+slot memory at all (its observations are copies). A thread that does not stop when the server is
+closed is abandoned: the names of its segments and semaphores are removed, but the segments stay
+mapped for the life of the process (see :meth:`ActionServer.close`), since unmapping memory that a
+thread may still read is what crashes a process.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import pickle
 import threading
 import time
 import traceback
-from typing import Any, Callable, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -61,6 +73,54 @@ logger = logging.getLogger(__name__)
 _IDLE_S = 0.2
 #: Seconds between two signs of life given to the workers the thread holds back.
 _HOLD_EVERY_S = 0.1
+#: Seconds :meth:`ActionServer.close` waits for a thread whose call has already run ``timeout`` seconds.
+_STUCK_JOIN_S = 0.5
+
+#: What abandoned servers leave mapped (their segments' SharedMemory objects): a thread stuck in a call
+#: may still read or write it, so it is never unmapped (see :func:`_keep_mapped`).
+_ABANDONED: list[Any] = []
+
+
+def _keep_mapped(obj: Any) -> None:
+    """Keep ``obj`` (a SharedMemory) alive, and so mapped, until the process ends: referenced here and
+    given one more reference that is never dropped, so that not even the interpreter's exit, which
+    clears this module, frees it (freeing a SharedMemory unmaps its memory; a daemon thread can still
+    be inside a call then)."""
+    _ABANDONED.append(obj)
+    pythonapi = getattr(ctypes, "pythonapi", None)  # CPython
+    if pythonapi is not None:
+        pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+class ServerCall:
+    """A call of the server's policy: ``what`` (``get_actions``, or a control call: ``reset``,
+    ``seed``, ``get_param_values``, ...) for ``workers``, started at ``started`` and, once it has
+    returned, ended at ``ended`` (``time.monotonic()``; set once, by the serving thread)."""
+
+    __slots__ = ("what", "workers", "started", "ended")
+
+    def __init__(self, what: str, workers: Sequence[int], started: float) -> None:
+        self.what = what
+        self.workers = tuple(workers)
+        self.started = started
+        self.ended: float | None = None
+
+    def __repr__(self) -> str:
+        return f"ServerCall({self.what!r}, workers={list(self.workers)}, {self.seconds():.3f} s)"
+
+    def seconds(self) -> float:
+        """How long it ran (runs, while it has not returned)."""
+        return (time.monotonic() if self.ended is None else self.ended) - self.started
+
+
+class ServerBusy(RuntimeError):
+    """The serving thread held the server's lock for ``timeout`` seconds: stuck in ``call`` (None: in
+    none of the policy's calls)."""
+
+    def __init__(self, call: ServerCall | None, timeout: float) -> None:
+        what = f"in the policy's {call.what} for workers {list(call.workers)}" if call is not None else "busy"
+        super().__init__(f"the action server's thread has been {what} for more than {timeout:g} s")
+        self.call = call
 
 
 class _ServerSlot:
@@ -99,8 +159,19 @@ class _ServerSlot:
         for view, value in zip(self.views[1:], infos.values()):
             view[...] = value
 
+    def abandon(self) -> None:
+        """Remove the segment's name but keep it mapped for the life of the process (a thread that
+        did not stop may still touch it); drop the semaphores (their names go when they are freed)."""
+        _keep_mapped(self.shm)
+        try:
+            self.shm.unlink()
+        except FileNotFoundError:  # pragma: no cover
+            pass
+        self.posted = self.answered = None
+
     def close(self) -> None:
-        """Unmap and unlink the segment; drop the semaphores (freed when unreferenced)."""
+        """Unmap and unlink the segment; drop the semaphores (freed when unreferenced). Only once no
+        thread can touch the segment any more."""
         self.views = []
         self.view.release()
         try:
@@ -124,11 +195,18 @@ class ActionServer:
         busy: ``busy(i)`` is true while worker ``i`` has a command outstanding.
         obs_bytes, resp_bytes: capacity of each slot's observation and response areas.
         timeout: seconds a worker waits for an answer before giving up (counted from the server's
-            last sign of life: a worker held back for a busy one waits as long as it is busy).
+            last sign of life: a worker held back for a busy one waits as long as it is busy, and
+            every call of the policy starts with a sign of life to each worker waiting, so a worker
+            gives up only once a call has run ``timeout`` seconds); also the bound on the sampler's
+            waits for the server's lock.
         on_hold: ``on_hold(i)`` is called, a few times a second, while worker ``i``'s posted
             ``get_actions`` is held back because another worker of its group is busy.
         spin_s: seconds a worker (and the serving thread) polls for what it waits for before
             sleeping on its semaphore (see :func:`~corral.parallel.action_slot.poll_acquire`).
+
+    Attributes:
+        call: the call of the policy running now (None when none runs); read without the lock.
+        last_call: the last call that returned.
     """
 
     def __init__(self, ctx: Any, n_workers: int, groups: Sequence[Sequence[int]],
@@ -151,7 +229,10 @@ class ActionServer:
         self.forward_s = 0.0
         #: Worker requests answered by batched forward passes (sum over steps of the workers served).
         self.n_served_requests = 0
+        self.call: ServerCall | None = None
+        self.last_call: ServerCall | None = None
         self._stop = False
+        self._abandoned = False
         self._thread: threading.Thread | None = None
         self._posts: dict[int, int] = {}
         self._held_at = float("-inf")
@@ -168,9 +249,25 @@ class ActionServer:
         s = self.slots[i]
         return ProxyEndpoint(i, s.layout, s.posted, s.answered, self.doorbell, self.timeout, self.spin_s)
 
+    def waiting(self, i: int) -> bool:
+        """True while worker ``i`` waits for an answer the server has taken up (its request is in the
+        call running now, or collected and not yet answered). Read without the lock."""
+        call = self.call
+        return (call is not None and i in call.workers) or i in self._posts
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The lock, waited for ``timeout`` seconds at most (:class:`ServerBusy` then)."""
+        if not self.lock.acquire(timeout=self.timeout):
+            raise ServerBusy(self.call, self.timeout)
+        try:
+            yield
+        finally:
+            self.lock.release()
+
     def restart_slot(self, i: int) -> None:
         """Worker ``i`` is being restarted: new semaphores, its pending post and state dropped."""
-        with self.lock:
+        with self._locked():
             self._posts.pop(i, None)
             self.slots[i].renew(self.ctx)
             self.pool.forget(i)
@@ -182,15 +279,16 @@ class ActionServer:
 
     def ring(self) -> None:
         """Wake the serving thread (a worker's business changed)."""
-        if self.doorbell is not None:
-            self.doorbell.release()
+        doorbell = self.doorbell
+        if doorbell is not None:
+            doorbell.release()
 
     def apply_agent_update(self, update: Any, n_workers: int) -> bool:
         """Apply an agent update to the server's policies; True when workers need a fresh proxy
         (a new Policy: they reseed their slots)."""
         if update is None:
             return False
-        with self.lock:
+        with self._locked():
             if isinstance(update, Policy):
                 self.pool.set_policy(update)
                 return True
@@ -203,36 +301,96 @@ class ActionServer:
             return False
 
     def close(self, join_s: float = 5.0) -> None:
-        """Stop the thread (bounded) and free every segment and semaphore. Idempotent."""
+        """Stop the thread (bounded) and free every segment and semaphore. Idempotent.
+
+        The thread is waited for ``join_s`` seconds at most (half a second once its call has run
+        ``timeout`` seconds: it is stuck). A thread that has not stopped then is abandoned, never
+        waited for again: it may still return from its call at any time, or never, so nothing it
+        may touch is freed. The names of its segments and semaphores are removed (nothing is left
+        in ``/dev/shm``), the segments stay mapped for the life of the process (:func:`_keep_mapped`),
+        the lock and the policies stay as they are; the thread, once its call returns, sees that the
+        server was closed and ends without touching a slot.
+        """
         self._stop = True
-        if self._thread is not None:
+        if self._abandoned:
+            return
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            call = self.call
+            if call is not None and call.seconds() >= self.timeout:
+                join_s = min(join_s, _STUCK_JOIN_S)
             self.ring()
-            self._thread.join(join_s)
-            self._thread = None
-        with self.lock:
+            thread.join(join_s)
+            if thread.is_alive():
+                self._abandon(thread)
+                return
+        if not self.lock.acquire(timeout=join_s):  # pragma: no cover - only the (ended) thread takes it
+            self._abandon(thread)
+            return
+        try:
             for slot in self.slots:
                 slot.close()
             self.slots = []
             self.doorbell = None
             self.pool = AgentPool(self.groups, self.pool.prepare)
+        finally:
+            self.lock.release()
+
+    def _abandon(self, thread: threading.Thread | None) -> None:
+        self._abandoned = True
+        call = self.call
+        logger.debug("the action server's thread %s did not stop (%s); its %d segments stay mapped", thread,
+                     f"{call.what} for workers {list(call.workers)} has run {call.seconds():.1f} s"
+                     if call is not None else "in no call", len(self.slots))
+        for slot in self.slots:  # the list and its slots stay: the thread may still index them
+            slot.abandon()
+        self.doorbell = None
 
     # ------------------------------------------------------------------ the serving thread
     def _run(self) -> None:
         while not self._stop:
-            doorbell = self.doorbell
-            if doorbell is None:
+            if not self._wait_for_posts():
                 return
-            if not poll_acquire(doorbell, self.spin_s):
-                doorbell.acquire(timeout=_IDLE_S)
             with self.lock:
                 if self._stop:
                     return
                 try:
                     self._serve()
                 except Exception:  # noqa: BLE001 - never let the thread die silently
-                    logger.exception("the action server failed")
+                    if not self._stop:  # else: closed under it (abandoned); nobody waits for it any more
+                        logger.exception("the action server failed")
+
+    def _wait_for_posts(self) -> bool:
+        """Sleep until the doorbell rings (or ``_IDLE_S``); False once the server is closed. The
+        doorbell is not held on to while serving (an abandoned server's semaphores must be freed)."""
+        doorbell = self.doorbell
+        if doorbell is None:
+            return False
+        if not poll_acquire(doorbell, self.spin_s):
+            doorbell.acquire(timeout=_IDLE_S)
+        return True
+
+    def _begin_call(self, what: str, workers: Sequence[int]) -> ServerCall:
+        """Record a call of the policy for ``workers`` (:attr:`call`; :meth:`_end_call` once it
+        returns). It starts with a sign of life (``HELD``) to every worker the server owes an answer,
+        so that a worker's proxy gives up only once this call (or a later one) has run ``timeout``
+        seconds."""
+        call = self.call = ServerCall(what, workers, time.monotonic())
+        for i in workers:
+            self.slots[i].view.header[HELD] += 1
+        for i in self._posts:
+            if i not in call.workers:
+                self.slots[i].view.header[HELD] += 1
+        return call
+
+    def _end_call(self, call: ServerCall) -> None:
+        call.ended = time.monotonic()
+        self.last_call = call  # before call is cleared: a reader sees one or the other
+        self.call = None
 
     def _serve(self) -> None:
+        """Collect the posts and answer what can be answered. Every answer is written only if the
+        server was not closed while the policy's call ran (see :meth:`close`)."""
         posts = self._posts
         for slot in self.slots:
             if slot.worker_number not in posts and slot.posted.acquire(False):
@@ -241,7 +399,8 @@ class ActionServer:
             if kind == GET_ACTIONS:
                 continue
             del posts[i]
-            self._answer_control(i, kind)
+            if not self._answer_control(i, kind):
+                return
         held: list[int] = []
         for group in self.groups:
             waiting = [i for i in group if i in posts]
@@ -252,7 +411,8 @@ class ActionServer:
                 continue
             for i in waiting:
                 del posts[i]
-            self._answer_actions(waiting)
+            if not self._answer_actions(waiting):
+                return
         if held:
             self._hold(held)
 
@@ -267,31 +427,60 @@ class ActionServer:
             if self.on_hold is not None:
                 self.on_hold(i)
 
-    def _answer_control(self, i: int, kind: int) -> None:
-        slot = self.slots[i]
-        view = slot.view
+    def _answer_control(self, i: int, kind: int) -> bool:
+        """Answer worker ``i``'s control request; False (nothing written) when the server was closed
+        while the policy's call ran."""
+        view = self.slots[i].view
+        reply: Any = None
+        error: str | None = None
         try:
             if kind == RESET:
-                self._apply_reset(i, view)
+                mask = self._take_reset(view)
+                call = self._begin_call("reset", (i,))
+                try:
+                    self._apply_reset(i, mask)
+                finally:
+                    self._end_call(call)
             elif kind == CALL:
                 method, args = view.read_blob()
-                view.write_blob(self._control(i, method, args))
+                call = self._begin_call(str(method), (i,))
+                try:
+                    reply = self._control(i, method, args)
+                finally:
+                    self._end_call(call)
             else:
                 raise ValueError(f"unknown request kind {kind}")
-            view.header[STATUS] = OK
         except Exception:  # noqa: BLE001 - reported to the worker, which reports it to the sampler
-            view.header[STATUS] = ERROR
-            view.write_blob(traceback.format_exc())
+            error = traceback.format_exc()
+        if self._stop:
+            return False
+        if kind == CALL and error is None:
+            try:
+                view.write_blob(reply)
+            except Exception:  # noqa: BLE001 - too large: reported like the call's own failure
+                error = traceback.format_exc()
+        if error is not None:
+            view.write_blob(error)
+        view.header[STATUS] = OK if error is None else ERROR
         view.header[KIND] = 0
-        slot.answered.release()
+        self.slots[i].answered.release()
+        return True
 
-    def _apply_reset(self, i: int, view: SlotView) -> None:
+    @staticmethod
+    def _take_reset(view: SlotView) -> np.ndarray | bool:
+        """The reset the request carries, cleared from the slot: True (every slot of the worker), a
+        copied mask, or False (none)."""
         rows = int(view.header[RESET_ROWS])
-        if rows == -1:
-            self.pool.reset(i, None)
-        elif rows > 0:
-            self.pool.reset(i, view.mask[:rows].copy())
         view.header[RESET_ROWS] = 0
+        if rows == -1:
+            return True
+        return view.mask[:rows].copy() if rows > 0 else False
+
+    def _apply_reset(self, i: int, mask: np.ndarray | bool) -> None:
+        if mask is True:
+            self.pool.reset(i, None)
+        elif mask is not False:
+            self.pool.reset(i, mask)
 
     def _control(self, i: int, method: str, args: tuple) -> Any:
         pool = self.pool
@@ -309,34 +498,52 @@ class ActionServer:
             return pool.set_per_worker(items)
         raise ValueError(f"the action server does not serve {method!r}")
 
-    def _answer_actions(self, workers: list[int]) -> None:
+    def _answer_actions(self, workers: list[int]) -> bool:
+        """One batched forward pass for ``workers``; False (nothing written, nobody answered) when the
+        server was closed while it ran."""
         t0 = time.perf_counter()
+        results: Any = None
+        error: str | None = None
+        call = self._begin_call("get_actions", workers)
         try:
-            observations = []
-            deterministic = []
-            for i in workers:
+            observations, deterministic, resets = [], [], []
+            for i in workers:  # everything read from the slots first, the policy's calls after
                 view = self.slots[i].view
-                self._apply_reset(i, view)
-                observations.append(view.read_obs())
+                resets.append(self._take_reset(view))
+                # A copy: the policy never holds slot memory (a pass that outlives the server
+                # reads arrays of its own).
+                observations.append(view.read_obs().copy())
                 deterministic.append(bool(view.header[DETERMINISTIC]))
+            for i, mask in zip(workers, resets):
+                self._apply_reset(i, mask)
             t1 = time.perf_counter()
             results = self.pool.get_actions(workers, observations, deterministic)
             self.forward_s += time.perf_counter() - t1
-            for i, (actions, infos) in zip(workers, results):
-                self.slots[i].write_response(np.asarray(actions), {k: np.asarray(v) for k, v in infos.items()})
-                self.slots[i].view.header[STATUS] = OK
-            self.n_served_steps += 1
-            self.n_served_requests += len(workers)
         except Exception:  # noqa: BLE001 - every waiting worker gets the error
-            text = traceback.format_exc()
+            error = traceback.format_exc()
+        finally:
+            self._end_call(call)
+        if self._stop:
+            return False
+        if error is None:
+            try:
+                for i, (actions, infos) in zip(workers, results):
+                    self.slots[i].write_response(np.asarray(actions), {k: np.asarray(v) for k, v in infos.items()})
+                    self.slots[i].view.header[STATUS] = OK
+                self.n_served_steps += 1
+                self.n_served_requests += len(workers)
+            except Exception:  # noqa: BLE001 - too large, say: every waiting worker gets the error
+                error = traceback.format_exc()
+        if error is not None:
             for i in workers:
                 view = self.slots[i].view
                 view.header[STATUS] = ERROR
-                view.write_blob(text)
+                view.write_blob(error)
         for i in workers:
             self.slots[i].view.header[KIND] = 0
             self.slots[i].answered.release()
         self.serve_s += time.perf_counter() - t0
+        return True
 
 
-__all__ = ["ActionServer"]
+__all__ = ["ActionServer", "ServerBusy", "ServerCall"]

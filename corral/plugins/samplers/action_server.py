@@ -17,7 +17,11 @@ Failures read as the multiprocessing sampler's: the server answers a group once 
 of it has posted, so while one worker hangs in its environment the others wait for the server;
 that wait counts as neither's lack of progress (the server tells the waiting worker's proxy and
 this sampler that it is holding it back), so the hung worker alone runs out of ``timeout``, is
-named ("made no progress") and, with ``on_worker_failure=restart``, is the only one restarted.
+named ("made no progress") and, with ``on_worker_failure=restart``, is the only one restarted. A
+call of the server's policy (a forward pass, most often) that does not return within ``timeout`` is
+the server's fault, not that of the workers waiting for it: the error (:class:`ServerHung`) names
+that call, no worker is restarted, and the shutdown does not wait for the call (it may return later,
+or never; see :meth:`~corral.parallel.action_server.ActionServer.close`).
 
 ``sampler=alternating`` (:mod:`corral.plugins.samplers.alternating`) is this sampler with two
 groups of workers.
@@ -35,17 +39,22 @@ from typing import Any
 
 from corral import hookimpl
 from corral.framework.checks import check
-from corral.framework.errors import ConfigError
+from corral.framework.errors import ConfigError, WorkerError
 from corral.framework.policy import Policy
 from corral.framework.worker import UpdateFailure, WorkerFactory, update_error
-from corral.parallel.action_proxy import PROXY_METHODS, ActionProxy, ServedWorkerFactory
-from corral.parallel.action_server import ActionServer
+from corral.parallel.action_proxy import NO_ANSWER, PROXY_METHODS, ActionProxy, ServedWorkerFactory
+from corral.parallel.action_server import ActionServer, ServerBusy, ServerCall
 from corral.plugins.samplers.multiprocessing import (
     MultiprocessingSampler,
     MultiprocessingSamplerConfig,
+    _Failure,
 )
 
 log = logging.getLogger(__name__)
+#: Seconds the sampler waits, at most, for a call of the server's to have run ``timeout`` seconds
+#: when a worker waiting for it ran out of time just before (the worker's clock started a little
+#: earlier than the call; its progress reports come once a second).
+_SETTLE_S = 1.0
 DEVICES_HELP = "where the server's policy runs: auto (cuda when available, else cpu), cpu, cuda or cuda:N"
 
 
@@ -199,7 +208,10 @@ class ActionServerSampler(MultiprocessingSampler):
             old = self._handles[i]
             assert old is not None
             old.kill()
-            self.server.restart_slot(i)
+            try:
+                self.server.restart_slot(i)
+            except ServerBusy as exc:
+                raise _Failure(self._server_hung(exc.call, f"restarting worker {i}")) from None
         super()._launch(i)
         self.server.ring()
 
@@ -224,6 +236,9 @@ class ActionServerSampler(MultiprocessingSampler):
         assert self.server is not None
         try:
             fresh = self.server.apply_agent_update(agent_update, n)
+        except ServerBusy as exc:
+            self.shutdown_worker()
+            raise self._server_hung(exc.call, activity) from None
         except Exception as exc:  # noqa: BLE001 - the same WorkerError as every sampler's
             tb = traceback.format_exc()
             raise update_error(self.option_name, None, UpdateFailure.of("agent update", exc), tb) from None
@@ -237,6 +252,72 @@ class ActionServerSampler(MultiprocessingSampler):
             self.agent_version += 1  # applied here: replies to older requests are still told apart
         return super()._call(commands, worker_update, env_update, activity)
 
+    # ------------------------------------------------------------------ a server that does not answer
+    def _error_stuck(self, i: int, activity: str) -> WorkerError:
+        """Worker ``i`` shows no progress: the server's fault when a call of its policy has run
+        ``timeout`` seconds; not yet anyone's when worker ``i`` waits for a call that has not."""
+        return self._blame_server(i, activity, gave_up=False) or super()._error_stuck(i, activity)
+
+    def _on_failure(self, i: int, commands: dict[int, tuple[str, Any]], activity: str, error: WorkerError) -> None:
+        """A failure that is the server's raises :class:`ServerHung` (restarting a worker would not
+        help: the new one would wait for the same server); one that may yet be is looked at again."""
+        if isinstance(error, ServerHung):
+            raise _Failure(error)
+        if isinstance(error, _WaitForServer):
+            self._handle(i).deadline = error.until
+            return
+        if f"raised TimeoutError: {NO_ANSWER} {i} within" in error.message:  # its proxy waited in vain
+            hung = self._blame_server(i, activity, gave_up=True)
+            if isinstance(hung, ServerHung):
+                raise _Failure(hung)
+        super()._on_failure(i, commands, activity, error)
+
+    def _blame_server(self, i: int, activity: str, gave_up: bool) -> WorkerError | None:
+        """Why worker ``i`` (``gave_up``: its proxy's wait for an answer timed out; else: it shows no
+        progress) is not at fault: :class:`ServerHung` when a call of the server's policy has run
+        ``timeout`` seconds (or, just returned, ran that long); :class:`_WaitForServer` when it waits
+        for a call that has not run that long yet; None when the server is not to blame."""
+        server = self.server
+        if server is None:
+            return None
+        call = server.call
+        if call is not None:
+            remaining = call.started + self.timeout - time.monotonic()
+            if remaining > 0 and not gave_up:
+                if server.waiting(i) or remaining <= _SETTLE_S:
+                    return _WaitForServer(call.started + self.timeout)
+                return None
+            if 0 < remaining <= _SETTLE_S:  # gave up a moment before the call is `timeout` old
+                time.sleep(remaining)
+            if remaining <= _SETTLE_S and server.call is call:
+                return self._server_hung(call, activity)
+        # A call seen running has just returned (after `timeout` s, or the worker had given up on it):
+        # or, for a worker that gave up, the last call took that long and returned since.
+        last = server.last_call
+        if (call is not None or gave_up) and last is not None and last.ended is not None \
+                and last.seconds() >= self.timeout and time.monotonic() - last.ended <= self.timeout + _SETTLE_S:
+            return self._server_hung(last, activity)  # it returned, too late for worker i
+        return None
+
+    def _server_hung(self, call: ServerCall | None, activity: str) -> "ServerHung":
+        """The one line naming the server's ``call`` that did not return within ``timeout``."""
+        if call is None:  # its lock was held that long outside the policy's calls
+            return ServerHung(
+                f"{self.option_name} sampler: the action server's thread (on {self.device}) did not let go of its "
+                f"lock within {self.timeout:g} s while {activity}; every worker waits for it, so none is at fault "
+                "and none was restarted; this is a bug of corral's: please report it with the log of the run")
+        workers = list(call.workers)
+        who = f"worker {workers[0]}" if len(workers) == 1 else f"workers {workers}"
+        if call.what == "get_actions":
+            what, slow = f"forward pass (the policy's get_actions for {who}, on {self.device})", "forward passes"
+        else:
+            what, slow = f"call of the policy's {call.what} (for {who}, on {self.device})", f"{call.what} calls"
+        return ServerHung(
+            f"{self.option_name} sampler: the action server's {what} did not return within {self.timeout:g} s "
+            f"while {activity}; every worker waits for it, so none is at fault and none was restarted; check the "
+            f"policy's {call.what} (what it blocks on: a lock, a device that stopped answering), or raise "
+            f"sampler.timeout={self.timeout:g} if its {slow} are this slow")
+
     # ------------------------------------------------------------------ shutdown
     def _shutdown(self) -> None:
         try:
@@ -247,6 +328,21 @@ class ActionServerSampler(MultiprocessingSampler):
             # The processes' handles hold the semaphores they were started with: drop them so the
             # semaphores are freed now.
             self._handles[:] = [None] * len(self._handles)
+
+
+class ServerHung(WorkerError):
+    """A call of the action server's policy (a forward pass, most often) did not return within the
+    sampler's ``timeout``: the server is at fault, not the workers waiting for it (``worker_number``
+    is None)."""
+
+
+class _WaitForServer(WorkerError):
+    """Internal: the worker waits for a call of the server's that has not run ``timeout`` seconds
+    yet; it is looked at again at ``until`` (``time.monotonic()``)."""
+
+    def __init__(self, until: float) -> None:
+        super().__init__("waiting for the action server")
+        self.until = until
 
 
 @hookimpl
