@@ -14,8 +14,10 @@ CPU away between polls (:func:`poll_acquire`), and only then sleeps on it. A sle
 to be woken by the server, and a woken process often takes the CPU from the server before it has
 woken the next worker; a worker that polls is answered without either. The server polls its
 doorbell the same way. While the server holds a posted ``get_actions`` back (another worker of the
-group is still stepping), it bumps the header's ``HELD`` counter a few times a second, so a
-sleeping worker can tell a server that waits for someone else from one that is gone.
+group is still stepping), it bumps the header's ``HELD`` counter a few times a second, and it
+bumps it once for each waiting worker when a call of its policy starts, so a sleeping worker can
+tell a server that waits for someone else, or has just started its answer, from one that is gone
+(the worker gives up only once one call has run ``timeout`` seconds).
 """
 
 from __future__ import annotations
