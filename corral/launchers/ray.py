@@ -121,11 +121,14 @@ def _run_job_on_ray(hydra_context: HydraContext, task_function: TaskFunction, sw
         os.chdir(old_cwd)
 
 
-def _failed(sweep_config: DictConfig, what: str) -> JobReturn:
-    """A ``JobReturn`` for a job that did not return; Hydra's sweeper raises its error after the batch."""
+def _failed(sweep_config: DictConfig, what: str, cause: BaseException | None = None) -> JobReturn:
+    """A ``JobReturn`` for a job that did not return; Hydra's sweeper raises its error after the batch.
+    ``cause``: the Ray error it ended with (its ``__cause__``: the launcher tells a dead process by it)."""
     overrides = list(sweep_config.hydra.overrides.task)
     ret = JobReturn(overrides=overrides, cfg=sweep_config, hydra_cfg=sweep_config, status=JobStatus.FAILED)
-    ret.return_value = RuntimeError(f"job {sweep_config.hydra.job.num} ({' '.join(overrides)}) ended with {what}")
+    error = RuntimeError(f"job {sweep_config.hydra.job.num} ({' '.join(overrides)}) ended with {what}")
+    error.__cause__ = cause
+    ret.return_value = error
     ret.status = JobStatus.FAILED
     return ret
 
@@ -228,7 +231,7 @@ def launch(settings: RayLauncherSettings, hydra_context: HydraContext, task_func
                 try:
                     results[idx] = ray.get(ref)
                 except Exception as exc:  # noqa: BLE001 - the job's process died (OOM kill, node lost)
-                    results[idx] = _failed(configs[idx], f"{type(exc).__name__}: {exc}")
+                    results[idx] = _failed(configs[idx], f"{type(exc).__name__}: {exc}", exc)
                 finally:
                     remove_placement_group(pg)
     except KeyboardInterrupt:

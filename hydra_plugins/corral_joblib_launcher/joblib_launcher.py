@@ -15,7 +15,8 @@ mid-training too, the jobs not started never ran, and the sweep ended with jobli
 process, where such a death ended the sweep. :meth:`CorralJoblibLauncher.launch` runs each job
 with Hydra's ``execute_job`` (as hydra-joblib-launcher does) in one of ``n_jobs`` *slots*: a loky
 executor with a single worker process, that runs one job after another and is replaced when its
-process dies. A death ends only the job that ran there (:func:`died`): its ``[job N] corral: error:``
+process dies. A death ends only the job that ran there (:func:`died`, with
+:mod:`corral.launchers.job_death`, which every corral launcher shares): its ``[job N] corral: error:``
 line says how the process ended and what to do, its directory gets a ``summary.json`` with
 ``status: failed``, and the sweep goes on with the other jobs and ends as a sweep with a failed job
 does (:class:`~corral.framework.entry.SweepJobFailed`'s line, exit status 1). ``hydra.launcher.timeout``
@@ -32,18 +33,15 @@ Kept import-light: Hydra imports every module under ``hydra_plugins`` when it sc
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import signal
-import socket
-import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from corral.framework.checks import check_minimums
 from corral.framework.errors import ConfigError
+from corral.launchers.job_death import JobProcessDied
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +67,6 @@ POLL_S = 1.0
 #: Seconds the running jobs get after Ctrl-C (which a terminal sends them too) to write their snapshot
 #: and summary before their processes are killed; Ctrl-C again kills them at once.
 STOP_GRACE_S = 3.0
-#: Signals that mean a crash in native code (an environment's or a library's), not a kill from outside.
-CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGILL", "SIGFPE")
-
-
-class JobProcessDied(RuntimeError):
-    """A job whose process ended before the job returned: killed by a signal, ended by ``os._exit()``,
-    or killed by the launcher past ``hydra.launcher.timeout``. Its message is the job's one line."""
 
 
 class CorralJoblibLauncher(JoblibLauncher):
@@ -204,16 +195,11 @@ class CorralJoblibLauncher(JoblibLauncher):
 
     def _died(self, job: Job, timeout: float | None = None) -> Any:
         """The failed ``JobReturn`` of a job whose process died (or was killed past ``timeout``)."""
-        from hydra.core.utils import JobReturn, JobStatus
-        from omegaconf import open_dict
+        from corral.launchers.job_death import failed_return, job_config
 
         assert self.config is not None and self.hydra_context is not None
-        cfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(job.overrides))
-        with open_dict(cfg):  # as Hydra's execute_job sets them in the job's process
-            cfg.hydra.job.id = f"{cfg.hydra.job.name}_{job.num}"
-            cfg.hydra.job.num = job.num
-        return JobReturn(overrides=job.overrides, cfg=cfg, hydra_cfg=cfg, status=JobStatus.FAILED,
-                         _return_value=died(cfg, job, timeout))
+        cfg = job_config(self.hydra_context, self.config, job.overrides, job.num)
+        return failed_return(cfg, job.overrides, died(cfg, job, timeout))
 
 
 def workers(n_jobs: int) -> int:
@@ -283,42 +269,15 @@ class Job:
         self.said = ""
 
 
-@contextlib.contextmanager
-def job_hydra_config(cfg: Any) -> Iterator[Path]:
-    """Hydra's config is the job's ``cfg`` inside the block, with its output directory (what the block
-    gets) as Hydra's ``run_job`` sets it in the job's own process; the sweep's again after."""
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict, read_write
-
-    instance = HydraConfig.instance()
-    previous = instance.cfg
-    try:
-        instance.set_config(cfg)
-        run_dir = Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)).absolute()
-        with read_write(cfg.hydra.runtime), open_dict(cfg.hydra.runtime):
-            cfg.hydra.runtime.output_dir = str(run_dir)
-        instance.set_config(cfg)
-        yield run_dir
-    finally:
-        instance.cfg = previous
-
-
 def died(cfg: Any, job: Job, timeout: float | None = None) -> BaseException:
-    """A job's process died: print the job's ``[job N] corral: error:`` line (how its process ended and
-    what to do), write its ``summary.json`` (``status: failed``) and return the error the sweep ends
-    with (:class:`~corral.framework.entry.SweepJobFailed`, as for a job that failed with a corral error)."""
-    from corral.framework.entry import SweepJobFailed
-    from corral.framework.logger import job_prefix
+    """A job's process died (or was killed past ``timeout``): its line, its failed ``summary.json`` and
+    the error the sweep ends with (:func:`corral.launchers.job_death.died`), from how its loky
+    process ended."""
+    from corral.launchers.job_death import died as job_died
 
-    with job_hydra_config(cfg) as run_dir:
-        error = JobProcessDied(death_reason(job, run_dir, timeout))
-        print(f"{job_prefix()}corral: error: {error}", file=sys.stderr, flush=True)
-        try:
-            write_failed_summary(run_dir, cfg, job, error)
-        except Exception as exc:  # noqa: BLE001 - the error line is said; the summary is one more record
-            print(f"{job_prefix()}corral: warning: could not write {run_dir / 'summary.json'} ({exc}); `corral "
-                  "results` will list the job as unfinished", file=sys.stderr, flush=True)
-        return SweepJobFailed.of(error)
+    return job_died(cfg, overrides=job.overrides, started=job.started, code=exit_code(job.process, job.said),
+                    pid=getattr(job.process, "pid", "?"), timeout=timeout,
+                    fewer="run fewer jobs at once (hydra.launcher.n_jobs)")
 
 
 def exit_code(process: Any, said: str = "") -> int | None:
@@ -340,83 +299,4 @@ def exit_code(process: Any, said: str = "") -> int | None:
     return int(found.group(1)) if found else code if isinstance(code, int) else None
 
 
-def death_reason(job: Job, run_dir: Path, timeout: float | None = None) -> str:
-    """The job's line: how its process ended, and what to do (resume from its snapshot, or run it again)."""
-    who = f"the job's process (pid {getattr(job.process, 'pid', '?')})"
-    code = exit_code(job.process, job.said)
-    if timeout is not None:
-        how = f"the job ran past hydra.launcher.timeout={timeout:g} s, so {who} was killed"
-    elif code is not None and code < 0:
-        name = _signal_name(-code)
-        how = f"{who} was killed by {name} while the job ran"
-        if name == "SIGKILL":
-            how += (", as the out-of-memory killer does when the machine runs out of memory (`dmesg` says whether "
-                    "it did): run fewer jobs at once (hydra.launcher.n_jobs) or give them less to hold")
-        elif name in CRASH_SIGNALS:
-            how += " (a crash in native code: an environment's or a library's)"
-    elif code is not None:
-        how = (f"{who} exited with code {code} while the job ran (code that ends its process at once: os._exit() "
-               "or a library's exit)")
-    else:
-        how = f"{who} ended while the job ran"
-    try:
-        from corral.framework.trainer import find_snapshot
-
-        snapshot = find_snapshot(run_dir)
-    except Exception:  # noqa: BLE001 - no snapshot (or none readable): the job starts again
-        return f"{how}; it saved no snapshot, so run it again with its overrides"
-    return f"{how}; trainer.resume={run_dir} continues it from its latest snapshot ({snapshot.name})"
-
-
-def _signal_name(signum: int) -> str:
-    """``SIGKILL`` for 9; ``signal 64`` for a number without a name."""
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def write_failed_summary(run_dir: Path, cfg: Any, job: Job, error: BaseException) -> None:
-    """The ``summary.json`` of a job whose process died (it could not write one): ``status: failed``
-    and why, with the job's overrides, number and config. A summary the process wrote itself before
-    it ended stays as it is; one from an earlier session of a run resumed in place is kept, marked failed."""
-    import datetime as dt
-
-    from omegaconf import OmegaConf, open_dict
-
-    from corral.results.summary import SUMMARY_FILE, write_summary
-
-    pid = getattr(job.process, "pid", None)
-    try:
-        existing = json.loads((run_dir / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
-        existing = None
-    if not isinstance(existing, dict):
-        existing = None
-    elif pid is not None and existing.get("pid") == pid:
-        return  # the job's own record: its process wrote it, then ended
-    now = time.time()
-
-    def utc(t: float) -> str:
-        return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds")
-
-    summary: dict[str, Any] = existing or {
-        "final_eval_return": None, "best_eval_return": None, "final_train_return": None, "env_steps": None,
-        "epochs": None, "train_time_s": None, "started_at": job.started, "started_utc": utc(job.started),
-        "wall_time_s": now - job.started, "overrides": list(job.overrides),
-        "job": {"name": cfg.hydra.job.name, "num": job.num, "id": cfg.hydra.job.id, "mode": "MULTIRUN"},
-    }
-    summary.update({"status": "failed", "error": f"{type(error).__name__}: {error}", "stop_reason": None,
-                    "finished_at": now, "finished_utc": utc(now), "host": socket.gethostname(), "pid": pid})
-    if existing is None:
-        try:
-            task: Any = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
-            with open_dict(task):
-                del task["hydra"]
-            summary["config"] = OmegaConf.to_container(task, resolve=True)
-        except Exception:  # noqa: BLE001 - a value only the job's process can resolve: no config recorded
-            pass
-    write_summary(run_dir, summary)
-
-
-__all__ = ["BACKEND", "CorralJoblibLauncher", "JobProcessDied", "Slot", "death_reason", "died", "workers"]
+__all__ = ["BACKEND", "CorralJoblibLauncher", "JobProcessDied", "Slot", "died", "exit_code", "workers"]

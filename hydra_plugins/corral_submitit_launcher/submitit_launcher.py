@@ -19,6 +19,12 @@ Preemption and time limits: SLURM's warning signal (``signal_delay_s`` before th
 preemption) makes submitit requeue the job; corral's launcher requeues it with
 ``trainer.resume=<job dir>``, so the job continues from its latest snapshot, in place, as one run.
 
+A job whose process dies (the out-of-memory killer's SIGKILL, a crash, SLURM's ``OUT_OF_MEMORY`` or
+``NODE_FAIL``) leaves no result: submitit raised ``UncompletedJobError`` for it and the sweep ended
+with its traceback, leaving the later jobs unattended. Now it fails alone
+(:mod:`corral.launchers.job_death`): one ``[job N] corral: error:`` line, a ``summary.json`` with
+``status: failed``, every other job waited for, and the sweep ends with corral's one line (exit 1).
+
 Kept import-light: Hydra imports every module under ``hydra_plugins`` when it scans for plugins.
 """
 
@@ -27,6 +33,7 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -146,14 +153,48 @@ class _SizedJobs(BaseSubmititLauncher):
             groups.setdefault(cpus, []).append(i)
             args.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
         submitted = []
+        started = time.time()
         for cpus, members in groups.items():
             jobs = self._executor(cpus).map_array(self, *zip(*(args[i] for i in members)))
             submitted.append((members, jobs))
         results: list[Any] = [None] * len(job_overrides)
-        for members, jobs in submitted:
+        for members, jobs in submitted:  # every job's result, a failed one too (the others are still waited for)
             for i, job in zip(members, jobs):
-                results[i] = job.results()[0]
+                results[i] = self._result(job, list(job_overrides[i]), initial_job_idx + i, started)
         return results
+
+    def _result(self, job: Any, overrides: list[str], num: int, started: float) -> JobReturn:
+        """The ``JobReturn`` of a submitit job once it has ended: its own; a failed one when its process
+        died without a result (:mod:`corral.launchers.job_death`: the job's line and failed summary.json),
+        or when submitit's own code around the job raised."""
+        from hydra.core.utils import JobStatus
+        from submitit.core.utils import UncompletedJobError
+
+        from corral.launchers.job_death import died, failed_return, job_config
+
+        assert self.config is not None and self.hydra_context is not None
+        try:
+            return job.results()[0]  # type: ignore[no-any-return]
+        except UncompletedJobError:  # no result: its process died (killed, crashed, lost by SLURM)
+            cfg = job_config(self.hydra_context, self.config, overrides, num)
+            return failed_return(cfg, overrides, died(cfg, overrides=overrides, started=started,
+                                                      unknown=job_state_words(job)))
+        except Exception as exc:  # noqa: BLE001 - a FailedJobError: this job's, as a failed job
+            return JobReturn(overrides=overrides, status=JobStatus.FAILED, _return_value=exc)
+
+
+def job_state_words(job: Any) -> str:
+    """What submitit (and SLURM) say about a job that ended without a result: its state, and for
+    SLURM's out-of-memory state what to ask for."""
+    try:
+        state = str(job.state)
+    except Exception:  # noqa: BLE001 - the scheduler cannot be asked: say what is known
+        state = "UNKNOWN"
+    words = f"submitit: job state {state}, and the job left no result"
+    if state.startswith("OUT_OF_MEMORY"):
+        words += ("; SLURM ended it for using more memory than it asked for: ask for more (hydra.launcher.mem_gb "
+                  "or hydra.launcher.mem_per_cpu)")
+    return words
 
 
 class CorralLocalLauncher(_SizedJobs):
@@ -168,4 +209,4 @@ class CorralSlurmLauncher(_SizedJobs):
     _EXECUTOR = "slurm"
 
 
-__all__ = ["CorralLocalLauncher", "CorralSlurmLauncher", "job_cpus"]
+__all__ = ["CorralLocalLauncher", "CorralSlurmLauncher", "job_cpus", "job_state_words"]

@@ -1,0 +1,86 @@
+"""Sweep jobs that die, for the launcher tests (test_joblib_job_death.py, test_launcher_job_death.py).
+
+:data:`DYING_ENV` is a module the jobs import (written into the test's ``tmp_path``): an environment
+that kills its own process at a given step, only in the sweep's job number ``job`` (no timing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from corral.testing.processes import session_processes, started_session
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "train.py"
+EPOCHS = 8
+#: Small runs: EPOCHS epochs of ~500 steps, no evaluation, CSV only.
+SMALL = [f"trainer.n_epochs={EPOCHS}", "trainer.batch_size=500", "trainer.eval_every=0", "logger=[csv]",
+         "trainer.progress=false", "sampler=local"]
+#: A module the jobs import (env.id=dying_env:...): CartPole whose process dies at step ``fail_at`` in the
+#: sweep's job number ``job`` only (``how=kill``: SIGKILL, as the out-of-memory killer sends; ``how=exit``:
+#: ``os._exit(3)``, as native code or a library that ends the process does).
+DYING_ENV = '''
+import os
+import signal
+
+import gymnasium as gym
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+
+def job_num():
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return HydraConfig.get().job.get("num")
+    except ValueError:  # not in a job (a check before the sweep)
+        return None
+
+
+class DyingCartPole(CartPoleEnv):
+    def __init__(self, job=0, fail_at=700, how="kill", **kwargs):
+        super().__init__(**kwargs)
+        self.job, self.fail_at, self.how, self.steps = int(job), int(fail_at), how, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.fail_at and job_num() == self.job:
+            if self.how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(3)
+        return super().step(action)
+
+
+if "dying/DyingCartPole-v1" not in gym.registry:
+    gym.register(id="dying/DyingCartPole-v1", entry_point=DyingCartPole, max_episode_steps=500)
+'''
+ENV = ["env=gym", "env.id=dying_env:dying/DyingCartPole-v1", "+env.kwargs.fail_at=700"]
+
+
+def run_sweep(tmp_path: Path, launcher: str, *overrides: str) -> tuple[int, str, int]:
+    """Run ``train.py -m hydra/launcher=<launcher> <overrides>`` with the jobs' environment :data:`DYING_ENV`
+    into ``tmp_path/multirun`` (bounded); return its exit status, its stderr and its pid. Asserts that it
+    left no process behind (its workers, its jobs' processes)."""
+    (tmp_path / "dying_env.py").write_text(DYING_ENV)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)}
+    cmd = [sys.executable, str(TRAIN), "-m", f"hydra/launcher={launcher}", *ENV, *SMALL, *overrides,
+           f"hydra.sweep.dir={tmp_path / 'multirun'}"]
+    with started_session(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True) as proc:
+        _, err = proc.communicate(timeout=400)
+        deadline = time.monotonic() + 30
+        while session_processes(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = session_processes(proc.pid)
+    assert not left, f"the sweep left processes behind: {sorted(left)}"
+    return proc.returncode, err, proc.pid
+
+
+def summary(sweep_dir: Path, job: int) -> dict:
+    """Job ``job``'s summary.json."""
+    return json.loads((sweep_dir / str(job) / "summary.json").read_text())
