@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -84,3 +85,17 @@ def run_sweep(tmp_path: Path, launcher: str, *overrides: str) -> tuple[int, str,
 def summary(sweep_dir: Path, job: int) -> dict:
     """Job ``job``'s summary.json."""
     return json.loads((sweep_dir / str(job) / "summary.json").read_text())
+
+
+def dead_job_pid(err: str, sweep_dir: Path, why: str) -> int:
+    """The pid job 0's one ``[job 0] corral: error: <why>`` line names (``why``: a regular expression
+    whose first group is the pid), after checking that the sweep's last line is corral's for that job."""
+    lines = err.strip().splitlines()
+    job_lines = [line for line in lines if line.startswith("[job 0] corral: error: ")]
+    assert len(job_lines) == 1, err[-3000:]
+    said = re.fullmatch(r"\[job 0\] corral: error: " + why, job_lines[0])
+    assert said is not None, job_lines[0]
+    assert re.fullmatch(rf"corral: job 0 \(.*seed=1.*\) failed: {why}; the sweep ran its other jobs "
+                        rf"\(`corral results {re.escape(str(sweep_dir))}` lists each one's status\)", lines[-1]), \
+        lines[-1]
+    return int(said.group(1))

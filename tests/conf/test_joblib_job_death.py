@@ -18,7 +18,7 @@ from pathlib import Path
 
 import dying_jobs
 import pytest
-from dying_jobs import EPOCHS, summary
+from dying_jobs import EPOCHS, dead_job_pid, summary
 
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
 
@@ -34,18 +34,11 @@ def test_a_killed_job_fails_alone_and_the_jobs_beside_and_after_it_run_to_their_
                              "+env.kwargs.how=kill")
     assert code == 1, err[-3000:]
     assert "Traceback" not in err and "TerminatedWorkerError" not in err, err[-3000:]
-    lines = err.strip().splitlines()
     why = (r"the job's process \(pid (\d+)\) was killed by SIGKILL while the job ran, as the out-of-memory killer "
            r"does when the machine runs out of memory \(`dmesg` says whether it did\): run fewer jobs at once "
            r"\(hydra.launcher.n_jobs\) or give them less to hold; "
            rf"trainer.resume={re.escape(str(sweep_dir / '0'))} continues it from its latest snapshot \(epoch_\d+\.pt\)")
-    job_lines = [line for line in lines if line.startswith("[job 0] corral: error: ")]
-    assert len(job_lines) == 1, err[-3000:]
-    said = re.fullmatch(r"\[job 0\] corral: error: " + why, job_lines[0])
-    assert said is not None, job_lines[0]
-    pid = int(said.group(1))
-    assert re.fullmatch(rf"corral: job 0 \(.*seed=1 .*\) failed: {why}; the sweep ran its other jobs "
-                        rf"\(`corral results {re.escape(str(sweep_dir))}` lists each one's status\)", lines[-1]), lines[-1]
+    pid = dead_job_pid(err, sweep_dir, why)
 
     dead = summary(sweep_dir, 0)
     assert dead["status"] == "failed" and dead["pid"] == pid, dead

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 import pytest
-from dying_jobs import EPOCHS, run_sweep, summary
+from dying_jobs import EPOCHS, dead_job_pid, run_sweep, summary
 
 
 def test_submitit_local_a_killed_job_fails_alone_and_the_other_jobs_run_to_their_end(tmp_path: Path) -> None:
@@ -28,20 +28,13 @@ def test_submitit_local_a_killed_job_fails_alone_and_the_other_jobs_run_to_their
     code, err, _ = run_sweep(tmp_path, "submitit_local", "seed=1,2,3", "+env.kwargs.job=0", "+env.kwargs.how=kill")
     assert code == 1, err[-3000:]
     assert "Traceback" not in err and "UncompletedJobError" not in err, err[-3000:]
-    lines = err.strip().splitlines()
     why = (r"the job's process \(pid (\d+)\) ended while the job ran \(submitit: job state \w+, and the job left no "
            rf"result\); trainer.resume={re.escape(str(sweep_dir / '0'))} continues it from its latest snapshot "
            r"\(epoch_\d+\.pt\)")
-    job_lines = [line for line in lines if line.startswith("[job 0] corral: error: ")]
-    assert len(job_lines) == 1, err[-3000:]
-    said = re.fullmatch(r"\[job 0\] corral: error: " + why, job_lines[0])
-    assert said is not None, job_lines[0]
-    assert re.fullmatch(rf"corral: job 0 \(.*seed=1.*\) failed: {why}; the sweep ran its other jobs "
-                        rf"\(`corral results {re.escape(str(sweep_dir))}` lists each one's status\)", lines[-1]), \
-        lines[-1]
+    pid = dead_job_pid(err, sweep_dir, why)
 
     dead = summary(sweep_dir, 0)
-    assert dead["status"] == "failed" and dead["pid"] == int(said.group(1)), dead
+    assert dead["status"] == "failed" and dead["pid"] == pid, dead
     assert dead["error"].startswith("JobProcessDied: the job's process"), dead
     assert dead["job"]["num"] == 0 and "seed=1" in dead["overrides"] and dead["config"]["seed"] == 1
     for job in (1, 2):
