@@ -208,18 +208,30 @@ def sweep_only_warnings(overrides: Sequence[str]) -> list[str]:
             if "=" in override and _key(override).startswith(SWEEP_ONLY)]
 
 
+def _added_options(override: str) -> tuple[str, list[str]] | None:
+    """``(group, option names)`` of an override that adds options to a config group (``+logger=[a,b]``,
+    ``+logger=a``); None for any other (a setting ``+algo.x=1``, a forced ``++``, a deletion, a choice)."""
+    if not override.startswith("+") or override.startswith("++") or "=" not in override:
+        return None
+    group, value = override[1:].split("=", 1)
+    if "." in group:
+        return None
+    return group, [name.strip() for name in value.strip().strip("[]").split(",") if name.strip()]
+
+
 def no_addition_warnings(overrides: Sequence[str], compose_job: Any, options_of: Any) -> list[str]:
     """One line for each ``+group=[...]`` of a group that holds several options (``+logger=[csv]``)
     whose options the run already has: Hydra accepts it and changes nothing. ``compose_job(overrides)``
     composes a job's config; ``options_of(group)`` lists a group's options."""
     lines = []
     for override in overrides:
-        if not override.startswith("+") or override.startswith("++") or "=" not in override:
-            continue
-        group, value = override[1:].split("=", 1)
-        if "." in group or _is_hydra(group) or ("," in value and not value.strip().startswith("[")):
-            continue  # a setting, Hydra's own group, or a sweep
-        names = [name.strip() for name in value.strip().strip("[]").split(",") if name.strip()]
+        added = _added_options(override)
+        if added is None or _is_hydra(added[0]):
+            continue  # not an addition, or to Hydra's own group
+        value = override.split("=", 1)[1].strip()
+        if "," in value and not value.startswith("["):
+            continue  # a sweep
+        group, names = added
         try:
             known = set(options_of(group))
         except Exception:  # noqa: BLE001 - not a group: another check says what is wrong
@@ -254,8 +266,7 @@ def repeated_keys(overrides: Sequence[str]) -> dict[str, list[str]]:
     ``logger=[csv]``, :func:`check_group_additions` refuses it)."""
     given: dict[str, list[str]] = {}
     for override in overrides:
-        added_option = override.startswith("+") and not override.startswith("++") and "." not in _key(override)
-        if "=" in override and not override.startswith("~") and not added_option:
+        if "=" in override and not override.startswith("~") and _added_options(override) is None:
             given.setdefault(_key(override), []).append(override)
     return {key: found for key, found in given.items() if len(found) > 1}
 
@@ -880,24 +891,21 @@ def check_preset_fits(overrides: Sequence[str], cfg: Any, compose_job: Callable[
     have (``algo.min_buffer_size``): the line names the preset, its settings and the option they are
     for, where each such setting was one line reading as if the command line had given it.
     ``compose_job(overrides)`` composes a job's config (run only on this error's path)."""
-    from corral.framework.plugins import get_plugin_manager
     from corral.framework.registry import KINDS
 
     presets = [o.split("=", 1)[1] for o in overrides if _key(o) == "experiment" and "=" in o and not o.startswith("~")]
     swapped = [o for o in overrides if "=" in o and not o.startswith(("+", "~")) and _key(o) in KINDS]
     if len(presets) != 1 or "," in presets[0] or not swapped:
         return
-    registry = get_plugin_manager().registry
     given = given_keys(overrides)
     foreign: dict[str, list[str]] = {}
     for override in swapped:
         group = _key(override)
         node = cfg.get(group)
-        entry = registry.entries.get((group, str(node.get("name")))) if hasattr(node, "get") else None
-        if entry is None or entry.config is None:
+        fields = _option_fields(group, str(node.get("name"))) if hasattr(node, "get") else None
+        if fields is None:
             continue
-        fields = {f.name for f in dataclasses.fields(entry.config)} | {"name"}
-        keys = [f"{group}.{k}" for k in node.keys() if k not in fields and f"{group}.{k}" not in given]
+        keys = [f"{group}.{k}" for k in node.keys() if k not in fields | {"name"} and f"{group}.{k}" not in given]
         if keys:
             foreign[group] = keys
     if not foreign:
@@ -918,11 +926,8 @@ def check_group_additions(overrides: Sequence[str]) -> None:
     list and drops the addition without a word."""
     chosen = {_key(o): o for o in overrides if "=" in o and not o.startswith(("+", "~")) and "." not in _key(o)}
     for override in overrides:
-        if not override.startswith("+") or override.startswith("++") or "=" not in override:
-            continue
-        group = _key(override)
-        if group in chosen:
-            added = [name.strip() for name in override.split("=", 1)[1].strip().strip("[]").split(",")]
+        if (addition := _added_options(override)) is not None and addition[0] in chosen:
+            group, added = addition
             given = chosen[group].split("=", 1)[1].strip()
             one_list = given.startswith("[") and given.endswith("]") and "[" not in given[1:]
             if one_list or not any(c in given for c in ",[]"):  # one list or one option, not a sweep
@@ -1007,11 +1012,21 @@ def check_deletions(overrides: Sequence[str], compose_job: Callable[[list[str]],
                               f"nothing; give {key} a value instead ({key}=..., or {key}=null where it accepts null)")
 
 
+def _option_fields(kind: str, name: str) -> set[str] | None:
+    """The fields of the registered option ``kind=name`` (``worker=vec``); None for one corral does not
+    know or that declares no config (its own checks name it)."""
+    from corral.framework.plugins import get_plugin_manager
+
+    entry = get_plugin_manager().registry.entries.get((kind, name))
+    if entry is None or entry.config is None:
+        return None
+    return {f.name for f in dataclasses.fields(entry.config)}
+
+
 def _is_option_setting(cfg: Any, key: str) -> bool:
     """Whether the dotted ``key`` (``worker.backend``, ``logger.csv.filename``) names a field of the
     option ``cfg`` chose for its group; True for a key outside the plugin groups (``seed``) and for an
     option corral does not know (its own checks name it)."""
-    from corral.framework.plugins import get_plugin_manager
     from corral.framework.registry import KINDS
 
     parts = key.split(".")
@@ -1022,10 +1037,8 @@ def _is_option_setting(cfg: Any, key: str) -> bool:
     else:
         node = cfg.get(parts[0])
         kind, name, leaf = parts[0], str(node.get("name")) if hasattr(node, "get") else "", parts[1]
-    entry = get_plugin_manager().registry.entries.get((kind, name))
-    if entry is None or entry.config is None or leaf is None:
-        return True
-    return leaf in {f.name for f in dataclasses.fields(entry.config)}
+    fields = _option_fields(kind, name)
+    return fields is None or leaf is None or leaf in fields
 
 
 def check_bool_values(overrides: Sequence[str], cfg: Any) -> None:

@@ -510,9 +510,9 @@ class ActionServer:
             for i in workers:  # everything read from the slots first, the policy's calls after
                 view = self.slots[i].view
                 resets.append(self._take_reset(view))
-                # A copy: the policy never holds slot memory (a pass that outlives the server
-                # reads arrays of its own).
-                observations.append(view.read_obs().copy())
+                # views of the slots: the pool hands the policy copies (a pass that outlives the
+                # server reads arrays of its own)
+                observations.append(view.read_obs())
                 deterministic.append(bool(view.header[DETERMINISTIC]))
             for i, mask in zip(workers, resets):
                 self._apply_reset(i, mask)

@@ -232,7 +232,9 @@ class AgentPool:
 
     def get_actions(self, workers: Sequence[int], observations: Sequence[np.ndarray],
                     deterministic: Sequence[bool]) -> list[tuple[np.ndarray, dict[str, np.ndarray]]]:
-        """One batched call per instance (and evaluation mode) for the posting ``workers``."""
+        """One batched call per instance (and evaluation mode) for the posting ``workers``. The policy
+        gets arrays of its own, never the ``observations`` themselves (views of shared memory that a
+        call outliving the server must not hold): one worker's are copied, several are joined."""
         out: dict[int, tuple[np.ndarray, dict[str, np.ndarray]]] = {}
         batches: dict[tuple[int, bool], list[int]] = {}
         for k, w in enumerate(workers):
@@ -240,7 +242,7 @@ class AgentPool:
         for (_, det), idx in batches.items():
             members = tuple(workers[k] for k in idx)
             inst = self._resident(members)
-            obs = observations[idx[0]] if len(idx) == 1 else np.concatenate([observations[k] for k in idx])
+            obs = observations[idx[0]].copy() if len(idx) == 1 else np.concatenate([observations[k] for k in idx])
             inst.policy.deterministic = det
             actions, infos = inst.policy.get_actions(obs)
             start = 0
