@@ -121,7 +121,11 @@ def _sweep_or_run(multirun: bool) -> Any:
     asked to raise what stopped it (HYDRA_FULL_ERROR=1 while it runs), and anything else gets Hydra's
     own report."""
     if os.environ.get("HYDRA_FULL_ERROR"):
-        return _hydra_main()
+        try:
+            return _hydra_main()
+        except SweepJobFailed as exc:  # Hydra's full report, with the sweep's last line as its message
+            exc.args = (exc.sweep_line(),)
+            raise
     os.environ["HYDRA_FULL_ERROR"] = "1"
     stderr = sys.stderr
     # Hydra's line for a failed job: SweepJobFailed's line names a sweep's; said again, or not at all for a
@@ -130,7 +134,7 @@ def _sweep_or_run(multirun: bool) -> Any:
     try:
         return _hydra_main()
     except SweepJobFailed as exc:  # its line names the job and its overrides: Hydra's line would repeat them
-        print(exc, file=stderr, flush=True)
+        print(exc.sweep_line(), file=stderr, flush=True)
         raise SystemExit(1) from None
     except CorralError as exc:  # from the sweeper: a search space it cannot search, no trial completed
         print(f"corral: error: {exc}", file=stderr, flush=True)
@@ -257,13 +261,19 @@ class SweepJobFailed(CompactHydraException):
 
     An ordinary exception, not an exit: Hydra's launchers record the job as failed and go on with
     the sweep's other jobs, as they do for any job that raises, and the sweep ends by reporting
-    the first failure in one line (:func:`main` prints it; Hydra prints a CompactHydraException as
-    its message too). ``reason`` is the corral error's first line; ``stops_sweep`` is true for a
-    :class:`~corral.framework.errors.SweepSettingError` (a sweeper that reads it stops the sweep).
-    Both survive pickling, so they reach a sweeper from a launcher's other processes too."""
+    the first failure in one line (:func:`main` prints :meth:`sweep_line`; Hydra prints a
+    CompactHydraException as its message). ``reason`` is the corral error's first line;
+    ``stops_sweep`` is true for a :class:`~corral.framework.errors.SweepSettingError` (a sweeper that
+    reads it stops the sweep); ``num``, ``task`` and ``sweep_dir`` are the job's number, task
+    overrides and ``hydra.sweep.dir``. All survive pickling, so they reach a sweeper from a
+    launcher's other processes too."""
 
     reason: str = ""
     stops_sweep: bool = False
+    num: int | None = None
+    task: tuple[str, ...] = ()
+    sweep_dir: str = ""
+    head: str = ""  # "corral: job N (...) failed: ...": the message up to what it says of the other jobs
 
     @classmethod
     def of(cls, exc: BaseException) -> "SweepJobFailed":
@@ -272,10 +282,24 @@ class SweepJobFailed(CompactHydraException):
         overrides = " ".join(str(o) for o in hc.overrides.task)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         num = hc.job.get("num")  # type: ignore[attr-defined]  # a DictConfig at run time, typed as JobConf
-        failed = cls(f"corral: job {num} ({overrides}) failed: {first}; the sweep ran its other jobs "
-                     f"(`corral results {hc.sweep.dir}` lists each one's status)")
+        head = f"corral: job {num} ({overrides}) failed: {first}"
+        failed = cls(f"{head}; the sweep ran its other jobs (`corral results {hc.sweep.dir}` lists each one's status)")
         failed.reason, failed.stops_sweep = first, isinstance(exc, SweepSettingError)
+        failed.num = int(num) if num is not None else None
+        failed.task, failed.sweep_dir, failed.head = tuple(str(o) for o in hc.overrides.task), str(hc.sweep.dir), head
         return failed
+
+    def sweep_line(self) -> str:
+        """The sweep's last line, in the sweep's own process: the message, except after Hydra's basic
+        sweeper stopped at this job's batch (``hydra.sweeper.max_batch_size``: it starts no batch after
+        one with a failed job), where it says which jobs ran and which never started, and how to run
+        those (:func:`corral.framework.sweep_jobs.stopped_batches`)."""
+        if self.num is None or not self.head:
+            return str(self)
+        from corral.framework.sweep_jobs import stopped_batches
+
+        rest = stopped_batches(self.sweep_dir, self.num, self.task)
+        return str(self) if rest is None else f"{self.head}; {rest}"
 
 
 def snapshot_config(source: str | Path, trust: bool = False) -> DictConfig | None:

@@ -8,6 +8,10 @@ stops job N, the jobs after it never started. ``train.py`` follows the jobs as t
 ends with :meth:`SweepFollower.unrun_line`: which jobs never started, and one command for each
 block of them that runs exactly those jobs.
 
+A basic sweep run in batches (``hydra.sweeper.max_batch_size``, with any launcher) stops after a batch
+with a failed job: the sweeper reads each batch's results before it starts the next. The sweep's last
+line then names the jobs that never started, and how to run them, the same way (:func:`stopped_batches`).
+
 Only what is known is said: any other sweeper or launcher (Optuna, joblib, Ray, submitit) picks or
 runs its jobs otherwise, and a sweep whose jobs cannot be worked out again exactly (``shuffle(...)``,
 a ``multirun.yaml`` that cannot be read), gets no line.
@@ -234,16 +238,17 @@ def expand(overrides: Sequence[str]) -> list[list[str]]:
             for job in batch]
 
 
-def read_sweep(sweep_dir: Path) -> SweepPlan | None:
+def read_sweep(sweep_dir: Path, any_launcher: bool = False) -> SweepPlan | None:
     """The :class:`SweepPlan` of the basic sweep whose ``multirun.yaml`` (the sweeper's record of the
-    sweep, written before its first job) is in ``sweep_dir``; None for another sweeper or launcher,
-    a sweep whose job order is random (``shuffle(...)``), or a record that does not give the jobs."""
+    sweep, written before its first job) is in ``sweep_dir``; None for another sweeper, or another
+    launcher unless ``any_launcher`` (the sweeper alone numbers the jobs), a sweep whose job order is
+    random (``shuffle(...)``), or a record that does not give the jobs."""
     from omegaconf import DictConfig, OmegaConf
 
     record = OmegaConf.load(sweep_dir / "multirun.yaml")
     hydra_cfg = record.get("hydra") if isinstance(record, DictConfig) else None
     if hydra_cfg is None or hydra_cfg.sweeper.get("_target_") != BASIC_SWEEPER \
-            or hydra_cfg.launcher.get("_target_") != BASIC_LAUNCHER:
+            or (not any_launcher and hydra_cfg.launcher.get("_target_") != BASIC_LAUNCHER):
         return None
     given = OmegaConf.to_container(hydra_cfg.overrides, resolve=False)
     params = OmegaConf.to_container(hydra_cfg.sweeper.params, resolve=True) if hydra_cfg.sweeper.get("params") else {}
@@ -265,6 +270,49 @@ def read_sweep(sweep_dir: Path) -> SweepPlan | None:
     if plan.jobs() != expand(param_items + [str(o) for o in given.get("task") or []]):
         return None
     return plan
+
+
+def stopped_batches(sweep_dir: str, num: int, task: Sequence[str], cwd: Path | None = None) -> str | None:
+    """What a sweep's last line says of its other jobs after its job ``num`` (task overrides ``task``)
+    failed, when Hydra's basic sweeper ran the jobs in batches of ``hydra.sweeper.max_batch_size`` (with
+    any launcher): it reads each batch's results before the next and stops at the first failed one, so
+    the batches after the job's never started. The line names the jobs that ran, those that never
+    started and the commands that run exactly those; when the jobs cannot be worked out again
+    (:func:`read_sweep`), that the jobs after the job's batch never started. None when no job can have
+    been left unstarted (another sweeper, a single batch, the job's batch the last): then the sweep
+    ran its other jobs. ``sweep_dir`` is ``hydra.sweep.dir``, relative to ``cwd`` (default: the
+    current directory, where ``train.py`` was started)."""
+    from omegaconf import OmegaConf
+
+    cwd = Path.cwd() if cwd is None else cwd
+    where = Path(cwd, sweep_dir)
+    try:
+        sweeper = OmegaConf.load(where / "multirun.yaml").hydra.sweeper
+        if sweeper.get("_target_") != BASIC_SWEEPER or sweeper.get("max_batch_size") is None:
+            return None
+        size = int(sweeper.max_batch_size)
+    except Exception:  # noqa: BLE001 - no record of the sweep to say more from: the line as it is
+        return None
+    if size <= 0:  # -1: every job in one batch (and Hydra refuses anything else below 1)
+        return None
+    ran = range((num // size + 1) * size)  # the batches before the job's had no failed job: all of them ran
+    results = f"`corral results {sweep_dir}` lists each one's status"
+    stop = f"Hydra's basic sweeper starts no batch after one with a failed job (hydra.sweeper.max_batch_size={size})"
+    try:
+        plan = read_sweep(where, any_launcher=True)
+        jobs = plan.jobs() if plan is not None else []
+        if plan is not None and num < len(jobs) and jobs[num] == list(task):
+            if len(ran) >= len(jobs):
+                return None
+            never = range(len(ran), len(jobs))
+            listed = "; ".join(plan.label(jobs[n]) for n in never[:LISTED_JOBS])
+            more = f"; ... ({len(never) - LISTED_JOBS} more)" if len(never) > LISTED_JOBS else ""
+            return (f"the sweep ran {_numbers(ran)} ({results}) and stopped: {stop}, so {_numbers(never)} of "
+                    f"{len(jobs)} never started ({listed}{more}); run them with "
+                    f"{plan.commands(never, _command_prefix(), Path(sweep_dir), cwd)}")
+    except Exception:  # noqa: BLE001 - the jobs cannot be worked out again: what is known without them
+        pass
+    return f"the sweep stopped after job {ran[-1]} ({results}): {stop}, so any later jobs never started"
 
 
 _follower: SweepFollower | None = None
@@ -308,4 +356,4 @@ def running(hydra_config: Any) -> Iterator[SweepJob]:
 
 
 __all__ = ["BASIC_LAUNCHER", "BASIC_SWEEPER", "SweepFollower", "SweepJob", "SweepPlan", "expand", "following",
-           "read_sweep", "running"]
+           "read_sweep", "running", "stopped_batches"]
