@@ -62,9 +62,9 @@ def flags_last(args: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> Any:
     """Run ``train.py``: compose the config from ``argv`` (default ``sys.argv[1:]``) and train."""
     try:
-        with warnings_as_lines():  # a broken or clashing plugin: one `corral: warning: ...` line each
+        with warnings_as_lines():  # a broken or clashing plugin, another library's warning: one line each
             args = flags_last(prepare(sys.argv[1:] if argv is None else argv))
-        precheck(args)  # every value checked, in one message style, before Hydra creates a run directory
+            precheck(args)  # every value checked, in one message style, before Hydra creates a run directory
     except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
         print(error_report(exc), file=sys.stderr, flush=True)
         raise SystemExit(2) from None

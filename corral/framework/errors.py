@@ -21,10 +21,16 @@ def warnings_as_lines(stream: TextIO | None = None) -> Iterator[None]:
     """Print each :class:`CorralWarning` raised in the block, when it is raised, as one
     ``corral: warning: <message>`` line (on stderr by default) instead of Python's warning format
     with its file name and source line. Every one is shown (no once-per-location filter: the code
-    that warns decides how often). Other warnings keep Python's format."""
+    that warns decides how often). Other warnings, which the filters decide on as before, are one line
+    each too when Python would print them in its own format
+    (:func:`corral.framework.warning_lines.show_warning_line`: ``warning: gymnasium
+    (envs/registration.py:123): UserWarning: message``); a ``warnings.showwarning`` installed by someone
+    else (``logging.captureWarnings``, a test's recorder) still shows them."""
+    from corral.framework.warning_lines import is_pythons_own, show_warning_line
+
     with warnings.catch_warnings():  # restores the filters and warnings.showwarning afterwards
         warnings.simplefilter("always", CorralWarning)
-        shown = warnings.showwarning
+        shown = show_warning_line if is_pythons_own(warnings.showwarning) else warnings.showwarning
 
         def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                  file: TextIO | None = None, line: str | None = None) -> None:

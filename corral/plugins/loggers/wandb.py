@@ -8,7 +8,10 @@ Needs ``pip install 'corral[wandb]'``. Project, entity, group, tags and mode com
 (``mode: null`` leaves it to ``WANDB_MODE`` / ``wandb login``). The resolved config is the run's
 config; every epoch's statistics are logged against ``env_steps`` (or ``epoch``); the videos of
 ``trainer.video_every`` are logged as ``eval/video``. The run's files go to ``<run dir>/wandb/``. The
-W&B run id is kept in ``<run dir>/wandb_run.json``, so ``trainer.resume=<run dir>`` continues the same
+staging directories W&B makes when it is imported (``tmp…wandb-media``, ``tmp…wandb-artifacts``, which it
+removes when the process exits) are made in ``<run dir>/wandb/`` too, not in the system's temporary
+directory, so even a run that is killed (``kill -9``, the out-of-memory killer) leaves nothing outside
+its run directory. The W&B run id is kept in ``<run dir>/wandb_run.json``, so ``trainer.resume=<run dir>`` continues the same
 W&B run (without logging again the epochs it holds); a branch (``trainer.resume=<run>
 hydra.run.dir=<new>``) is a W&B run of its own, whose config names the original's run id as
 ``corral_branched_from``, and the original's run is left as it was. A tracker failure never stops training: it is reported in one ``TrackerWarning`` and the
@@ -18,8 +21,11 @@ logger goes quiet for the rest of the run.
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Mapping, Optional
 
 from corral import hookimpl
@@ -60,6 +66,33 @@ class WandbLoggerConfig:
     x_axis: str = field(default="env_steps", metadata=check(choices=("env_steps", "epoch"), help="the metrics' x axis: env_steps or epoch"))
     log_videos: bool = field(default=True, metadata={"help": "log trainer.video_every's videos as wandb.Video"})
     init_timeout_s: float = field(default=60.0, metadata=check(gt=0, help="seconds wandb.init may take before giving up"))
+
+
+def import_wandb(log_dir: Path | None) -> ModuleType:
+    """``import wandb``, with the staging directories W&B makes on import (``tempfile.TemporaryDirectory``
+    objects of its own, ``tmp…wandb-media`` and ``tmp…wandb-artifacts``, removed only when the process
+    exits normally) made in ``<log_dir>/wandb/`` rather than in the system's temporary directory: a
+    process that is killed leaves them in its run directory, not in /tmp. The first import in a
+    process decides where they are (in a sweep run in one process, the first job's run directory);
+    without ``log_dir``, or when it cannot be made, W&B's default. Raises ImportError without wandb."""
+    if "wandb" in sys.modules or log_dir is None:
+        import wandb
+
+        return wandb
+    staging = log_dir / "wandb"
+    try:
+        staging.mkdir(parents=True, exist_ok=True)
+    except OSError:  # the logger says so (the guard's warning) when wandb.init cannot write there
+        import wandb
+
+        return wandb
+    previous = tempfile.tempdir
+    tempfile.tempdir = str(staging)  # what tempfile.gettempdir() gives while wandb's modules are imported
+    try:
+        import wandb
+    finally:
+        tempfile.tempdir = previous
+    return wandb
 
 
 def check_project(project: str) -> None:
@@ -128,7 +161,7 @@ class WandbLogger(Logger):
         if self.run is not None or self.guard.failed:
             return
         with self.guard("starting a run"):
-            import wandb
+            wandb = import_wandb(self.log_dir)
 
             job = hydra_job()
             previous = previous_run(self.log_dir, RUN_FILE)
@@ -240,7 +273,7 @@ class WandbLogger(Logger):
 def build_wandb_logger(config: WandbLoggerConfig | None, *, log_dir: Path | None = None) -> WandbLogger:
     """Build the W&B logger; says which extra to install when wandb is missing."""
     try:
-        import wandb  # noqa: F401
+        import_wandb(Path(log_dir) if log_dir is not None else None)
     except ImportError:
         raise ConfigError("logger=wandb needs wandb: pip install 'corral[wandb]' (or pip install wandb)") from None
     return WandbLogger(config, log_dir=log_dir)
@@ -279,4 +312,4 @@ def corral_run_end(trainer: Any, error: BaseException | None) -> None:
         logger.end_status(error)
 
 
-__all__ = ["WandbLogger", "WandbLoggerConfig", "build_wandb_logger"]
+__all__ = ["WandbLogger", "WandbLoggerConfig", "build_wandb_logger", "import_wandb"]

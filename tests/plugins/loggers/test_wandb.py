@@ -21,7 +21,10 @@ from typing import Any, Iterator
 
 import pytest
 
-pytest.importorskip("wandb")
+# Not imported here: W&B makes its staging directories (tmp…wandb-media, tmp…wandb-artifacts) in the
+# temporary directory of the process that imports it, and a test session that is killed would leave them
+# there. The tests that need it in this process import it with import_wandb(tmp_path).
+pytestmark = pytest.mark.skipif(not __import__("importlib").util.find_spec("wandb"), reason="needs wandb")
 
 ROOT = Path(__file__).resolve().parents[3]
 TRAIN = ROOT / "train.py"
@@ -254,15 +257,15 @@ def test_a_project_name_wandb_refuses_is_one_line_before_the_run_starts(tmp_path
     assert not run_dir.exists()
 
 
-def test_the_project_names_refused_are_the_ones_wandb_refuses() -> None:
+def test_the_project_names_refused_are_the_ones_wandb_refuses(tmp_path: Path) -> None:
     """The rule mirrors W&B's own (``wandb.Settings``' project validator): each name is refused by
     corral exactly when W&B refuses it."""
-    import wandb
-
     from corral.framework.entry import prepare
     from corral.framework.errors import ConfigError
     from corral.framework.precheck import precheck
-    from corral.plugins.loggers.wandb import WandbLogger, WandbLoggerConfig, check_project
+    from corral.plugins.loggers.wandb import WandbLogger, WandbLoggerConfig, check_project, import_wandb
+
+    wandb = import_wandb(tmp_path)
 
     names = ["corral", "my-project_2", "with space", "ünïcode", "a.b", "x" * 128, "x" * 129, "a/b", "a\\b",
              "a#b", "a?b", "a%b", "a:b", "/", "team/proj/x"]
@@ -291,15 +294,15 @@ def test_the_project_names_refused_are_the_ones_wandb_refuses() -> None:
     precheck(["logger=[console,wandb]", "logger.wandb.project=proj", "logger.wandb.entity=team"])
 
 
-def test_an_offline_run_that_fails_is_not_told_to_go_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_offline_run_that_fails_is_not_told_to_go_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The warning's advice fits the mode: online, the network, the key and offline mode; offline
     (``logger.wandb.mode`` or ``WANDB_MODE``), the settings and the run directory."""
     import warnings
 
-    import wandb
-
     from corral.plugins.loggers._tracking import TrackerWarning
-    from corral.plugins.loggers.wandb import WandbLogger, WandbLoggerConfig
+    from corral.plugins.loggers.wandb import WandbLogger, WandbLoggerConfig, import_wandb
+
+    wandb = import_wandb(tmp_path)
 
     def refuse(**_: Any) -> None:
         raise RuntimeError("refused")
