@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from corral.framework.algorithm import Algorithm
 from corral.framework.checks import composed_ignored, composed_problems
 from corral.framework.config import CorralConfig, config_of
-from corral.framework.env import EnvSpec, limit_above_time_limit, make_env
+from corral.framework.env import EnvFactory, EnvSpec, limit_above_time_limit, make_env
 from corral.framework.errors import ConfigError, CorralError, WorkerError
 from corral.framework.logger import Logger
 from corral.framework.plugins import PluginManager, call_hook, component_error, get_plugin_manager
@@ -113,19 +113,55 @@ def probe_env(env: Any, env_cfg: Any) -> Any:
     made (its own bug, or an ``env.kwargs`` value it refuses, ``max_episode_steps=0``) is a
     :class:`~corral.framework.errors.WorkerError` naming ``env=``, with the traceback from where the
     environment's code was entered."""
-    import traceback
-
     try:
         return make_env(env)
     except CorralError:
         raise
     except Exception as exc:  # noqa: BLE001 - the environment's own failure, in one line
-        kwargs = dict(env_cfg.get("kwargs") or {})
-        given = f" with env.kwargs {kwargs}" if kwargs else ""
-        raise WorkerError(f"env={env_cfg.get('name', '?')}: making the environment{given} raised "
-                          f"{exception_summary(exc)}; fix the environment or its settings",
-                          remote_traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-                          ) from exc
+        raise _env_error(exc, env_cfg) from exc
+
+
+def _env_error(exc: BaseException, env_cfg: Any, when: str = "") -> WorkerError:
+    """The one line for the environment of the option ``env_cfg`` (``env=<name>``, its ``env.kwargs``)
+    that raised ``exc`` while it was made, with the traceback from where the environment's code was
+    entered; ``when`` says which making it was (``" again, for the trainer's setup,"``). Raise it
+    ``from exc``."""
+    import traceback
+
+    kwargs = dict(env_cfg.get("kwargs") or {})
+    given = f" with env.kwargs {kwargs}" if kwargs else ""
+    return WorkerError(f"env={env_cfg.get('name', '?')}: making the environment{given}{when} raised "
+                       f"{exception_summary(exc)}; fix the environment or its settings",
+                       remote_traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+
+def _raised_making_env(exc: BaseException) -> bool:
+    """True when ``exc`` was raised while an environment was being made: its traceback passes through
+    :func:`~corral.framework.env.make_env` or an :class:`~corral.framework.env.EnvFactory`'s call, so
+    the environment's own code (or gymnasium's, making it) raised it, not the code that asked for it."""
+    entries = (make_env.__code__, EnvFactory.__call__.__code__)
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in entries:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+@contextlib.contextmanager
+def _env_failures_named(env_cfg: Any, when: str = "") -> Iterator[None]:
+    """In the block, another part makes the run's environment on its own (the trainer's ``setup``
+    makes one to read its spaces): an exception the environment raised while it was made is the
+    environment's, one line naming ``env=`` as :func:`probe_env` gives (:func:`_env_error`); anything
+    else (the part's own failure, a corral error) goes on as it is."""
+    try:
+        yield
+    except CorralError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - only the environment's failure is renamed
+        if not _raised_making_env(exc):
+            raise
+        raise _env_error(exc, env_cfg, when) from exc
 
 
 def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: PluginManager | None = None) -> Run:
@@ -205,7 +241,9 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
             trainer = trainer_reg.factory(
                 config_of(trainer_reg, cfg.trainer), snapshot_dir=log_path, loggers=loggers, seed=seed, run_config=cfg
             )
-            trainer.setup(algo, env)
+            # setup makes an environment again (its spaces; a recording check): a failure of that is the env's
+            with _env_failures_named(cfg.env, " again, for the trainer's setup,"):
+                trainer.setup(algo, env)
     except BaseException:
         sampler.shutdown_worker()
         raise

@@ -518,23 +518,33 @@ class Trainer:
 
     def _commit(self, epoch: int, seconds: float, stats: dict[str, float]) -> None:
         """Make epoch ``epoch`` part of the run: hooks, every logger's row, the snapshot when one
-        is due. Called with interrupts held back, so it is done wholly or not at all."""
-        self.elapsed += seconds
-        if "eval/return_mean" in stats:
-            best = self.best_eval_return
-            self.best_eval_return = stats["eval/return_mean"] if best is None else max(best, stats["eval/return_mean"])
-        self._epoch_end_hooks(epoch, stats)
-        self.last_stats = stats
-        if self._progress is not None:
-            self._progress.clear()
-        for logger in self.loggers:
-            with self._writing(f"logger={_logger_name(logger)} could not write the row of epoch {epoch}"):
-                logger.log(epoch, stats)
-                if self.last_video is not None and callable(getattr(logger, "log_video", None)):
-                    logger.log_video(epoch, self.last_video, stats)
-        every = self.config.snapshot_every
-        if self.snapshot_dir is not None and every and self.epoch % every == 0:
-            self.save_snapshot()
+        is due. Called with interrupts held back, so it is done wholly or not at all: the run's
+        totals (:attr:`elapsed`, :attr:`best_eval_return`, :attr:`last_stats`) count the epoch from
+        here on (the hooks and the snapshot see them), and go back to the last committed epoch's
+        when any part fails, as :meth:`train` puts the epoch and step counters back."""
+        before = (self.elapsed, self.best_eval_return, self.last_stats)
+        try:
+            self.elapsed += seconds
+            if "eval/return_mean" in stats:
+                best = self.best_eval_return
+                self.best_eval_return = stats["eval/return_mean"] if best is None else max(best, stats["eval/return_mean"])
+            self._epoch_end_hooks(epoch, stats)
+            self.last_stats = stats
+            if self._progress is not None:
+                self._progress.clear()
+            for logger in self.loggers:
+                with self._writing(f"logger={_logger_name(logger)} could not write the row of epoch {epoch}"):
+                    logger.log(epoch, stats)
+                    if self.last_video is not None and callable(getattr(logger, "log_video", None)):
+                        logger.log_video(epoch, self.last_video, stats)
+            every = self.config.snapshot_every
+            if self.snapshot_dir is not None and every and self.epoch % every == 0:
+                self.save_snapshot()
+        except BaseException:
+            # The epoch is not part of the run: neither its seconds nor its evaluation count (summary.json's
+            # train_time_s and best_eval_return, and any later snapshot, hold the committed epochs only).
+            self.elapsed, self.best_eval_return, self.last_stats = before
+            raise
         self._committed = (self.epoch, self.total_env_steps)
 
     def _epoch_end_hooks(self, epoch: int, stats: dict[str, float]) -> None:
