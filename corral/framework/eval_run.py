@@ -319,6 +319,7 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
     from omegaconf.errors import OmegaConfBaseException
 
     from corral.framework.entry import snapshot_config
+    from corral.framework.resume import check_run_options, snapshot_sources
 
     cfg: Any = snapshot_config(snapshot, trust=trust)
     if cfg is None:
@@ -326,6 +327,10 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
         if not hydra_cfg.is_file():
             raise ConfigError(f"{snapshot} holds no config and {hydra_cfg} does not exist; corral eval cannot rebuild the run")
         cfg = OmegaConf.load(hydra_cfg)
+    # an option whose plugin is missing here (uninstalled, CORRAL_DISABLE_PLUGINS): one line naming the package;
+    # the run's sampler and loggers take no part in an evaluation
+    used = {key: cfg[key] for key in cfg if key not in ("sampler", "logger")}
+    check_run_options(used, run_dir, snapshot_sources(snapshot, trust=trust), "evaluate")
     run_env = copy.deepcopy(cfg.env)
     for override in overrides:
         if override.startswith(("+", "~")) or "=" not in override:

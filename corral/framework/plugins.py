@@ -92,6 +92,9 @@ class PluginManager:
         #: What :meth:`load` found wrong in ``CORRAL_PLUGINS`` / ``CORRAL_DISABLE_PLUGINS``: a name no
         #: installed plugin has (one message per variable; each also given as a :class:`PluginWarning`).
         self.unknown_names: list[str] = []
+        #: The installed plugins that :meth:`load` left out, by plugin (entry-point) name: their source
+        #: and the variable that left them out (``CORRAL_DISABLE_PLUGINS`` or ``CORRAL_PLUGINS``).
+        self.skipped: dict[str, tuple[Source, str]] = {}
         #: The lines about plugins' config search-path entries that name nothing already said
         #: (:func:`corral.framework.config.report_searchpath_problems`): each is said once per process.
         self.searchpath_reported: set[str] = set()
@@ -115,11 +118,13 @@ class PluginManager:
             dist = owner.name if owner is not None else "unknown"
             names = {_normalize(ep.name), _normalize(dist)}
             installed.setdefault(dist, set()).update(names)
+            ver = owner.version if owner is not None else "?"
             if only is not None and not names & only:
+                self.skipped[ep.name] = (Source(ep.name, dist, ver), "CORRAL_PLUGINS")
                 continue
             if disabled and names & disabled:
+                self.skipped[ep.name] = (Source(ep.name, dist, ver), "CORRAL_DISABLE_PLUGINS")
                 continue
-            ver = owner.version if owner is not None else "?"
             self._load_one(Source(ep.name, dist, ver), ep.load)
         self.unknown_names = _warn_unknown_names(installed, CORRAL_PLUGINS=only, CORRAL_DISABLE_PLUGINS=disabled)
 

@@ -144,8 +144,35 @@ class Registry:
         """Registered names of one kind."""
         return sorted(n for k, n in self.entries if k == kind)
 
+    def option_sources(self, cfg: Any) -> dict[str, dict[str, str]]:
+        """Where each option a run config ``cfg`` chose came from, by its place in the config (``env``,
+        ``logger.csv``): ``{"kind", "option", "plugin", "distribution", "version"}``, all strings. A
+        snapshot keeps it, so that a run whose plugin is missing later can name the package to install.
+        An option not registered here is left out."""
+        out = {}
+        for path, kind, name in chosen_options(cfg):
+            reg = self.entries.get((kind, name))
+            if reg is not None:
+                out[path] = {"kind": kind, "option": name, "plugin": reg.source.plugin,
+                             "distribution": reg.source.distribution, "version": reg.source.version}
+        return out
+
     def __iter__(self) -> Iterator[Registration]:
         return iter(sorted(self.entries.values(), key=lambda r: (r.kind, r.name)))
+
+
+def chosen_options(cfg: Any) -> list[tuple[str, str, str]]:
+    """The options a run config ``cfg`` (a mapping: a DictConfig, or the YAML of one loaded as a dict)
+    chose, as ``(place in the config, kind, name)``: ``("env", "env", "cartpole")``,
+    ``("logger.csv", "logger", "csv")``; a group without a ``name`` is left out."""
+    out = []
+    for kind in KINDS:
+        node: Any = cfg.get(kind) if hasattr(cfg, "get") else None
+        if kind == "logger" and hasattr(node, "keys"):
+            out += [(f"logger.{name}", kind, str(name)) for name in node.keys()]
+        elif kind != "logger" and hasattr(node, "get") and node.get("name") is not None:
+            out.append((kind, kind, str(node.get("name"))))
+    return out
 
 
 def _suggested_name(source: Source, name: str) -> str:
@@ -199,4 +226,4 @@ def check_structured(reg: Registration) -> None:
         ) from exc
 
 
-__all__ = ["KINDS", "Clash", "DuplicateRegistration", "FailedPlugin", "Registration", "Registry", "Source", "check_structured", "node_class"]
+__all__ = ["KINDS", "Clash", "chosen_options", "DuplicateRegistration", "FailedPlugin", "Registration", "Registry", "Source", "check_structured", "node_class"]

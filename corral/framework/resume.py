@@ -27,7 +27,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -288,18 +288,16 @@ def _copy_failure(exc: OSError, target: Path) -> str:
     return f"{exc.strerror or exc}: {target}"
 
 
-#: The configs :func:`snapshot_config` has read, by snapshot file (its size and time) and trust: ``train.py``
-#: reads the run's config when it checks the command line and again when the run starts, in one process.
-_READ_CONFIGS: dict[tuple[str, int, int, bool], Any] = {}
+#: What :func:`snapshot_config` has read of each snapshot file (by its path, time, size and trust): its config
+#: and its record of where the options came from. ``train.py`` reads the run's config when it checks the
+#: command line and again when the run starts, in one process.
+_READ_CONFIGS: dict[tuple[str, int, int, bool], tuple[Any, Any]] = {}
 
 
-def snapshot_config(source: str | os.PathLike, trust: bool = False) -> DictConfig | None:
-    """The resolved config stored in the snapshot of a run directory or snapshot file (None for a
-    snapshot without one). For a resumed run it is the original run's config, not what the
-    resuming command composed (which is what the run's ``.hydra/config.yaml`` holds). The snapshot
-    is read as data only unless ``trust`` (see :func:`corral.framework.snapshot.load_snapshot`); a
-    snapshot file read once is not read again while it is unchanged."""
-    from corral.framework.snapshot import load_snapshot
+def _stored(source: str | os.PathLike, trust: bool) -> tuple[Any, Any]:
+    """The ``config`` and the :data:`~corral.framework.snapshot.SOURCES_KEY` entries of the data part of
+    the snapshot of ``source`` (a run directory or snapshot file), read once while the file is unchanged."""
+    from corral.framework.snapshot import SOURCES_KEY, load_snapshot
     from corral.framework.trainer import find_snapshot
 
     snapshot = find_snapshot(source)
@@ -309,12 +307,100 @@ def snapshot_config(source: str | os.PathLike, trust: bool = False) -> DictConfi
     except OSError:  # load_snapshot says what is wrong with it
         key = None
     if key is not None and key in _READ_CONFIGS:
-        config = _READ_CONFIGS[key]
-    else:
-        config = load_snapshot(snapshot, trust=trust, objects=False).get("config") or None  # in the data part
-        if key is not None:
-            _READ_CONFIGS[key] = config
+        return _READ_CONFIGS[key]
+    state = load_snapshot(snapshot, trust=trust, objects=False)  # the data part alone
+    stored = (state.get("config") or None, state.get(SOURCES_KEY) or None)
+    if key is not None:
+        _READ_CONFIGS[key] = stored
+    return stored
+
+
+def snapshot_config(source: str | os.PathLike, trust: bool = False) -> DictConfig | None:
+    """The resolved config stored in the snapshot of a run directory or snapshot file (None for a
+    snapshot without one). For a resumed run it is the original run's config, not what the
+    resuming command composed (which is what the run's ``.hydra/config.yaml`` holds). The snapshot
+    is read as data only unless ``trust`` (see :func:`corral.framework.snapshot.load_snapshot`); a
+    snapshot file read once is not read again while it is unchanged."""
+    config = _stored(source, trust)[0]
     return OmegaConf.create(config) if config else None
+
+
+def snapshot_sources(source: str | os.PathLike, trust: bool = False) -> dict[str, dict[str, str]]:
+    """The snapshot's record of which plugin (distribution, version) registered each option of its run
+    (:meth:`corral.framework.registry.Registry.option_sources`), by place in the config (``env``,
+    ``logger.csv``); empty for a snapshot written before corral kept one."""
+    sources = _stored(source, trust)[1]
+    return {str(k): dict(v) for k, v in sources.items() if isinstance(v, dict)} if isinstance(sources, dict) else {}
+
+
+def check_run_options(cfg: Any, run: str | os.PathLike, sources: Mapping[str, Mapping[str, str]], doing: str
+                      ) -> None:
+    """Raise a one-line :class:`ConfigError` when an option the run in ``run`` chose (its config ``cfg``:
+    ``env=...``, ``worker=...``, a logger) is not registered in this process: it names the run, the
+    option, the plugin and package that provided it when the run's ``sources`` record says
+    (:func:`snapshot_sources`), and what to do to ``doing`` (``evaluate``, ``resume``) it: install the
+    package again, or let ``CORRAL_DISABLE_PLUGINS`` / ``CORRAL_PLUGINS`` load it."""
+    from corral.framework.plugins import get_plugin_manager
+    from corral.framework.registry import chosen_options
+
+    manager = get_plugin_manager()
+    for path, kind, name in chosen_options(cfg):
+        if (kind, name) not in manager.registry.entries:
+            record = sources.get(path)
+            if record is not None and (record.get("kind"), record.get("option")) != (kind, name):
+                record = None  # the record is of another option (a config changed since)
+            raise ConfigError(_missing_option(manager, Path(run), kind, name, record, doing))
+
+
+def _missing_option(manager: Any, run: Path, kind: str, name: str, record: Mapping[str, str] | None, doing: str
+                    ) -> str:
+    """The line of :func:`check_run_options` for the option ``kind=name`` that no loaded plugin registers."""
+    head = f"the run in {run} was made with {kind}={name}"
+    to = f"to {doing} the run"
+    if record is None:  # a run from before corral recorded where its options came from
+        available = ", ".join(manager.registry.names(kind)) or "none"
+        left_out = _left_out(manager.skipped.values())
+        if left_out:
+            return (f"{head}, which no plugin loaded here registers (available: {available}), and {left_out}; if one "
+                    f"of them provides {kind}={name}, let it load {to}")
+        return (f"{head}, which no installed plugin registers (available: {available}); install the plugin package "
+                f"that provides it {to} (the run does not record which; `corral plugins` lists what is installed)")
+    plugin, dist, version = record.get("plugin", "?"), record.get("distribution", "?"), record.get("version", "?")
+    if dist == "corral":
+        return (f"{head}, an option of corral {version} that this corral does not have; install corral=={version} "
+                f"{to}")
+    if dist == "inline":
+        return f"{head}, which {plugin} registered inline (register_object) in the program that ran it; register it again {to}"
+    who = f"{head}, from the plugin {plugin} ({dist} {version})"
+    if plugin in manager.skipped:
+        var = manager.skipped[plugin][1]
+        value = os.environ.get(var, "")
+        if var == "CORRAL_DISABLE_PLUGINS":
+            return f"{who}, which {var}={value} disables here; unset {var} (or take {plugin} out of it) {to}"
+        return f"{who}, which {var}={value} leaves out here; add {plugin} to {var} (or unset it) {to}"
+    failed = next((f for f in manager.registry.failed if f.source.plugin == plugin), None)
+    if failed is not None:
+        return (f"{who}, which failed to load here ({failed.error}); fix it, or install it again "
+                f"(pip install --force-reinstall {dist}) {to}")
+    installed = next((s for s in manager.sources.values() if s.plugin == plugin or s.distribution == dist), None)
+    if installed is not None and installed.version == version:
+        return (f"{who}, which is loaded here but does not register it now; see what it registers (`corral "
+                f"plugins`) and what decides that {to}")
+    if installed is not None:
+        return (f"{who}, but {installed.distribution} {installed.version} installed here does not register it; "
+                f"install the version the run was made with (pip install {dist}=={version}) {to}")
+    return f"{who}, which is not installed here; install it again (pip install {dist}) {to}"
+
+
+def _left_out(skipped: Any) -> str:
+    """``CORRAL_DISABLE_PLUGINS=a disables the installed plugin a (corral-a 1.0)`` for the plugins that
+    the variables left out (``(Source, variable)`` pairs); empty when none."""
+    by_var: dict[str, list[str]] = {}
+    for source, var in skipped:
+        by_var.setdefault(var, []).append(f"{source.plugin} ({source.distribution} {source.version})")
+    verb = {"CORRAL_DISABLE_PLUGINS": "disables", "CORRAL_PLUGINS": "leaves out"}
+    return " and ".join(f"{var}={os.environ.get(var, '')} {verb.get(var, 'leaves out')} the installed plugin"
+                        f"{'s' if len(names) > 1 else ''} {', '.join(names)}" for var, names in by_var.items())
 
 
 def resumed_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
@@ -326,13 +412,23 @@ def resumed_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
     resume = cfg.trainer.get("resume")
     if not resume:
         return cfg
-    old = snapshot_config(resume, trust=bool(cfg.trainer.get("trust_snapshot", False)))
+    trust = bool(cfg.trainer.get("trust_snapshot", False))
+    old = snapshot_config(resume, trust=trust)
     if old is None:
         return cfg
     resolved = check_overrides(old, cfg, overrides)
+    check_run_options(resolved, _run_of(resume), snapshot_sources(resume, trust=trust), "resume")
     with open_dict(resolved):
         resolved.trainer.resume = str(resume)
     return resolved
+
+
+def _run_of(source: str | os.PathLike) -> Path:
+    """The run directory of ``trainer.resume=<source>`` (the snapshot file itself for a loose one)."""
+    from corral.framework.trainer import find_snapshot
+
+    snapshot = find_snapshot(source)
+    return run_dir_of(snapshot) or snapshot
 
 
 def check_overrides(old: DictConfig, new: DictConfig, overrides: Sequence[str]) -> DictConfig:
@@ -432,5 +528,5 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-__all__ = ["ResumePlan", "absolute_resume", "check_branch_dir", "check_resume_source", "check_overrides", "copy_history", "drop_branch", "drop_session_record", "finished_message", "holds_run", "in_place_overrides", "plan",
-           "resume_arg", "resumed_config", "run_dir_of", "snapshot_config"]
+__all__ = ["ResumePlan", "absolute_resume", "check_branch_dir", "check_run_options", "check_resume_source", "check_overrides", "copy_history", "drop_branch", "drop_session_record", "finished_message", "holds_run", "in_place_overrides", "plan",
+           "resume_arg", "resumed_config", "run_dir_of", "snapshot_config", "snapshot_sources"]

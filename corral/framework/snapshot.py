@@ -37,6 +37,10 @@ from corral.results.writable import write_atomically
 MANIFEST_KEY = "__corral_objects__"
 #: Key of a placeholder that stands for entry ``i`` of the objects part.
 PLACEHOLDER_KEY = "__corral_object__"
+#: Key of the data part's record of which plugin (distribution, version) registered each option the
+#: run's config chose (:meth:`corral.framework.registry.Registry.option_sources`): a run whose plugin
+#: is missing later (uninstalled, ``CORRAL_DISABLE_PLUGINS``) names the package to install.
+SOURCES_KEY = "option_sources"
 #: How to tell a user to trust a snapshot.
 TRUST_HINT = ("pass trainer.trust_snapshot=true (corral eval --trust) only if you trust where this snapshot "
               "came from: loading it can run code")
@@ -195,10 +199,14 @@ def save_snapshot(state: Mapping[str, Any], path: str | os.PathLike) -> list[str
     """Write ``state`` as the snapshot ``path``: its data part there, and the objects part beside
     it when some entry is not data (see the module docstring). Each file is written atomically,
     the objects part first. Returns the entries that went to the objects part (empty: none, and a
-    stale objects part of the same name is removed)."""
+    stale objects part of the same name is removed). A state with a run ``config`` (its YAML) also
+    gets :data:`SOURCES_KEY` (where each option it chose came from), unless it has one already."""
     import torch
 
     path = Path(path)
+    if isinstance(state.get("config"), str) and SOURCES_KEY not in state:
+        sources = _option_sources(state["config"])
+        state = {**state, SOURCES_KEY: sources} if sources else state
     splitter = _Splitter()
     data = splitter.split(dict(state), "")
     part = objects_path(path)
@@ -213,6 +221,22 @@ def save_snapshot(state: Mapping[str, Any], path: str | os.PathLike) -> list[str
     if not splitter.objects:
         part.unlink(missing_ok=True)
     return list(splitter.where)
+
+
+def _option_sources(config_yaml: str) -> dict[str, dict[str, str]]:
+    """Where each option of the run config ``config_yaml`` came from, from this process's plugins."""
+    import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
+
+    from corral.framework.plugins import get_registry
+    from corral.framework.registry import chosen_options
+
+    try:
+        cfg = yaml.safe_load(config_yaml)
+    except yaml.YAMLError:  # not the YAML a trainer writes: nothing to record
+        return {}
+    if not isinstance(cfg, dict) or not chosen_options(cfg):
+        return {}
+    return get_registry().option_sources(cfg)
 
 
 def remove_snapshot(path: str | os.PathLike) -> None:
@@ -300,5 +324,5 @@ def load_snapshot(path: str | os.PathLike, trust: bool = False, *, objects: bool
     return _merge(state, list(loaded))
 
 
-__all__ = ["MANIFEST_KEY", "load_snapshot", "objects_path", "register_snapshot_dataclass", "remove_snapshot",
+__all__ = ["MANIFEST_KEY", "SOURCES_KEY", "load_snapshot", "objects_path", "register_snapshot_dataclass", "remove_snapshot",
            "save_snapshot"]
