@@ -77,7 +77,7 @@ def _dispatch(argv: Sequence[str] | None) -> Any:
     if command in ("results", "plot"):
         try:
             return (results_command if command == "results" else plot_command)(rest)
-        except (FileNotFoundError, ValueError, ImportError) as exc:  # ImportError: a missing extra
+        except (FileNotFoundError, NotADirectoryError, ValueError, ImportError) as exc:  # ImportError: a missing extra
             print(f"corral {command}: error: {exc}", file=sys.stderr)
             return 2
     print(unknown_command_message(args), file=sys.stderr)
@@ -108,8 +108,9 @@ def plugins_command(argv: Sequence[str]) -> int:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--check", action="store_true",
                         help="exit 1 when a plugin failed to load or registers nothing, an option name clashed, "
-                             "a config default is outside its own declared range, or a plugin's config search "
-                             "path names nothing")
+                             "a config default is outside its own declared range, a plugin's config search "
+                             "path names nothing, or CORRAL_PLUGINS / CORRAL_DISABLE_PLUGINS names a plugin that is "
+                             "not installed")
     opts = parser.parse_args(list(argv))
 
     import warnings
@@ -155,7 +156,8 @@ def plugins_command(argv: Sequence[str]) -> int:
         print(f"corral: warning: {message}", file=sys.stderr)
     if opts.json:
         print(json.dumps({"components": components, "failed": failed, "clashes": clashes,
-                          "config_problems": config_problems, "searchpath_problems": searchpath_problems}, indent=2))
+                          "config_problems": config_problems, "searchpath_problems": searchpath_problems,
+                          "unknown_names": list(manager.unknown_names)}, indent=2))
     else:
         _print_table(components, failed, clashes)
         if config_problems:
@@ -166,7 +168,9 @@ def plugins_command(argv: Sequence[str]) -> int:
             print("\nCONFIG SEARCH PATHS THAT NAME NOTHING")
             for line in searchpath_problems:
                 print(f"  {line}")
-    return 1 if (opts.check and (failed or clashes or config_problems or searchpath_problems)) else 0
+    # a name that matched nothing: the plugin it meant is not loaded, which is what --check is for
+    problems = failed or clashes or config_problems or searchpath_problems or manager.unknown_names
+    return 1 if (opts.check and problems) else 0
 
 
 def _checked_ignore(command: str, roots: list[str], given: list[str] | None) -> list[str]:

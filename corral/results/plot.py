@@ -9,7 +9,9 @@ matplotlib is imported only when a PNG is drawn.
 from __future__ import annotations
 
 import csv
+import io
 import os
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -17,7 +19,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from corral.results.summary import Roots, RunRecord, find_runs_under, root_paths
+from corral.results.summary import Roots, RunRecord, check_root, find_runs_under, root_paths
 from corral.results.table import group_runs
 from corral.results.writable import directory_problem, write_atomically
 
@@ -29,15 +31,58 @@ X_KEY = "env_steps"
 
 
 def read_curve(path: str | Path, metric: str, x_key: str = X_KEY) -> tuple[np.ndarray, np.ndarray]:
-    """``(x, y)`` of the rows of a ``progress.csv`` that have ``metric`` (empty arrays if none)."""
+    """``(x, y)`` of the rows of a ``progress.csv`` that have ``metric`` (empty arrays if none).
+
+    Raises ``ValueError`` naming the file and line for a row that is not whole (a last line without
+    its line end: a write or a copy cut short, so its last value may be too; fewer or more fields than
+    the header) or whose ``x_key`` or ``metric`` is not a number, and for a file that is not text;
+    ``OSError`` when it cannot be read.
+    """
+    try:
+        return _read_curve(path, metric, x_key)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _read_curve(path: str | Path, metric: str, x_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`read_curve`, its ``ValueError`` without the path."""
     xs, ys = [], []
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            x, y = row.get(x_key, ""), row.get(metric, "")
-            if x not in ("", None) and y not in ("", None):
-                xs.append(float(x))
-                ys.append(float(y))
+    try:
+        with open(path, newline="") as f:
+            text = f.read()
+        if text and not text.endswith(("\n", "\r")):  # the logger ends every row with one
+            raise ValueError(f"its last line (line {len(text.splitlines())}) has no line end: a row cut short (a copy "
+                             "or a write cut off)")
+        reader = csv.reader(io.StringIO(text, newline=""))
+        header = next(reader, [])
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise ValueError(f"line {reader.line_num} has {len(row)} fields, the header {len(header)}")
+            values = dict(zip(header, row))
+            x, y = values.get(x_key, ""), values.get(metric, "")
+            if x != "" and y != "":
+                xs.append(_number(x, x_key, reader.line_num))
+                ys.append(_number(y, metric, reader.line_num))
+    except csv.Error as exc:  # a NUL byte, a quote left open
+        raise ValueError(str(exc)) from None
+    except UnicodeDecodeError as exc:  # a binary file
+        raise ValueError(f"not text ({exc.reason} at byte {exc.start})") from None
     return np.asarray(xs), np.asarray(ys)
+
+
+def _number(text: str, column: str, line: int) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"line {line}: {column} is {text!r}, not a number") from None
+
+
+def _read_problem(run: RunRecord, exc: Exception) -> str:
+    """Why a run's ``progress.csv`` gave no curve, for its ``skipped:`` line."""
+    why = (exc.strerror or str(exc)) if isinstance(exc, OSError) else str(exc)
+    return f"its {run.progress_path.name} cannot be read: {why}"
 
 
 @dataclass
@@ -107,10 +152,19 @@ def final_values(runs: Sequence[RunRecord], series: Sequence[np.ndarray], metric
     return [float(y[-1]) for y in series]
 
 
-def group_curve(label: str, runs: Sequence[RunRecord], metric: str, x_key: str = X_KEY) -> Curve | None:
+def group_curve(label: str, runs: Sequence[RunRecord], metric: str, x_key: str = X_KEY,
+                problems: dict[str, str] | None = None) -> Curve | None:
     """The mean +- std curve of ``runs`` for ``metric`` (see :func:`mean_curve`), with each run's
-    final value (:func:`final_values`); None when no run has it."""
-    data = [(r, *read_curve(r.progress_path, metric, x_key)) for r in runs if r.progress_path.is_file()]
+    final value (:func:`final_values`); None when no run has it. A run whose ``progress.csv`` cannot
+    be read (:func:`read_curve` raises) is left out, and ``problems`` (when given) gets its path and why."""
+    data = []
+    for r in runs:
+        if r.progress_path.is_file():
+            try:
+                data.append((r, *_read_curve(r.progress_path, metric, x_key)))
+            except (OSError, ValueError) as exc:
+                if problems is not None:
+                    problems[str(r.path)] = _read_problem(r, exc)
     data = [(r, x, y) for r, x, y in data if len(x)]
     curve = mean_curve(label, [(x, y) for _, x, y in data], [str(r.path) for r, _, _ in data])
     if curve is not None:
@@ -122,8 +176,11 @@ def choose_metric(runs: Iterable[RunRecord]) -> str:
     """``eval/return_mean`` when every run evaluated at least twice, else ``train/return_mean``."""
     runs = list(runs)
     for run in runs:
-        if not run.progress_path.is_file() or len(read_curve(run.progress_path, "eval/return_mean")[0]) < 2:
-            return "train/return_mean"
+        try:
+            if not run.progress_path.is_file() or len(read_curve(run.progress_path, "eval/return_mean")[0]) < 2:
+                return "train/return_mean"
+        except (OSError, ValueError):  # a file that cannot be read: the run is skipped, saying why
+            continue
     return "eval/return_mean" if runs else "train/return_mean"
 
 
@@ -132,14 +189,15 @@ def columns_hint(runs: Iterable[RunRecord], metric: str = "", shown: int = 12) -
     the nearest column name (`` (did you mean eval/return_mean?)``), then ``; the runs' columns are
     train/return_mean, ...: give one with --metric``, or a note that no run has a ``progress.csv``
     (the csv logger was off)."""
-    import csv
     import difflib
 
     columns: dict[str, None] = {}
     for run in runs:
-        if run.progress_path.is_file():
+        try:
             with open(run.progress_path, newline="") as f:
                 columns.update(dict.fromkeys(next(csv.reader(f), [])))
+        except (OSError, ValueError, csv.Error):  # none, or unreadable: its own skipped line says why
+            continue
     names = [c for c in columns if c not in ("epoch", "env_steps")]
     if not names:
         return " (no run has a progress.csv with columns: is the csv logger on?)"
@@ -149,10 +207,12 @@ def columns_hint(runs: Iterable[RunRecord], metric: str = "", shown: int = 12) -
     return f"{guess}; the runs' columns are {', '.join(names[:shown])}{more}: give one with --metric"
 
 
-def learning_curves(runs: Sequence[RunRecord], metric: str, ignore: Iterable[str] = ("seed",)) -> list[Curve]:
-    """One :class:`Curve` per group of ``runs`` (grouped by the swept keys, ``ignore`` merged)."""
+def learning_curves(runs: Sequence[RunRecord], metric: str, ignore: Iterable[str] = ("seed",),
+                    problems: dict[str, str] | None = None) -> list[Curve]:
+    """One :class:`Curve` per group of ``runs`` (grouped by the swept keys, ``ignore`` merged);
+    ``problems``: see :func:`group_curve`."""
     _, groups = group_runs(runs, ignore)
-    curves = [group_curve(g.label, g.runs, metric) for g in groups]
+    curves = [group_curve(g.label, g.runs, metric, problems=problems) for g in groups]
     return [c for c in curves if c is not None]
 
 
@@ -206,6 +266,8 @@ def output_path(out: str | Path | None, roots: Sequence[Path]) -> Path:
     from matplotlib.backend_bases import FigureCanvasBase
 
     formats = FigureCanvasBase.get_supported_filetypes()
+    if out is not None and not str(out).strip():
+        raise ValueError("-o is empty; give it an image file (OUT.png) or a directory to write learning_curves.png in")
     if out is None:
         if len(roots) != 1:
             raise ValueError(f"{len(roots)} directories are plotted together, so none of them is the plot's place; "
@@ -223,6 +285,10 @@ def output_path(out: str | Path | None, roots: Sequence[Path]) -> Path:
     return path
 
 
+def _no_curve(run: RunRecord, metric: str) -> str:
+    return f"{'no ' + metric + ' in its' if run.progress_path.is_file() else 'no'} progress.csv"
+
+
 def plot_dir(roots: Roots, out: str | Path | None = None, metric: str | None = None,
              ignore: Iterable[str] = ("seed",), title: str | None = None) -> PlotResult:
     """Learning curves of every completed run under ``roots`` (a run or a multirun directory, or
@@ -231,19 +297,28 @@ def plot_dir(roots: Roots, out: str | Path | None = None, metric: str | None = N
     ``out``: see :func:`output_path`; ``metric`` defaults to :func:`choose_metric`.
     """
     given = root_paths(roots)
+    if metric is not None and not metric.strip():
+        raise ValueError("--metric is empty; give it a progress.csv column (train/return_mean, eval/return_mean, ...), "
+                         "or leave it out for the default")
+    for root in given:  # a directory that is not there, or a file: said as such, before -o is looked at
+        check_root(root)
     path = output_path(out, given)  # a file that cannot be written: before the runs are read
     found = find_runs_under(given)
     runs = found.completed
     skipped = found.skipped()
     if not runs:
         counts = found.status_counts()
-        left = f" ({counts}; `corral results {' '.join(map(str, given))}` lists them)" if counts else ""
+        left = f" ({counts}; `corral results {' '.join(shlex.quote(str(g)) for g in given)}` lists them)" if counts else ""
         raise FileNotFoundError(f"no completed run (a directory with summary.json) under {found.where}{left}")
     metric = metric or choose_metric(runs)
-    curves = learning_curves(runs, metric, ignore)
+    problems: dict[str, str] = {}
+    curves = learning_curves(runs, metric, ignore, problems)
     drawn = {run for c in curves for run in c.runs}
-    skipped += [f"{r.path} ({'no ' + metric + ' in its' if r.progress_path.is_file() else 'no'} progress.csv)"
-                for r in runs if str(r.path) not in drawn]
+    skipped += [f"{r.path} ({problems.get(str(r.path)) or _no_curve(r, metric)})" for r in runs if str(r.path) not in drawn]
+    if not curves and problems:  # the runs that have the metric could not be read: not a missing column
+        first, why = next(iter(problems.items()))
+        more = f" (and {len(problems) - 1} more run(s))" if len(problems) > 1 else ""
+        raise ValueError(f"no curve of {metric} under {found.where}: {first} ({why}){more}; repair or move the file")
     if not curves:
         raise ValueError(f"no run under {found.where} has {metric!r} in its progress.csv{columns_hint(runs, metric)}")
     n_lines = draw(curves, path, metric, title if title is not None else found.where)

@@ -143,7 +143,7 @@ def looks_like_run(run_dir: str | Path) -> bool:
     return read_run(run_dir).progress_path.is_file()
 
 
-def find_runs(root: str | Path) -> list[RunRecord]:
+def find_runs(root: str | Path, unlistable: dict[Path, str] | None = None) -> list[RunRecord]:
     """Every run under ``root``, ``root`` itself included when it is a run directory, in job order.
 
     A run is a directory holding ``summary.json``: ``root`` itself, a directory that no run under
@@ -153,24 +153,49 @@ def find_runs(root: str | Path) -> list[RunRecord]:
     hydra.run.dir=nest/longer``), the jobs of a sweep directory a single run was written into. A
     ``summary.json`` inside a run without them is not a run: a copy, such as the one the MLflow
     logger uploads into a file store under the run (``mlruns/<experiment>/<run>/artifacts/``).
-    Raises ``FileNotFoundError`` when ``root`` does not exist.
+    ``unlistable``, when given, gets each directory under ``root`` that cannot be listed (no
+    permission), with why: a run inside it is not found.
+    Raises ``FileNotFoundError`` when ``root`` does not exist, ``NotADirectoryError`` when it is a file.
     """
     root = Path(root)
-    if not root.exists():
-        raise FileNotFoundError(f"{root} does not exist")
-    holders = {p.parent for p in root.rglob(SUMMARY_FILE) if p.is_file()}
-    if (root / SUMMARY_FILE).is_file():
-        holders.add(root)
+    check_root(root)
+    holders: set[Path] = set()
+    for dirpath, _, filenames in _walk(root, {} if unlistable is None else unlistable):
+        if SUMMARY_FILE in filenames and (dirpath / SUMMARY_FILE).is_file():
+            holders.add(dirpath)
 
     runs = [read_run(d) for d in holders
             if d == root or not any(parent in holders for parent in d.parents) or looks_like_run(d)]
     return sorted(runs, key=_sort_key)
 
 
+def check_root(root: str | Path) -> None:
+    """Raise ``FileNotFoundError`` when ``root`` (a directory given to ``corral results`` / ``corral
+    plot``) does not exist, ``NotADirectoryError`` when it is a file (``summary.json`` or
+    ``progress.csv`` instead of the run directory that holds them), each naming what to give."""
+    root = Path(root)
+    if root.is_file():
+        raise NotADirectoryError(f"{root} is a file, not a run or sweep directory; give the directory that holds it "
+                                 f"({root.parent})")
+    if not root.exists():
+        raise FileNotFoundError(f"{root} does not exist")
+
+
+def _walk(root: Path, unlistable: dict[Path, str]) -> Iterable[tuple[Path, list[str], list[str]]]:
+    """``os.walk`` of ``root`` (symbolic links to directories not followed, as ``Path.rglob``), with
+    ``unlistable`` given each directory that could not be listed and why."""
+    def failed(exc: OSError) -> None:
+        unlistable[Path(exc.filename) if exc.filename else root] = exc.strerror or str(exc)
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=failed):
+        yield Path(dirpath), dirnames, filenames
+
+
 def unfinished_job_dirs(root: str | Path) -> list[Path]:
     """Job directories under ``root`` that Hydra created (``.hydra/``) but that have no summary."""
     root = Path(root)
-    return sorted(p.parent for p in root.rglob(".hydra") if not (p.parent / SUMMARY_FILE).is_file())
+    return sorted(dirpath for dirpath, dirnames, _ in _walk(root, {})
+                  if ".hydra" in dirnames and not (dirpath / SUMMARY_FILE).is_file())
 
 
 def unfinished_record(job_dir: str | Path) -> RunRecord:
@@ -195,6 +220,8 @@ class FoundRuns:
     unfinished: list[Path]
     #: The directories given under which nothing was found (no run, no job directory).
     empty: list[Path] = field(default_factory=list)
+    #: Directories under them that could not be listed (no permission), with why: a run in one is not found.
+    unlistable: dict[Path, str] = field(default_factory=dict)
 
     @property
     def where(self) -> str:
@@ -211,12 +238,19 @@ class FoundRuns:
         # A directory that holds nothing, beside others that do (when none does, the command says so itself).
         empty = [f"{p} (no run under it: no summary.json, no job directory)" for p in self.empty
                  ] if self.runs or self.unfinished else []
+        unlistable = [f"{p} (unreadable: cannot list it: {why}; a run in it is left out: give read access to it)"
+                      for p, why in self.unlistable.items()]
         return ([f"{r.path} ({why_not_completed(r)})" for r in self.runs if r.status != "completed"]
-                + [f"{p} (no summary.json: unfinished)" for p in self.unfinished] + empty)
+                + [f"{p} (no summary.json: unfinished)" for p in self.unfinished] + unlistable + empty)
 
     def status_counts(self) -> str:
-        """``"1 failed, 2 unfinished"``: see :func:`status_counts`."""
-        return status_counts(self.runs, len(self.unfinished))
+        """``"1 failed, 2 unfinished"``: see :func:`status_counts` (a directory that cannot be listed
+        counts as ``unreadable``)."""
+        counts = status_counts(self.runs, len(self.unfinished))
+        if self.unlistable:
+            counts = ", ".join(filter(None, [counts, f"{len(self.unlistable)} unreadable director"
+                                                     f"{'y' if len(self.unlistable) == 1 else 'ies'}"]))
+        return counts
 
 
 def root_paths(roots: Roots) -> list[Path]:
@@ -226,17 +260,20 @@ def root_paths(roots: Roots) -> list[Path]:
 
 def find_runs_under(roots: Roots) -> FoundRuns:
     """The :class:`FoundRuns` under ``roots`` (one directory or several). A run directory given twice,
-    or found again under another of the directories, counts once. Raises ``FileNotFoundError`` naming
-    the first directory that does not exist."""
+    or found again under another of the directories, counts once. Raises, before any is read, as
+    :func:`check_root` does for the first directory that does not exist or is a file."""
     given = root_paths(roots)
+    for root in given:
+        check_root(root)
     runs: list[RunRecord] = []
     unfinished: list[Path] = []
     seen: set[Path] = set()
     empty: list[Path] = []
+    unlistable: dict[Path, str] = {}
     for root in given:
-        found = [*find_runs(root)]
+        found = [*find_runs(root, unlistable)]
         jobs = [*unfinished_job_dirs(root)]
-        if not found and not jobs:
+        if not found and not jobs and not any(p == root or root in p.parents for p in unlistable):
             empty.append(root)
         for run in found:
             if (key := run.path.resolve()) not in seen:
@@ -246,7 +283,7 @@ def find_runs_under(roots: Roots) -> FoundRuns:
             if (key := job.resolve()) not in seen:
                 seen.add(key)
                 unfinished.append(job)
-    return FoundRuns(roots=given, runs=runs, unfinished=unfinished, empty=empty)
+    return FoundRuns(roots=given, runs=runs, unfinished=unfinished, empty=empty, unlistable=unlistable)
 
 
 def status_counts(runs: Iterable[RunRecord], n_unfinished: int = 0) -> str:
@@ -262,6 +299,7 @@ __all__ = [
     "FoundRuns",
     "Roots",
     "RunRecord",
+    "check_root",
     "find_runs",
     "find_runs_under",
     "looks_like_run",
