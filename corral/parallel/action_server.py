@@ -18,9 +18,11 @@ when one worker hangs in its environment, it alone shows no progress and is the 
 With one group this is rlpyt's GPU sampler; with two, the alternating sampler: while one group's
 forward pass runs, the other group's workers step their environments.
 
-Everything the thread touches is guarded by ``lock``; the sampler takes it to apply agent updates,
-restart a worker's slot, or shut down (each wait bounded: :class:`ServerBusy` when the thread holds it
-for ``timeout`` seconds).
+Everything the thread touches is guarded by ``lock``; the sampler takes it to restart a worker's
+slot or shut down (each wait bounded: :class:`ServerBusy` when the thread holds it for ``timeout``
+seconds). The thread runs every call of the policy, agent updates included: the sampler hands it an
+update and waits for it, bounded (:meth:`ActionServer.apply_agent_update`), so that an update whose
+code does not return is named like any other call of the policy, never a hang of the sampler's.
 
 A call of the policy that does not return (a forward pass stuck on a lock or on a device that no
 longer answers) is the server's fault, not its workers': :attr:`ActionServer.call` says which call
@@ -94,14 +96,18 @@ def _keep_mapped(obj: Any) -> None:
 
 class ServerCall:
     """A call of the server's policy: ``what`` (``get_actions``, or a control call: ``reset``,
-    ``seed``, ``get_param_values``, ...) for ``workers``, started at ``started`` and, once it has
-    returned, ended at ``ended`` (``time.monotonic()``; set once, by the serving thread)."""
+    ``seed``, ``get_param_values``, ..., or an agent update's ``set_param_values`` or ``deepcopy``)
+    for ``workers``, started at ``started`` and, once it has returned, ended at ``ended``
+    (``time.monotonic()``; set once, by the serving thread). ``waiters``: every worker whose answer
+    waits for it (``workers`` and, say, the rest of a batch whose resets it applies)."""
 
-    __slots__ = ("what", "workers", "started", "ended")
+    __slots__ = ("what", "workers", "waiters", "started", "ended")
 
-    def __init__(self, what: str, workers: Sequence[int], started: float) -> None:
+    def __init__(self, what: str, workers: Sequence[int], started: float,
+                 waiters: Sequence[int] = ()) -> None:
         self.what = what
         self.workers = tuple(workers)
+        self.waiters = tuple(dict.fromkeys((*workers, *waiters)))
         self.started = started
         self.ended: float | None = None
 
@@ -114,13 +120,28 @@ class ServerCall:
 
 
 class ServerBusy(RuntimeError):
-    """The serving thread held the server's lock for ``timeout`` seconds: stuck in ``call`` (None: in
-    none of the policy's calls)."""
+    """The serving thread held the server's lock (or ran a call of the policy) for ``timeout`` seconds:
+    stuck in ``call`` (None: in none of the policy's calls)."""
 
     def __init__(self, call: ServerCall | None, timeout: float) -> None:
         what = f"in the policy's {call.what} for workers {list(call.workers)}" if call is not None else "busy"
         super().__init__(f"the action server's thread has been {what} for more than {timeout:g} s")
         self.call = call
+
+
+class _Update:
+    """An agent update handed to the serving thread (:meth:`ActionServer.apply_agent_update`): taken
+    (``started``) and applied (``done``: ``fresh`` or ``error`` set) by it; ``call`` is its call."""
+
+    def __init__(self, update: Any, what: str, workers: Sequence[int]) -> None:
+        self.update = update
+        self.what = what
+        self.workers = tuple(workers)
+        self.started = threading.Event()
+        self.done = threading.Event()
+        self.call: ServerCall | None = None
+        self.fresh = False
+        self.error: BaseException | None = None
 
 
 class _ServerSlot:
@@ -235,6 +256,9 @@ class ActionServer:
         self._abandoned = False
         self._thread: threading.Thread | None = None
         self._posts: dict[int, int] = {}
+        #: The agent update handed to the serving thread and not yet taken (guarded by ``_handoff``).
+        self._update: _Update | None = None
+        self._handoff = threading.Lock()
         self._held_at = float("-inf")
         try:
             for i in range(n_workers):
@@ -253,7 +277,7 @@ class ActionServer:
         """True while worker ``i`` waits for an answer the server has taken up (its request is in the
         call running now, or collected and not yet answered). Read without the lock."""
         call = self.call
-        return (call is not None and i in call.workers) or i in self._posts
+        return (call is not None and i in call.waiters) or i in self._posts
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -285,20 +309,84 @@ class ActionServer:
 
     def apply_agent_update(self, update: Any, n_workers: int) -> bool:
         """Apply an agent update to the server's policies; True when workers need a fresh proxy
-        (a new Policy: they reseed their slots)."""
+        (a new Policy: they reseed their slots).
+
+        The serving thread applies it (a call of the policy like any other: ``set_param_values`` for
+        parameters, ``deepcopy`` for a new Policy, :attr:`call` while it runs) and this waits for it,
+        bounded: :class:`ServerBusy` when the thread has not taken it up within ``timeout`` seconds
+        (it is stuck in another call) or its call has run ``timeout`` seconds without returning. The
+        update's own error is raised here."""
         if update is None:
             return False
-        with self._locked():
-            if isinstance(update, Policy):
-                self.pool.set_policy(update)
-                return True
-            if isinstance(update, list):
-                if all(u is update[0] for u in update):
-                    return self.apply_agent_update(update[0], n_workers)
-                self.pool.set_per_worker(update)
-                return any(isinstance(u, Policy) for u in update)
-            self.pool.set_params(update)
-            return False
+        if isinstance(update, list) and all(u is update[0] for u in update):
+            update = update[0]
+            if update is None:
+                return False
+        if isinstance(update, list):
+            workers = [i for i, u in enumerate(update) if u is not None]
+            new = any(isinstance(u, Policy) for u in update)
+        else:
+            workers, new = list(range(len(self.slots))), isinstance(update, Policy)
+        job = _Update(update, "deepcopy" if new else "set_param_values", workers)
+        thread = self._thread
+        if thread is None or not thread.is_alive():  # not started (or closed): applied here
+            with self._locked():
+                self._apply_update(job)
+        else:
+            self._hand_over(job)
+        if job.error is not None:
+            raise job.error
+        return job.fresh
+
+    def _hand_over(self, job: _Update) -> None:
+        """Give ``job`` to the serving thread and wait for it (see :meth:`apply_agent_update`)."""
+        with self._handoff:
+            self._update = job
+        self.ring()
+        if not job.started.wait(self.timeout):
+            with self._handoff:
+                taken = self._update is not job
+                self._update = None
+            if not taken:  # never taken up: the thread is stuck in another call (or holds its lock)
+                raise ServerBusy(self.call, self.timeout)
+            job.started.wait(self.timeout)  # taken just now: started is set at once
+        call = job.call
+        if call is None:  # its call could not even be recorded: the error is the job's
+            job.done.wait(self.timeout)
+            return
+        while not job.done.wait(max(0.0, call.started + self.timeout - time.monotonic())):
+            if call.ended is None and call.seconds() >= self.timeout:
+                raise ServerBusy(call, self.timeout)
+
+    def _take_update(self) -> _Update | None:
+        with self._handoff:
+            job, self._update = self._update, None
+        return job
+
+    def _apply_update(self, job: _Update) -> None:
+        """Apply ``job`` to the pool (under the lock), recording its call; never raises."""
+        call: ServerCall | None = None
+        try:
+            call = job.call = self._begin_call(job.what, job.workers)
+            job.started.set()
+            job.fresh = self._update_pool(job.update)
+        except Exception as exc:  # noqa: BLE001 - raised in the sampler's thread
+            job.error = exc
+        finally:
+            if call is not None:
+                self._end_call(call)
+            job.started.set()
+            job.done.set()
+
+    def _update_pool(self, update: Any) -> bool:
+        if isinstance(update, Policy):
+            self.pool.set_policy(update)
+            return True
+        if isinstance(update, list):
+            self.pool.set_per_worker(update)
+            return any(isinstance(u, Policy) for u in update)
+        self.pool.set_params(update)
+        return False
 
     def close(self, join_s: float = 5.0) -> None:
         """Stop the thread (bounded) and free every segment and semaphore. Idempotent.
@@ -370,16 +458,16 @@ class ActionServer:
             doorbell.acquire(timeout=_IDLE_S)
         return True
 
-    def _begin_call(self, what: str, workers: Sequence[int]) -> ServerCall:
-        """Record a call of the policy for ``workers`` (:attr:`call`; :meth:`_end_call` once it
-        returns). It starts with a sign of life (``HELD``) to every worker the server owes an answer,
-        so that a worker's proxy gives up only once this call (or a later one) has run ``timeout``
-        seconds."""
-        call = self.call = ServerCall(what, workers, time.monotonic())
-        for i in workers:
+    def _begin_call(self, what: str, workers: Sequence[int], waiters: Sequence[int] = ()) -> ServerCall:
+        """Record a call of the policy for ``workers`` (``waiters``: others whose answer waits for it)
+        (:attr:`call`; :meth:`_end_call` once it returns). It starts with a sign of life (``HELD``) to
+        every worker the server owes an answer, so that a worker's proxy gives up only once this call
+        (or a later one) has run ``timeout`` seconds."""
+        call = self.call = ServerCall(what, workers, time.monotonic(), waiters)
+        for i in call.waiters:
             self.slots[i].view.header[HELD] += 1
         for i in self._posts:
-            if i not in call.workers:
+            if i not in call.waiters:
                 self.slots[i].view.header[HELD] += 1
         return call
 
@@ -391,6 +479,11 @@ class ActionServer:
     def _serve(self) -> None:
         """Collect the posts and answer what can be answered. Every answer is written only if the
         server was not closed while the policy's call ran (see :meth:`close`)."""
+        job = self._take_update()
+        if job is not None:
+            self._apply_update(job)
+            if self._stop:
+                return
         posts = self._posts
         for slot in self.slots:
             if slot.worker_number not in posts and slot.posted.acquire(False):
@@ -504,7 +597,7 @@ class ActionServer:
         t0 = time.perf_counter()
         results: Any = None
         error: str | None = None
-        call = self._begin_call("get_actions", workers)
+        call: ServerCall | None = None
         try:
             observations, deterministic, resets = [], [], []
             for i in workers:  # everything read from the slots first, the policy's calls after
@@ -514,15 +607,23 @@ class ActionServer:
                 # server reads arrays of its own)
                 observations.append(view.read_obs())
                 deterministic.append(bool(view.header[DETERMINISTIC]))
-            for i, mask in zip(workers, resets):
-                self._apply_reset(i, mask)
+            resetting = [i for i, mask in zip(workers, resets) if mask is not False]
+            if resetting:  # the resets that rode along: a call of the policy's reset of their own
+                call = self._begin_call("reset", resetting, waiters=workers)
+                for i, mask in zip(workers, resets):
+                    self._apply_reset(i, mask)
+                self._end_call(call)
+                if self._stop:  # closed while the resets ran: no forward pass after them
+                    return False
+            call = self._begin_call("get_actions", workers)
             t1 = time.perf_counter()
             results = self.pool.get_actions(workers, observations, deterministic)
             self.forward_s += time.perf_counter() - t1
         except Exception:  # noqa: BLE001 - every waiting worker gets the error
             error = traceback.format_exc()
         finally:
-            self._end_call(call)
+            if call is not None and call.ended is None:
+                self._end_call(call)
         if self._stop:
             return False
         if error is None:

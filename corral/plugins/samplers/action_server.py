@@ -18,10 +18,12 @@ of it has posted, so while one worker hangs in its environment the others wait f
 that wait counts as neither's lack of progress (the server tells the waiting worker's proxy and
 this sampler that it is holding it back), so the hung worker alone runs out of ``timeout``, is
 named ("made no progress") and, with ``on_worker_failure=restart``, is the only one restarted. A
-call of the server's policy (a forward pass, most often) that does not return within ``timeout`` is
-the server's fault, not that of the workers waiting for it: the error (:class:`ServerHung`) names
-that call, no worker is restarted, and the shutdown does not wait for the call (it may return later,
-or never; see :meth:`~corral.parallel.action_server.ActionServer.close`).
+call of the server's policy that does not return within ``timeout`` (a forward pass, most often; or
+a control call: the ``reset`` that rides along with it, a worker's ``seed``, ``get_sampling_state``,
+the agent update's ``set_param_values``) is the server's fault, not that of the workers waiting for
+it: the error (:class:`ServerHung`) names that call, no worker is restarted, and the shutdown does
+not wait for the call (it may return later, or never; see
+:meth:`~corral.parallel.action_server.ActionServer.close`).
 
 ``sampler=alternating`` (:mod:`corral.plugins.samplers.alternating`) is this sampler with two
 groups of workers.
@@ -210,7 +212,9 @@ class ActionServerSampler(MultiprocessingSampler):
             old.kill()
             try:
                 self.server.restart_slot(i)
-            except ServerBusy as exc:
+            except ServerBusy as exc:  # the restart counted by _on_failure does not happen
+                self._restarts[i] -= 1
+                self.n_restarts -= 1
                 raise _Failure(self._server_hung(exc.call, f"restarting worker {i}")) from None
         super()._launch(i)
         self.server.ring()
@@ -271,6 +275,19 @@ class ActionServerSampler(MultiprocessingSampler):
             if isinstance(hung, ServerHung):
                 raise _Failure(hung)
         super()._on_failure(i, commands, activity, error)
+
+    def _drain(self, i: int, results: dict[int, Any], activity: str) -> WorkerError | None:
+        """The process sampler's, except that a worker whose agent update failed only because its
+        proxy's wait for the server ran out (a ``seed`` of the server's policy that does not return)
+        is not at fault: :class:`ServerHung` then, as for any other request the server left unanswered."""
+        try:
+            return super()._drain(i, results, activity)
+        except _Failure as failure:
+            if f"TimeoutError: {NO_ANSWER} {i} within" in str(failure.error):
+                hung = self._blame_server(i, activity, gave_up=True)
+                if isinstance(hung, ServerHung):
+                    raise _Failure(hung) from None
+            raise
 
     def _blame_server(self, i: int, activity: str, gave_up: bool) -> WorkerError | None:
         """Why worker ``i`` (``gave_up``: its proxy's wait for an answer timed out; else: it shows no
