@@ -90,6 +90,19 @@ def _async_env(source: Any, limit: int | None, owner_pid: int) -> gym.Env:
     return _limited_env(source, limit)
 
 
+def _async_worker(*args: Any) -> None:
+    """gymnasium's loop of an environment process of ``worker.backend=async``, which exits without a
+    word when its worker's process is gone (its pipe broken: the process was killed or crashed): there
+    is no one to tell, and gymnasium's loop printed two tracebacks per process under that process's own
+    one line."""
+    from gymnasium.vector.async_vector_env import _async_worker as loop
+
+    try:
+        loop(*args)
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        pass
+
+
 def _own_limit(venv: VectorEnv) -> int | None:
     """A VectorEnv's own episode limit: its spec's, its ``max_episode_steps`` or its sub-environments' specs'."""
     limit = getattr(getattr(venv, "spec", None), "max_episode_steps", None) or getattr(venv, "max_episode_steps", None)
@@ -299,7 +312,7 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
             raise ConfigError("worker.backend=async starts processes of its own, which a worker inside a sampler's "
                               "worker process cannot; use worker.backend=sync there (or sampler=local or ray)")
         check_room_for_async_envs(n_envs)
-        venv = BoundedAsyncVectorEnv(fns, copy=False, autoreset_mode=mode)
+        venv = BoundedAsyncVectorEnv(fns, copy=False, autoreset_mode=mode, worker=_async_worker)
         venv.step_timeout = step_timeout
     return BuiltVectorEnv(venv, limit, True, True, backend)
 

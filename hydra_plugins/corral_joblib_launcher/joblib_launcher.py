@@ -22,6 +22,17 @@ line says how the process ended and what to do, its directory gets a ``summary.j
 does (:class:`~corral.framework.entry.SweepJobFailed`'s line, exit status 1). ``hydra.launcher.timeout``
 is per job the same way: a job past it is killed and failed, the others go on.
 
+What a dead job's process leaves: the processes it started outlive it (the kernel hands them to
+init), and one that does not watch its parent (a simulator server an environment started, a process
+stuck in native code) ran on after the sweep. Each slot's process carries a mark in its environment
+that every process it starts inherits (:data:`corral.launchers.job_processes.MARK_VAR`); when a slot
+is closed (its process died, was killed past the timeout or by Ctrl-C, or is no longer needed) the
+processes still carrying its mark are ended and the ``/dev/shm`` segments of the dead job's processes
+removed (:func:`corral.launchers.job_processes.end_leftovers`), before the job's line is printed.
+A job's process also gets the platform's ``multiprocessing`` start method, not loky's, so the worker
+processes of ``sampler=multiprocessing`` start in a job as they do in a run of its own
+(:func:`corral.launchers.job_processes.run_in_job_process`).
+
 Ctrl-C (and a job stopped by Ctrl-C or SIGTERM) stops the whole sweep, as it did: the running jobs,
 which a terminal's Ctrl-C reaches too, get :data:`STOP_GRACE_S` seconds to write their snapshot and
 summary, then their processes are killed.
@@ -110,6 +121,7 @@ class CorralJoblibLauncher(JoblibLauncher):
         from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_globals
         from joblib.externals.loky import FIRST_COMPLETED, wait
 
+        from corral.launchers.job_processes import run_in_job_process
         from hydra_plugins.hydra_joblib_launcher._core import execute_job, process_joblib_cfg
 
         setup_globals()
@@ -147,8 +159,8 @@ class CorralJoblibLauncher(JoblibLauncher):
                 while queue and free:
                     num, overrides = queue.popleft()
                     slot = free.pop()
-                    future = slot.submit(execute_job, num, overrides, self.hydra_context, self.config,
-                                         self.task_function, state)
+                    future = slot.submit(run_in_job_process, execute_job, num, overrides, self.hydra_context,
+                                         self.config, self.task_function, state)
                     running[future] = Job(num, overrides, slot, slot.process(), time.time(), time.monotonic())
                 done, _ = wait(list(running), timeout=POLL_S, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -224,21 +236,32 @@ def worker_env(n_slots: int) -> dict[str, str]:
 class Slot:
     """One of the places a job runs in: a loky executor with a single worker process that runs one job
     after another. When the process dies, the executor is broken and replaced by a new one, so a death
-    ends only the job that ran there (the executor of ``joblib.Parallel`` kills all its processes)."""
+    ends only the job that ran there (the executor of ``joblib.Parallel`` kills all its processes).
+    Each executor's process has a mark of its own in its environment (``mark``), which the processes it
+    starts inherit: what is left of them is ended when the slot is closed (:meth:`close`)."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.env = env
         self.executor: Any = None
+        self.mark = ""
+        self.pids: set[int] = set()  # the executor's processes that ran a job
 
     def submit(self, fn: Any, *args: Any) -> Any:
         """Start ``fn(*args)`` in this slot's process (a new one when it has none, or it died while idle)."""
         from joblib.externals.loky import BrokenProcessPool, ProcessPoolExecutor
 
+        from corral.launchers.job_processes import MARK_VAR, new_mark
+
         for attempt in range(2):
             if self.executor is None:
-                self.executor = ProcessPoolExecutor(max_workers=1, env=self.env)
+                self.mark, self.pids = new_mark(), set()
+                self.executor = ProcessPoolExecutor(max_workers=1, env={**self.env, MARK_VAR: self.mark})
             try:
-                return self.executor.submit(fn, *args)
+                future = self.executor.submit(fn, *args)
+                process = self.process()
+                if process is not None and process.pid is not None:
+                    self.pids.add(process.pid)
+                return future
             except BrokenProcessPool:  # its process died between two jobs: no job was lost, a new one
                 self.close()
                 if attempt:
@@ -251,11 +274,18 @@ class Slot:
         return next(iter(list(processes.values())), None)
 
     def close(self, kill: bool = False) -> None:
-        """Shut the executor down (``kill``: its process with SIGKILL, a job in it too); the next job
-        gets a new one."""
+        """Shut the executor down (``kill``: its process with SIGKILL, a job in it too), then end what
+        its process left running: the processes with its mark, and the ``/dev/shm`` segments of the
+        processes that ran its jobs (:func:`~corral.launchers.job_processes.end_leftovers`). The next
+        job gets a new executor."""
+        from corral.launchers.job_processes import MARK_VAR, end_leftovers
+
         executor, self.executor = self.executor, None
         if executor is not None:
+            pids = self.pids | {process.pid for process in list((getattr(executor, "_processes", None) or {}).values())
+                                if process.pid is not None}
             executor.shutdown(wait=True, kill_workers=kill)
+            end_leftovers({MARK_VAR: self.mark}, pids)
 
 
 class Job:

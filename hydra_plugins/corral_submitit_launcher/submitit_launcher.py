@@ -24,6 +24,10 @@ A job whose process dies (the out-of-memory killer's SIGKILL, a crash, SLURM's `
 with its traceback, leaving the later jobs unattended. Now it fails alone
 (:mod:`corral.launchers.job_death`): one ``[job N] corral: error:`` line, a ``summary.json`` with
 ``status: failed``, every other job waited for, and the sweep ends with corral's one line (exit 1).
+Under ``submitit_local`` the processes the dead job started, which the kernel handed to init and which
+ran on after the sweep when they did not watch their parent (a simulator server an environment
+started, say), are ended first: every process whose environment carries the job's
+``SUBMITIT_LOCAL_JOB_ID`` (:func:`corral.launchers.job_processes.end_leftovers`).
 
 Kept import-light: Hydra imports every module under ``hydra_plugins`` when it scans for plugins.
 """
@@ -177,10 +181,25 @@ class _SizedJobs(BaseSubmititLauncher):
             return job.results()[0]  # type: ignore[no-any-return]
         except UncompletedJobError:  # no result: its process died (killed, crashed, lost by SLURM)
             cfg = job_config(self.hydra_context, self.config, overrides, num)
+            if self._EXECUTOR == "local":
+                end_local_leftovers(job, Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)))
             return failed_return(cfg, overrides, died(cfg, overrides=overrides, started=started,
                                                       unknown=job_state_words(job)))
         except Exception as exc:  # noqa: BLE001 - a FailedJobError: this job's, as a failed job
             return JobReturn(overrides=overrides, status=JobStatus.FAILED, _return_value=exc)
+
+
+def end_local_leftovers(job: Any, run_dir: Path) -> set[int]:
+    """End what a ``submitit_local`` job whose process died left running: the processes whose
+    environment carries its ``SUBMITIT_LOCAL_JOB_ID`` (submitit gives it to the job's process, and they
+    inherited it), and the ``/dev/shm`` segments of the job's process (its pid in ``run_dir``'s lock
+    file). Returns the pids still running after that (bounded)."""
+    from corral.launchers.job_death import lock_pid
+    from corral.launchers.job_processes import end_leftovers
+
+    pid = lock_pid(run_dir)
+    return end_leftovers({"SUBMITIT_LOCAL_JOB_ID": str(job.job_id), "SUBMITIT_EXECUTOR": "local"},
+                         [pid] if pid is not None else [])
 
 
 def job_state_words(job: Any) -> str:
@@ -209,4 +228,4 @@ class CorralSlurmLauncher(_SizedJobs):
     _EXECUTOR = "slurm"
 
 
-__all__ = ["CorralLocalLauncher", "CorralSlurmLauncher", "job_cpus", "job_state_words"]
+__all__ = ["CorralLocalLauncher", "CorralSlurmLauncher", "end_local_leftovers", "job_cpus", "job_state_words"]

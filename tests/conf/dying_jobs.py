@@ -99,3 +99,38 @@ def dead_job_pid(err: str, sweep_dir: Path, why: str) -> int:
                         rf"\(`corral results {re.escape(str(sweep_dir))}` lists each one's status\)", lines[-1]), \
         lines[-1]
     return int(said.group(1))
+
+
+#: Seconds the processes of a sweep may take to be gone once it has exited (:func:`run_watched_sweep`).
+GONE_WITHIN_S = 5.0
+
+
+def run_watched_sweep(tmp_path: Path, modules: dict[str, str], *overrides: str) -> tuple[int, str, dict[int, int]]:
+    """Run ``train.py -m <overrides>`` into ``tmp_path/multirun`` (bounded), with ``modules`` (module name ->
+    source, such as ``{"dying_env": DYING_ENV}``) written into ``tmp_path`` for the jobs to import, watching
+    its session's processes; return its exit status, its stderr and every process seen in its session
+    while it ran (pid -> parent pid). Asserts that none of them runs :data:`GONE_WITHIN_S` seconds after the
+    sweep exited; whatever still runs when it returns or fails is stopped (``started_session``)."""
+    from corral.parallel.process_tree import proc_stat
+    from corral.testing.processes import wait_gone
+
+    for name, source in modules.items():
+        (tmp_path / f"{name}.py").write_text(source)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p)}
+    cmd = [sys.executable, str(TRAIN), "-m", *overrides, f"hydra.sweep.dir={tmp_path / 'multirun'}"]
+    seen: dict[int, int] = {}
+    err_path = tmp_path / "stderr"
+    with err_path.open("w") as err_file, started_session(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                                          stderr=err_file) as proc:
+        deadline = time.monotonic() + 400
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, f"the sweep did not end within 400 s: {err_path.read_text()[-3000:]}"
+            for pid in session_processes(proc.pid):
+                stat = proc_stat(pid)
+                if stat is not None:
+                    seen.setdefault(pid, stat[0])
+            time.sleep(0.1)
+        left = wait_gone(set(seen), timeout=GONE_WITHIN_S)
+        assert not left, f"running {GONE_WITHIN_S:g} s after the sweep exited: {sorted(left)}"
+    return proc.returncode, err_path.read_text(), seen

@@ -9,8 +9,8 @@ error:`` line and a failed ``summary.json`` (:mod:`corral.launchers.job_death`),
 to their end, and the sweep ends with corral's one line, exit status 1.
 
 submitit_local runs end to end with ``train.py``; the job dies by its environment
-(:data:`dying_jobs.DYING_ENV`, no timing). Ray is covered by its conversion function only (a Ray
-sweep whose worker crashes is too slow for this suite).
+(:data:`dying_jobs.DYING_ENV`, no timing). Ray's conversion of its process-death errors is tested
+here; a real Ray sweep whose job's process dies is in tests/launchers/test_ray_launcher_dead_job.py.
 """
 
 from __future__ import annotations
