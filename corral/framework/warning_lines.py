@@ -81,4 +81,13 @@ def show_warning_line(message: Warning | str, category: type[Warning], filename:
         pass
 
 
-__all__ = ["format_warning_line", "is_pythons_own", "origin", "show_warning_line"]
+def warnings_as_lines_here() -> None:
+    """Call in a process a run starts (a sampler's worker process, a Ray actor): from now on a warning
+    that Python would print in its own two lines is :func:`show_warning_line`'s one line, as in the
+    job's process (:func:`corral.framework.errors.warnings_as_lines`). A ``warnings.showwarning``
+    someone else installed is left as it is."""
+    if is_pythons_own(warnings.showwarning):
+        warnings.showwarning = show_warning_line
+
+
+__all__ = ["format_warning_line", "is_pythons_own", "origin", "show_warning_line", "warnings_as_lines_here"]

@@ -43,6 +43,7 @@ from corral.framework.env import silence_gymnasium_deprecations
 from corral.framework.errors import ConfigError, EnvironmentValueError
 from corral.framework.logger import current_run_log, log_corral_records_as_lines
 from corral.framework.memory import check_room_for_processes
+from corral.framework.warning_lines import warnings_as_lines_here
 from corral.framework.worker import UpdateFailure
 from corral.parallel.shared_memory import load_blob
 
@@ -95,6 +96,7 @@ def worker_main(factory: Any, worker_number: int, restart: int, conn: Any, cpu_a
     channel = _Channel(conn)
     _start_watchdog(parent_pid, channel)
     log_corral_records_as_lines(run_log, f"worker {worker_number}")
+    warnings_as_lines_here()  # another library's warning: one line, as in the sampler's process
     silence_gymnasium_deprecations()  # as in the sampler's process: no `CartPole-v0 is out of date` per worker
     # Which worker this process is (read by corral.testing.faulty_envs, for instance).
     os.environ["CORRAL_WORKER_NUMBER"] = str(worker_number)

@@ -98,3 +98,18 @@ with warnings_as_lines():
     lines = proc.stderr.splitlines()
     assert lines[0] == "warning: <string>:5: UserWarning: first second"
     assert lines[1].startswith("logged py.warnings <string>:9: RuntimeWarning: captured"), proc.stderr
+
+
+@pytest.mark.parametrize("sampler", ["multiprocessing", "ray"])
+def test_a_warning_in_a_samplers_worker_process_is_one_line_too(tmp_path: Path, sampler: str) -> None:
+    """Each worker process (a Ray actor) makes the env and warns once: one line each, as in the job's
+    process (Ray forwards an actor's lines with a ``(_RayWorker pid=...)`` prefix)."""
+    if sampler == "ray":
+        pytest.importorskip("ray")
+    proc = train(tmp_path, f"sampler={sampler}", "sampler.n_workers=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    mine = [line for line in lines if "painted red" in line or "repaint it" in line or "warnings.warn(" in line]
+    one_line = (f"warning: h6_warning_env (h6_warning_env.py:{warn_line()}): UserWarning: h6 test: the pole is "
+                "painted red repaint it before the next run")
+    assert len(mine) >= 2 and all(line.endswith(one_line) for line in mine), proc.stderr[-3000:]

@@ -41,6 +41,7 @@ from corral.framework.errors import ConfigError, EnvironmentValueError, WorkerEr
 from corral.framework.logger import current_run_log, log_corral_records_as_lines
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler, collect_share, split_steps
+from corral.framework.warning_lines import warnings_as_lines_here
 from corral.framework.worker import (
     UpdateFailure,
     WorkerFactory,
@@ -107,6 +108,7 @@ class _RayWorker:
 
         torch.set_num_threads(1)
         log_corral_records_as_lines(run_log, f"worker {worker_number}")  # the run's corral.log, where this node has it
+        warnings_as_lines_here()  # another library's warning: one line, as in the driver
         silence_gymnasium_deprecations()  # as in the driver: no `CartPole-v0 is out of date` per actor
         os.environ["CORRAL_WORKER_NUMBER"] = str(worker_number)
         os.environ["CORRAL_WORKER_RESTART"] = str(restart)
