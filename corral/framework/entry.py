@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import sys
 import warnings
@@ -31,6 +32,7 @@ from corral.framework.errors import (
 from corral.framework.plugins import call_run_summary, get_plugin_manager
 from corral.framework.precheck import MULTIRUN_FLAGS, precheck, split_flags
 from corral.framework.run_lock import LOCK_FILE
+from corral.framework.shell_words import shell_override
 
 # corral/conf/hydra/launcher/joblib.yaml (and submitit_*.yaml) set corral's defaults for the launcher and
 # so share the name of the plugin's own schema node, which Hydra merges in with a deprecation warning
@@ -283,7 +285,7 @@ class SweepJobFailed(CompactHydraException):
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         num = hc.job.get("num")  # type: ignore[attr-defined]  # a DictConfig at run time, typed as JobConf
         head = f"corral: job {num} ({overrides}) failed: {first}"
-        failed = cls(f"{head}; the sweep ran its other jobs (`corral results {hc.sweep.dir}` lists each one's status)")
+        failed = cls(f"{head}; the sweep ran its other jobs (`corral results {shlex.quote(str(hc.sweep.dir))}` lists each one's status)")
         failed.reason, failed.stops_sweep = first, isinstance(exc, SweepSettingError)
         failed.num = int(num) if num is not None else None
         failed.task, failed.sweep_dir, failed.head = tuple(str(o) for o in hc.overrides.task), str(hc.sweep.dir), head
@@ -434,7 +436,8 @@ def _run(cfg: DictConfig, log_dir: str | Path | None) -> float | None:
                         "so the run counts as completed")
                 status, error = "completed", None  # only the extra evaluation for the objective is missing
             elif plan is not None:
-                what = f"before training resumed; the run is as it was (resume with trainer.resume={cfg.trainer.resume})"
+                what = ("before training resumed; the run is as it was "
+                        f"(resume with {shell_override('trainer.resume', cfg.trainer.resume)})")
             else:
                 what = "before training started; nothing to resume"
             resuming.say(f"\ncorral: interrupted{by} {what}")

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, NoReturn, Sequence
@@ -33,6 +34,7 @@ from typing import Any, Callable, Iterator, NoReturn, Sequence
 from corral.framework.config import CONFIG_MODULE, CONFIG_NAME, searchpath_entry_problem
 from corral.framework.errors import ConfigError, CorralError
 from corral.framework.resume import check_branch_dir, check_resume_source, holds_run, resume_arg, resumed_config
+from corral.framework.shell_words import shell_override
 
 
 def _key(override: str) -> str:
@@ -255,7 +257,7 @@ def run_only_warnings(overrides: Sequence[str]) -> list[str]:
     """One line for each override of a multirun (``-m``) that only a single run reads
     (``hydra.run.dir=...``): Hydra accepts it and puts the jobs under ``hydra.sweep.dir`` instead."""
     return [f"{override} has no effect with -m: a sweep's jobs go under hydra.sweep.dir, one directory each; "
-            f"give hydra.sweep.dir={override.split('=', 1)[1]} instead" for override in overrides
+            f"give {shlex.quote('hydra.sweep.dir=' + override.split('=', 1)[1])} instead" for override in overrides
             if "=" in override and _key(override).startswith(RUN_ONLY)]
 
 
@@ -631,7 +633,7 @@ def check_output_dir(overrides: Sequence[str], multirun: bool, hydra_cfg: Any, r
                           f"{problem}; give a directory you can write to, e.g. {key}=outputs/<name>")
     if not multirun and not resume and holds_run(target):
         raise ConfigError(f"{given}: {target} already holds a run, and a new run there would overwrite its "
-                          f"progress.csv and snapshots; continue it with trainer.resume={where}, or give another "
+                          f"progress.csv and snapshots; continue it with {shell_override('trainer.resume', where)}, or give another "
                           f"directory")
     first = first_job_number(hydra_cfg) if multirun and target.is_dir() else None
     if first is not None:
@@ -759,7 +761,7 @@ def check_no_hydra_sweep(overrides: Sequence[str]) -> None:
         if key.lstrip("+~").startswith("hydra.sweeper.params."):
             setting = key.lstrip("+~").removeprefix("hydra.sweeper.params.")
             raise ConfigError(f"{line}: Hydra reads this as a sweep over its own settings; give the search space "
-                              f"as {setting}='{value}' (or quote it: '{key}=\"{value}\"')")
+                              f"as {setting}={shlex.quote(value)} (or quote it: {shell_override(key, value)})")
         raise ConfigError(f"{line}: Hydra cannot sweep over its own settings (hydra.*); give one value")
 
 

@@ -34,6 +34,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from corral.framework.errors import ConfigError, OutputError
 from corral.framework.logger import RUN_LOG
 from corral.framework.run_lock import LOCK_FILE, holder, in_use_message
+from corral.framework.shell_words import hydra_override, shell_override, value_of
 
 #: Overrides a resume applies: these groups (and their fields) may change.
 ADJUSTABLE = ("trainer", "logger", "sampler", "hydra")
@@ -61,8 +62,15 @@ def resume_arg(argv: Sequence[str]) -> str | None:
     for item in argv:
         key, sep, val = item.partition("=")
         if sep and key.lstrip("+~") == "trainer.resume":
-            value = val.strip("'\"") or None
+            value = _text(val) or None
     return None if value in (None, "null", "None") else value
+
+
+def _text(value: str) -> str:
+    """The string a command line's override value stands for (:func:`value_of`: quotes and escapes
+    taken off); a sweep, a number, null or an interpolation as written, less its outer quotes."""
+    text = value_of(value)
+    return value.strip("'\"") if text is None else text
 
 
 def absolute_resume(argv: Sequence[str]) -> list[str]:
@@ -72,10 +80,9 @@ def absolute_resume(argv: Sequence[str]) -> list[str]:
     out = []
     for item in argv:
         key, sep, value = item.partition("=")
-        raw = value.strip("'\"")
-        if (sep and key.lstrip("+~") == "trainer.resume" and raw not in ("", "null", "None") and "," not in raw
-                and "(" not in raw and not Path(raw).expanduser().is_absolute()):
-            item = f"{key}={_quote(str(Path(raw).expanduser().absolute()))}"
+        raw = value_of(value) if sep and key.lstrip("+~") == "trainer.resume" else None
+        if raw not in (None, "", "null", "None") and not Path(raw).expanduser().is_absolute():
+            item = hydra_override(key, Path(raw).expanduser().absolute())
         out.append(item)
     return out
 
@@ -125,12 +132,12 @@ def in_place_overrides(argv: Sequence[str]) -> list[str]:
     subdir = f"hydra.output_subdir=.hydra/resume-{stamp}"  # the original .hydra/ stays as it was
     if "hydra.run.dir" in given:  # the user's own run directory: in place only if it is the run's
         return [subdir] if _same(Path(given["hydra.run.dir"]), origin) else []
-    return [f"hydra.run.dir={_quote(str(origin))}", subdir]
+    return [hydra_override("hydra.run.dir", origin), subdir]
 
 
 def _given(argv: Sequence[str]) -> dict[str, str]:
     """The command line's ``key=value`` items by key (``+``/``~`` and quotes taken off)."""
-    return {k.lstrip("+~"): v.strip("'\"") for k, _, v in (a.partition("=") for a in argv)}
+    return {k.lstrip("+~"): _text(v) for k, _, v in (a.partition("=") for a in argv)}
 
 
 def holds_run(path: Path) -> bool:
@@ -178,7 +185,7 @@ def check_branch_dir(argv: Sequence[str]) -> None:
         return
     raise ConfigError(f"hydra.run.dir={where}: {target} already holds a run, and a branch of {origin or source} "
                       "there would mix the two runs' progress.csv and snapshots; give the branch a new directory, "
-                      f"or continue that run itself with trainer.resume={where}")
+                      f"or continue that run itself with {shell_override('trainer.resume', where)}")
 
 
 def plan(source: str | os.PathLike, run_dir: str | os.PathLike | None) -> ResumePlan:
@@ -483,10 +490,10 @@ def finished_message(run_dir: Any, reason: str, epoch: int, env_steps: int, bran
     larger = f"trainer.{key}={max(int(value), reached) * 2}" if value.isdigit() else f"a larger trainer.{key}"
     other = "trainer.max_env_steps" if key == "n_epochs" else "trainer.n_epochs"
     made = f", so the branch {branch} was not made" if branch is not None else ""
-    into = f" hydra.run.dir={branch}" if branch is not None else ""
+    into = f" {shell_override('hydra.run.dir', branch)}" if branch is not None else ""
     return (f"corral: the run in {run_dir} already finished: {reason} reached at epoch {epoch} "
             f"({env_steps:,} env steps); nothing to do{made}. To train longer, resume with a larger limit, "
-            f"e.g. trainer.resume={run_dir}{into} {larger} (and {other} if it would stop the run first)")
+            f"e.g. {shell_override('trainer.resume', run_dir)}{into} {larger} (and {other} if it would stop the run first)")
 
 
 def say(message: str) -> None:
@@ -513,12 +520,6 @@ def _change(old: DictConfig, new: DictConfig, key: str) -> str | None:
 def _plain(cfg: DictConfig, key: str) -> Any:
     node = OmegaConf.select(cfg, key, default=None)
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-
-
-def _quote(value: str) -> str:
-    if all(c.isalnum() or c in "/._-+" for c in value):
-        return value
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _same(a: Path, b: Path) -> bool:

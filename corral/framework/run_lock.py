@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from corral.framework.errors import ConfigError
+from corral.framework.shell_words import shell_override
 
 #: The lock file's name in a run directory (a branch does not copy it: corral.framework.resume).
 LOCK_FILE = ".corral.lock"
@@ -54,9 +55,10 @@ def holder(run_dir: str | os.PathLike[str]) -> str | None:
 def in_use_message(run_dir: str | os.PathLike[str], pid: str) -> str:
     """The one line for a run directory that another process is training in."""
     where = Path(run_dir)
+    resume = shell_override("trainer.resume", where)
     return (f"{where} is in use: a corral run is training there (pid {pid}, which holds {where / LOCK_FILE}); "
-            f"wait for it to finish or stop it (kill -INT {pid}), then resume it with trainer.resume={where}, or "
-            f"branch it into a new directory now: trainer.resume={where} hydra.run.dir=<new directory>")
+            f"wait for it to finish or stop it (kill -INT {pid}), then resume it with {resume}, or "
+            f"branch it into a new directory now: {resume} hydra.run.dir=<new directory>")
 
 
 @contextlib.contextmanager

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from corral.framework.shell_words import hydra_override, shell_override
+
 #: The ``_target_`` of Hydra's own sweeper and launcher: the only pair whose job order is known here.
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 BASIC_LAUNCHER = "hydra._internal.core_plugins.basic_launcher.BasicLauncher"
@@ -111,7 +113,7 @@ class SweepFollower:
             said.append(f"{_numbers(never)}{of} never started ({listed}{more})")
             of = ""
         if resumable:
-            said.append(f"job {last.num} can be resumed with trainer.resume={last.resume_dir}")
+            said.append(f"job {last.num} can be resumed with {shell_override('trainer.resume', last.resume_dir)}")
         if again:
             said.append(f"job {last.num}{of} ({plan.label(jobs[last.num])}) left nothing to resume")
         return (f"corral: sweep interrupted: {'; '.join(said)}; run {_numbers(rest)} with "
@@ -201,7 +203,7 @@ class SweepPlan:
             return (f"{prefix} and their overrides: "
                     + "; ".join(f"job {n}: `{shlex.join(jobs[n])}`" for n in rest))
         dirs = _new_dirs(sweep_dir, cwd, len(blocks))
-        runs = [f"`{prefix} -m {shlex.join([*block, *self.hydra, f'hydra.sweep.dir={where}'])}`"
+        runs = [f"`{prefix} -m {shlex.join([*block, *self.hydra, hydra_override('hydra.sweep.dir', where)])}`"
                 for block, where in zip(blocks, dirs)]
         return runs[0] if len(runs) == 1 else f"{', '.join(runs[:-1])} and {runs[-1]}"
 
@@ -296,7 +298,7 @@ def stopped_batches(sweep_dir: str, num: int, task: Sequence[str], cwd: Path | N
     if size <= 0:  # -1: every job in one batch (and Hydra refuses anything else below 1)
         return None
     ran = range((num // size + 1) * size)  # the batches before the job's had no failed job: all of them ran
-    results = f"`corral results {sweep_dir}` lists each one's status"
+    results = f"`corral results {shlex.quote(str(sweep_dir))}` lists each one's status"
     stop = f"Hydra's basic sweeper starts no batch after one with a failed job (hydra.sweeper.max_batch_size={size})"
     try:
         plan = read_sweep(where, any_launcher=True)

@@ -47,6 +47,7 @@ from corral.framework.interrupts import (
 )
 from corral.framework.logger import Logger, job_prefix, run_log
 from corral.framework.progress import ProgressBar
+from corral.framework.shell_words import shell_override
 from corral.framework.snapshot import load_snapshot, remove_snapshot, save_snapshot
 from corral.framework.video import check_recordable
 from corral.results.writable import write_atomically
@@ -376,7 +377,7 @@ class Trainer:
         if path is None or not path.is_file() or not self.snapshot_epoch:
             return None
         saved = self.snapshot_epoch
-        return (f"{_epochs(0, saved - 1)} {'is' if saved == 1 else 'are'} saved: trainer.resume={self.log_dir} "
+        return (f"{_epochs(0, saved - 1)} {'is' if saved == 1 else 'are'} saved: {shell_override('trainer.resume', self.log_dir)} "
                 f"continues from {'it' if saved == 1 else 'them'}")
 
     def interrupt_message(self, terminated: bool = False) -> str:
@@ -394,7 +395,7 @@ class Trainer:
         if not saved:
             return (f"{head}; no snapshot was written yet (trainer.snapshot_every={self.config.snapshot_every}), "
                     "so there is nothing to resume")
-        resume = f"resume with trainer.resume={self.log_dir}"
+        resume = f"resume with {shell_override('trainer.resume', self.log_dir)}"
         if saved == done:
             return f"{head}; {_epochs(0, done - 1)} {'is' if done == 1 else 'are'} saved (progress rows and snapshot); {resume}"
         return (f"{head}; progress rows hold {_epochs(0, done - 1)}, the last snapshot {_epochs(0, saved - 1)} "
@@ -592,7 +593,7 @@ class Trainer:
             fix = "fix that (space, permissions, the path) and"
             if self.snapshot_epoch and self.log_dir is not None:
                 then = (f"{fix} continue from its last snapshot (epochs 0-{self.snapshot_epoch - 1}) with "
-                        f"trainer.resume={self.log_dir}")
+                        f"{shell_override('trainer.resume', self.log_dir)}")
             else:
                 then = f"{fix} start the run again (it has no snapshot yet)"
             raise OutputError(f"{what} ({type(exc).__name__}: {why}{where}); the run stopped there; {then}") from exc

@@ -80,7 +80,9 @@ def death_reason(how: str, run_dir: Path) -> str:
         snapshot = find_snapshot(run_dir)
     except Exception:  # noqa: BLE001 - no snapshot (or none readable): the job starts again
         return f"{how}; it saved no snapshot, so run it again with its overrides"
-    return f"{how}; trainer.resume={run_dir} continues it from its latest snapshot ({snapshot.name})"
+    from corral.framework.shell_words import shell_override
+
+    return f"{how}; {shell_override('trainer.resume', run_dir)} continues it from its latest snapshot ({snapshot.name})"
 
 
 def job_config(hydra_context: Any, config: Any, overrides: Sequence[str], num: int) -> Any:

@@ -133,7 +133,9 @@ class _SizedJobs(BaseSubmititLauncher):
             sweep_config.hydra.job.num = job_num
         job_dir = Path(str(sweep_config.hydra.sweep.dir)) / str(sweep_config.hydra.sweep.subdir)
         if (job_dir / "snapshots" / "latest").is_file():
-            overrides.append(f"trainer.resume={job_dir}")
+            from corral.framework.shell_words import hydra_override
+
+            overrides.append(hydra_override("trainer.resume", job_dir))  # quoted where Hydra needs it
             log.warning("job #%d requeued; it resumes from its latest snapshot in %s", job_num, job_dir)
         return submitit.helpers.DelayedSubmission(self, overrides, job_dir_key, job_num, job_id, singleton_state)
 
