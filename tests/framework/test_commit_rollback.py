@@ -4,7 +4,7 @@
 
 The commit fails at the first epoch whose evaluation return is above every earlier one, so an
 epoch that counted would show: a ``corral_epoch_end`` hook raises, or sets a statistic that is not a
-number, or a logger's disk fills up (``tests/conf/h1_faulty_run_parts.py``, installed as a plugin
+number, or a logger's disk fills up (``tests/conf/faulty_run_parts.py``, installed as a plugin
 distribution on a temporary path, as pip would install it).
 """
 
@@ -12,50 +12,34 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from corral.testing.modules import import_path
 
 REPO = Path(__file__).resolve().parents[2]
-TRAIN = REPO / "train.py"
 TIMEOUT = 240
-
-
-def faulty_parts() -> ModuleType:
-    """``tests/conf/h1_faulty_run_parts.py`` (``tests`` is not an importable package)."""
-    return import_path(REPO / "tests" / "conf" / "h1_faulty_run_parts.py", "h1_faulty_run_parts")
+#: ``tests/conf/faulty_run_parts.py`` (``tests`` is not an importable package).
+parts = import_path(REPO / "tests" / "conf" / "faulty_run_parts.py", "faulty_run_parts")
+output = parts.output
 
 
 def train(tmp_path: Path, fault: str, *overrides: str) -> subprocess.CompletedProcess[str]:
-    """``python train.py`` with the faulty parts installed and ``H1_COMMIT_FAULT=fault``; evaluation
-    every epoch, snapshots every epoch, run directory ``tmp_path/run``."""
-    site = faulty_parts().install(tmp_path / "site")
-    env = {k: v for k, v in os.environ.items() if k not in ("CORRAL_PLUGINS", "CORRAL_DISABLE_PLUGINS",
-                                                             "CORRAL_STRICT_PLUGINS", "HYDRA_FULL_ERROR")}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])])
-    env["H1_COMMIT_FAULT"] = fault
-    return subprocess.run(
-        [sys.executable, str(TRAIN), "trainer.n_epochs=12", "trainer.batch_size=256", "trainer.eval_every=1",
-         "trainer.eval_episodes=2", "trainer.snapshot_every=1", "trainer.progress=false", "sampler=local",
-         *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
-
-
-def output(proc: subprocess.CompletedProcess[str]) -> str:
-    return f"--- rc={proc.returncode}\n--- stdout:\n{proc.stdout[-3000:]}\n--- stderr:\n{proc.stderr[-6000:]}"
+    """``python train.py`` with the faulty parts installed and ``CORRAL_TEST_COMMIT_FAULT=fault``;
+    evaluation every epoch, snapshots every epoch, run directory ``tmp_path/run``."""
+    return parts.run_train(
+        tmp_path, "trainer.n_epochs=12", "trainer.batch_size=256", "trainer.eval_every=1", "trainer.eval_episodes=2",
+        "trainer.snapshot_every=1", "trainer.progress=false", "sampler=local", *overrides,
+        f"hydra.run.dir={tmp_path / 'run'}", fault=fault, timeout=TIMEOUT)
 
 
 @pytest.mark.parametrize(("fault", "loggers", "error"), [
     ("hook-raises", "[csv]", "raised RuntimeError: audit service unreachable at epoch {epoch}"),
-    ("hook-string", "[csv]", "set the statistic h1/note to 'new best' (type str)"),
-    ("logger-fails", "[h1failing,csv]", "logger=h1failing could not write the row of epoch {epoch} (OSError: No space "
-                                        "left on device: h1failing.log)"),
+    ("hook-string", "[csv]", "set the statistic corral_test/note to 'new best' (type str)"),
+    ("logger-fails", "[failing,csv]", "logger=failing could not write the row of epoch {epoch} (OSError: No space "
+                                      "left on device: failing.log)"),
 ])
 def test_a_failed_commit_leaves_the_runs_totals_at_the_last_committed_epoch(
         tmp_path: Path, fault: str, loggers: str, error: str) -> None:

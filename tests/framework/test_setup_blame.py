@@ -1,49 +1,32 @@
 """The trainer's ``setup`` makes the run's environment again (to read its spaces): an environment that
 raises there is named as the environment (``env=``), as when the first making of it fails, not as
 the trainer; a trainer's own failure in ``setup`` is still the trainer's. End to end through
-``python train.py`` with ``tests/conf/h1_faulty_run_parts.py`` installed as a plugin distribution on a
-temporary path (``trainer=h1brokensetup``; the environment ``h1/FlakyCartPole-v1``, which raises from
+``python train.py`` with ``tests/conf/faulty_run_parts.py`` installed as a plugin distribution on a
+temporary path (``trainer=brokensetup``; the environment ``corral_test/FlakyCartPole-v1``, which raises from
 its ``fail_from``-th making in the process on).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 from corral.testing.modules import import_path
 
 REPO = Path(__file__).resolve().parents[2]
-TRAIN = REPO / "train.py"
 TIMEOUT = 180
-
-
-def faulty_parts() -> ModuleType:
-    """``tests/conf/h1_faulty_run_parts.py`` (``tests`` is not an importable package)."""
-    return import_path(REPO / "tests" / "conf" / "h1_faulty_run_parts.py", "h1_faulty_run_parts")
+#: ``tests/conf/faulty_run_parts.py`` (``tests`` is not an importable package).
+parts = import_path(REPO / "tests" / "conf" / "faulty_run_parts.py", "faulty_run_parts")
+output = parts.output
 
 
 def train(tmp_path: Path, name: str, *overrides: str) -> subprocess.CompletedProcess[str]:
     """``python train.py`` on the flaky CartPole (each making logged to ``tmp_path/<name>.log``) with
     the faulty parts installed; run directory ``tmp_path/<name>``."""
-    parts = faulty_parts()
-    site = parts.install(tmp_path / "site")
-    env = {k: v for k, v in os.environ.items() if k not in ("CORRAL_PLUGINS", "CORRAL_DISABLE_PLUGINS",
-                                                             "CORRAL_STRICT_PLUGINS", "HYDRA_FULL_ERROR")}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [env.get("PYTHONPATH")])])
-    env.pop("H1_COMMIT_FAULT", None)
-    return subprocess.run(
-        [sys.executable, str(TRAIN), "env=gym", f"env.id={parts.ENV_ID}", f"+env.kwargs.log={tmp_path / name}.log",
-         "trainer.n_epochs=1", "trainer.batch_size=100", "trainer.eval_every=0", "trainer.progress=false",
-         "logger=[csv]", "sampler=local", *overrides, f"hydra.run.dir={tmp_path / name}"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
-
-
-def output(proc: subprocess.CompletedProcess[str]) -> str:
-    return f"--- rc={proc.returncode}\n--- stdout:\n{proc.stdout[-3000:]}\n--- stderr:\n{proc.stderr[-6000:]}"
+    return parts.run_train(
+        tmp_path, "env=gym", f"env.id={parts.ENV_ID}", f"+env.kwargs.log={tmp_path / name}.log", "trainer.n_epochs=1",
+        "trainer.batch_size=100", "trainer.eval_every=0", "trainer.progress=false", "logger=[csv]", "sampler=local",
+        *overrides, f"hydra.run.dir={tmp_path / name}", timeout=TIMEOUT)
 
 
 def makings(tmp_path: Path, name: str) -> list[tuple[int, str]]:
@@ -67,9 +50,9 @@ def test_an_environment_that_raises_when_the_trainer_makes_it_again_is_named_as_
     server refused simulator 3 (at .../corral/framework/env.py:...): a bug in corral; please report it``."""
     # A trainer whose setup fails on its own, after making its probe environment: the trainer's failure,
     # and the log of this run says which making of the environment the trainer's setup is.
-    proc = train(tmp_path, "own", "trainer=h1brokensetup")
+    proc = train(tmp_path, "own", "trainer=brokensetup")
     line = error_line(proc)
-    assert line.startswith("corral: error: trainer=h1brokensetup (plugin h1faults from corral-h1faults 0.1.0): "
+    assert line.startswith("corral: error: trainer=brokensetup (plugin faultyparts from corral-faultyparts 0.1.0): "
                            "building it raised ValueError: setup of the broken trainer failed on purpose"), output(proc)
     assert "env=" not in line, output(proc)
     made = makings(tmp_path, "own")
@@ -87,4 +70,4 @@ def test_an_environment_that_raises_when_the_trainer_makes_it_again_is_named_as_
                     f"simulator {nth}; fix the environment or its settings; the traceback above shows where it "
                     "raised"), output(proc)
     assert "trainer=" not in line, output(proc)
-    assert "h1_faulty_run_parts.py" in proc.stderr and "Error executing job" not in proc.stderr, output(proc)
+    assert "faulty_run_parts.py" in proc.stderr and "Error executing job" not in proc.stderr, output(proc)

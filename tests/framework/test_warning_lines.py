@@ -23,14 +23,14 @@ from corral.framework.warning_lines import format_warning_line, origin
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "train.py"
 CONF = ROOT / "tests" / "conf"
-#: A CartPole whose first reset warns (tests/conf/h6_warning_env.py), one small epoch, in this process.
-RUN = ["env=gym", "env.id=h6_warning_env:h6/WarningCartPole-v1", "trainer.n_epochs=1", "trainer.batch_size=500",
+#: A CartPole whose first reset warns (tests/conf/warning_env.py), one small epoch, in this process.
+RUN = ["env=gym", "env.id=warning_env:corral_test/WarningCartPole-v1", "trainer.n_epochs=1", "trainer.batch_size=500",
        "trainer.eval_every=0", "logger=[csv]", "trainer.progress=false", "sampler=local"]
 
 
 def warn_line() -> int:
-    """The line of tests/conf/h6_warning_env.py that warns."""
-    (number,) = [n for n, text in enumerate((CONF / "h6_warning_env.py").read_text().splitlines(), 1)
+    """The line of tests/conf/warning_env.py that warns."""
+    (number,) = [n for n, text in enumerate((CONF / "warning_env.py").read_text().splitlines(), 1)
                  if "warnings.warn(MESSAGE" in text]
     return number
 
@@ -49,7 +49,7 @@ def test_a_warning_in_a_run_is_one_line_with_its_origin_category_and_message(tmp
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stderr.splitlines()
     mine = [line for line in lines if "painted red" in line or "repaint it" in line or "warnings.warn(" in line]
-    assert mine == [f"warning: h6_warning_env (h6_warning_env.py:{warn_line()}): UserWarning: h6 test: the pole is "
+    assert mine == [f"warning: warning_env (warning_env.py:{warn_line()}): UserWarning: test: the pole is "
                     "painted red repaint it before the next run"], proc.stderr[-3000:]
 
 
@@ -110,6 +110,6 @@ def test_a_warning_in_a_samplers_worker_process_is_one_line_too(tmp_path: Path, 
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stderr.splitlines()
     mine = [line for line in lines if "painted red" in line or "repaint it" in line or "warnings.warn(" in line]
-    one_line = (f"warning: h6_warning_env (h6_warning_env.py:{warn_line()}): UserWarning: h6 test: the pole is "
+    one_line = (f"warning: warning_env (warning_env.py:{warn_line()}): UserWarning: test: the pole is "
                 "painted red repaint it before the next run")
     assert len(mine) >= 2 and all(line.endswith(one_line) for line in mine), proc.stderr[-3000:]

@@ -17,7 +17,6 @@ process (the server's copy of it runs here), until the test releases it.
 
 from __future__ import annotations
 
-import gc
 import logging
 import multiprocessing
 import os
@@ -25,18 +24,20 @@ import re
 import signal
 import threading
 import time
-import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 
 from corral import ActionServerSampler, AlternatingSampler, EnvFactory, EnvSpec, MLPPolicy, WorkerError
-from corral.parallel.shared_memory import segment_prefix
+from corral.testing.modules import import_path
 from corral.testing.processes import interruptible
 
 TIMEOUT = 2.0
-SHM = Path("/dev/shm")
+#: ``tests/conf/action_server_checks.py`` (``tests`` is not an importable package).
+checks = import_path(Path(__file__).resolve().parents[2] / "tests" / "conf" / "action_server_checks.py",
+                     "action_server_checks")
+our_segments, serving_threads = checks.our_segments, checks.serving_threads
 
 #: The server runs a deep copy of the policy: what the test controls lives at module level.
 RELEASE = threading.Event()
@@ -88,24 +89,11 @@ class BlockingPolicy(MLPPolicy):
         return super().get_sampling_state()
 
 
-def our_segments() -> set[str]:
-    """Shared-memory segments created by this process."""
-    return {p.name for p in SHM.glob(segment_prefix() + "*")} if SHM.is_dir() else set()
-
-
-def serving_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name == "corral-action-server"}
-
-
 @pytest.fixture(autouse=True)
 def leaves_nothing_behind() -> Iterator[None]:
     """No worker process and no segment of this process's may outlive a test."""
     yield
-    deadline = time.monotonic() + 10
-    while (multiprocessing.active_children() or our_segments()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert multiprocessing.active_children() == []
-    assert our_segments() == set()
+    checks.assert_nothing_left()
 
 
 @pytest.fixture
@@ -137,28 +125,20 @@ def hang(sampler_class: type, policy: BlockingPolicy, method: str, act: Callable
     before = serving_threads()
     sampler = sampler_class(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=2,
                             seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure=on_worker_failure)
-    helper: threading.Thread | None = None
+    during_thread: threading.Thread | None = None
     with sampler:
-        (thread,) = serving_threads() - before
-        sampler.obtain_samples(0, 200, policy.get_param_values())
-        server = sampler.server
-        assert server is not None
-        semaphores = [weakref.ref(s) for s in (server.doorbell, *[x for slot in server.slots
-                                                                   for x in (slot.posted, slot.answered)])]
+        thread, semaphores = checks.sample_once(sampler, policy, before)
         arm(method)
         if during is not None:
-            helper = threading.Thread(target=lambda: STUCK.wait(30) and during(sampler), daemon=True)
-            helper.start()
+            during_thread = threading.Thread(target=lambda: STUCK.wait(30) and during(sampler), daemon=True)
+            during_thread.start()
         t0 = time.monotonic()
         with pytest.raises(WorkerError) as info:
             act(sampler, policy)
         took = time.monotonic() - t0
-    if helper is not None:
-        helper.join(30)
-    del server
-    gc.collect()
-    # Freed, so their names are gone from /dev/shm (a semaphore's finalizer unlinks its name).
-    assert [r for r in semaphores if r() is not None] == [], "the stuck server's semaphores were not freed"
+    if during_thread is not None:
+        during_thread.join(30)
+    checks.assert_semaphores_freed(semaphores)
     return info.value, thread, took, sampler
 
 

@@ -13,7 +13,6 @@ observation, and the pass, once it returned, segfaulted the process.
 
 from __future__ import annotations
 
-import gc
 import logging
 import multiprocessing
 import re
@@ -22,17 +21,19 @@ import sys
 import textwrap
 import threading
 import time
-import weakref
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from test_multiprocessing import our_segments
 
 from corral import ActionServerSampler, AlternatingSampler, EnvFactory, EnvSpec, MLPPolicy, WorkerError
+from corral.testing.modules import import_path
 
 TIMEOUT = 2.0
 ROOT = Path(__file__).resolve().parents[3]
+#: ``tests/conf/action_server_checks.py`` (``tests`` is not an importable package).
+checks = import_path(ROOT / "tests" / "conf" / "action_server_checks.py", "action_server_checks")
+our_segments, serving_threads = checks.our_segments, checks.serving_threads
 
 #: The server runs a deep copy of the policy: what the test controls lives at module level.
 RELEASE = threading.Event()
@@ -74,11 +75,7 @@ def leaves_nothing_behind() -> Iterator[None]:
     """No worker process and no segment of this process's may outlive a test (the semaphores are
     checked per sampler, :func:`hang_a_forward_pass`: other processes may be creating some now)."""
     yield
-    deadline = time.monotonic() + 10
-    while (multiprocessing.active_children() or our_segments()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert multiprocessing.active_children() == []
-    assert our_segments() == set()
+    checks.assert_nothing_left()
 
 
 @pytest.fixture
@@ -86,10 +83,6 @@ def policy() -> Iterator[BlockingPolicy]:
     block_after(-1)  # never
     yield BlockingPolicy(EnvSpec.from_env(EnvFactory("CartPole-v1")()), hidden_sizes=(8,))
     RELEASE.set()  # a pass still stuck returns now (after every check of the test)
-
-
-def serving_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name == "corral-action-server"}
 
 
 MESSAGE = re.compile(
@@ -108,12 +101,7 @@ def hang_a_forward_pass(sampler_class: type, policy: BlockingPolicy, on_worker_f
     sampler = sampler_class(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=2,
                             seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure=on_worker_failure)
     with sampler:
-        (thread,) = serving_threads() - before
-        sampler.obtain_samples(0, 200, policy.get_param_values())
-        server = sampler.server
-        assert server is not None
-        semaphores = [weakref.ref(s) for s in (server.doorbell, *[x for slot in server.slots
-                                                                   for x in (slot.posted, slot.answered)])]
+        thread, semaphores = checks.sample_once(sampler, policy, before)
         block_after(after)
         t0 = time.monotonic()
         with caplog.at_level(logging.WARNING), pytest.raises(WorkerError) as info:
@@ -121,10 +109,7 @@ def hang_a_forward_pass(sampler_class: type, policy: BlockingPolicy, on_worker_f
         took = time.monotonic() - t0
     assert sampler.n_restarts == 0
     assert not [r for r in caplog.records if "restarting" in r.getMessage()], "a worker was restarted"
-    del server
-    gc.collect()
-    # Freed, so their names are gone from /dev/shm (a semaphore's finalizer unlinks its name).
-    assert [r for r in semaphores if r() is not None] == [], "the stuck server's semaphores were not freed"
+    checks.assert_semaphores_freed(semaphores)
     return info.value, thread, took
 
 

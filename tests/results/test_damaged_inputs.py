@@ -126,7 +126,7 @@ def test_plot_quotes_a_path_with_a_space_in_the_command_it_suggests(
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     """A directory another user can reach (pytest's tmp_path is private to its owner)."""
-    d = Path(tempfile.mkdtemp(prefix="corral-h7-"))
+    d = Path(tempfile.mkdtemp(prefix="corral-results-shared-"))
     d.chmod(0o755)
     try:
         yield d

@@ -1,5 +1,5 @@
 """A CartPole that warns, for tests/framework/test_warning_lines.py: ``env=gym
-env.id=h6_warning_env:h6/WarningCartPole-v1`` with ``tests/conf`` on ``PYTHONPATH``.
+env.id=warning_env:corral_test/WarningCartPole-v1`` with ``tests/conf`` on ``PYTHONPATH``.
 
 Its first ``reset`` gives a third-party-style ``warnings.warn`` (a ``UserWarning`` whose message spans
 two lines), as a library's deprecation or a gymnasium note would, from a module outside corral.
@@ -14,7 +14,7 @@ import gymnasium as gym
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
 #: The warning's message (two lines: a one-line warning joins them).
-MESSAGE = "h6 test: the pole is painted red\nrepaint it before the next run"
+MESSAGE = "test: the pole is painted red\nrepaint it before the next run"
 
 
 class WarningCartPole(CartPoleEnv):
@@ -26,5 +26,5 @@ class WarningCartPole(CartPoleEnv):
         return super().reset(*args, **kwargs)
 
 
-if "h6/WarningCartPole-v1" not in gym.registry:
-    gym.register(id="h6/WarningCartPole-v1", entry_point=WarningCartPole, max_episode_steps=500)
+if "corral_test/WarningCartPole-v1" not in gym.registry:
+    gym.register(id="corral_test/WarningCartPole-v1", entry_point=WarningCartPole, max_episode_steps=500)
