@@ -48,12 +48,16 @@ def signal_name(signum: int) -> str:
 
 def how_it_ended(code: int | None, pid: int | str | None, *, timeout: float | None = None,
                  timeout_key: str = "hydra.launcher.timeout", fewer: str = "run fewer jobs at once",
-                 unknown: str = "") -> str:
+                 unknown: str = "", stopped: bool = False) -> str:
     """How a job's process ended, in words: from its exit ``code`` (negative: the signal that killed
-    it; None: not known), or ``timeout`` seconds (``timeout_key``) when the launcher killed it.
-    ``fewer`` is the launcher's advice against running out of memory; ``unknown``, what the launcher
-    knows when the code is not known (such as a scheduler's job state)."""
+    it; None: not known), or ``timeout`` seconds (``timeout_key``) when the launcher killed it (with
+    ``stopped``: when the launcher's SIGTERM stopped it, and its trainer saved the run as on a user's
+    SIGTERM). ``fewer`` is the launcher's advice against running out of memory; ``unknown``, what the
+    launcher knows when the code is not known (such as a scheduler's job state)."""
     who = f"the job's process (pid {pid if pid is not None else '?'})"
+    if timeout is not None and stopped:
+        return (f"the job ran past {timeout_key}={timeout:g} s, so {who} was sent SIGTERM and the job stopped as "
+                "on a user's SIGTERM, its run saved (summary.json: interrupted)")
     if timeout is not None:
         return f"the job ran past {timeout_key}={timeout:g} s, so {who} was killed"
     if code is not None and code < 0:
@@ -129,10 +133,12 @@ def lock_pid(run_dir: Path) -> int | None:
 
 
 def died(cfg: Any, *, overrides: Sequence[str], started: float, code: int | None = None,
-         pid: int | str | None = None, timeout: float | None = None, **how: str) -> BaseException:
+         pid: int | str | None = None, timeout: float | None = None, stopped: bool = False,
+         **how: str) -> BaseException:
     """A job's process died: print the job's ``[job N] corral: error:`` line (how its process ended,
-    see :func:`how_it_ended` for ``code``, ``pid``, ``timeout`` and ``how``, and what to do), write
-    its ``summary.json`` (``status: failed``) and return the error the sweep ends with
+    see :func:`how_it_ended` for ``code``, ``pid``, ``timeout``, ``stopped`` and ``how``, and what to
+    do), write its ``summary.json`` (``status: failed``; the one a process ``pid`` wrote itself, such
+    as a ``stopped`` job's ``interrupted`` one, stays) and return the error the sweep ends with
     (:class:`~corral.framework.entry.SweepJobFailed`, as for a job that failed with a corral error).
     ``cfg`` is the job's composed config (:func:`job_config`); ``pid`` None: the one in its lock file."""
     from corral.framework.entry import SweepJobFailed
@@ -141,7 +147,8 @@ def died(cfg: Any, *, overrides: Sequence[str], started: float, code: int | None
     with job_hydra_config(cfg) as run_dir:
         if pid is None:
             pid = lock_pid(run_dir)
-        error = JobProcessDied(death_reason(how_it_ended(code, pid, timeout=timeout, **how), run_dir))
+        error = JobProcessDied(death_reason(how_it_ended(code, pid, timeout=timeout, stopped=stopped, **how),
+                                            run_dir))
         print(f"{job_prefix()}corral: error: {error}", file=sys.stderr, flush=True)
         try:
             write_failed_summary(run_dir, cfg, num=int(cfg.hydra.job.num), overrides=overrides, started=started,

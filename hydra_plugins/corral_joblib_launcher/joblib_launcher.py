@@ -20,7 +20,10 @@ process dies. A death ends only the job that ran there (:func:`died`, with
 line says how the process ended and what to do, its directory gets a ``summary.json`` with
 ``status: failed``, and the sweep goes on with the other jobs and ends as a sweep with a failed job
 does (:class:`~corral.framework.entry.SweepJobFailed`'s line, exit status 1). ``hydra.launcher.timeout``
-is per job the same way: a job past it is killed and failed, the others go on.
+is per job the same way, and the others go on: a job past it is sent SIGTERM, as a user's ``kill`` does,
+so its trainer keeps or drops the epoch in progress, writes its snapshot and a ``summary.json`` with
+``status: interrupted``; its line says it stopped at the timeout and how to resume it. A job still
+running :data:`TIMEOUT_GRACE_S` seconds after that is killed (SIGKILL) and failed.
 
 What a dead job's process leaves: the processes it started outlive it (the kernel hands them to
 init), and one that does not watch its parent (a simulator server an environment started, a process
@@ -78,6 +81,10 @@ POLL_S = 1.0
 #: Seconds the running jobs get after Ctrl-C (which a terminal sends them too) to write their snapshot
 #: and summary before their processes are killed; Ctrl-C again kills them at once.
 STOP_GRACE_S = 3.0
+#: Seconds a job past ``hydra.launcher.timeout`` gets after SIGTERM to stop as the trainer does on a user's
+#: SIGTERM (keep or drop its epoch, write its snapshot and summary) before it is killed (SLURM's KillWait
+#: default is the same).
+TIMEOUT_GRACE_S = 30.0
 
 
 class CorralJoblibLauncher(JoblibLauncher):
@@ -170,8 +177,15 @@ class CorralJoblibLauncher(JoblibLauncher):
                     if verbose:
                         log.info("job #%d ended (%d of %d)", job.num, len(results), len(job_overrides))
                 for future, job in list(running.items()):
-                    if timeout and time.monotonic() - job.t0 > float(timeout) and not future.done():
-                        job.slot.close(kill=True)
+                    if not timeout or future.done():
+                        continue
+                    now = time.monotonic()
+                    if job.timed_out is None and now - job.t0 > float(timeout):
+                        job.timed_out = float(timeout)
+                        job.stop_t0 = now
+                        stop(job.process)  # the trainer stops as on a user's SIGTERM
+                    if job.timed_out is not None and now - job.stop_t0 >= TIMEOUT_GRACE_S and not future.done():
+                        job.slot.close(kill=True)  # still running after its grace: killed
                         running.pop(future)
                         results[job.num] = self._died(job, timeout=float(timeout))
                         free.append(job.slot)
@@ -189,29 +203,42 @@ class CorralJoblibLauncher(JoblibLauncher):
     def _result(self, future: Any, job: Job) -> Any:
         """The ``JobReturn`` of a job whose future is done: its own; a failed one when its process died,
         or when Hydra's ``execute_job`` raised around the job. An interrupt (a job stopped by Ctrl-C or
-        SIGTERM exits with SystemExit) is raised: it stops the sweep."""
+        SIGTERM exits with SystemExit) is raised: it stops the sweep; unless the launcher sent the SIGTERM
+        itself, past ``hydra.launcher.timeout``: then the job's line says so (:func:`died` with
+        ``stopped``), and its process is replaced (with what it left ended)."""
         from hydra.core.utils import JobReturn, JobStatus
         from joblib.externals.loky import BrokenProcessPool
         from joblib.externals.loky.process_executor import TerminatedWorkerError
 
         try:
-            return future.result()
+            result = future.result()
         except TerminatedWorkerError as exc:  # its process died: the slot gets a new one
             job.slot.close()
             job.said = str(exc)
-            return self._died(job)
+            return self._died(job, timeout=job.timed_out)
+        except (KeyboardInterrupt, SystemExit):
+            if job.timed_out is None:
+                raise
+            job.slot.close(kill=True)  # the SIGTERM was the launcher's: only this job stopped
+            return self._died(job, timeout=job.timed_out, stopped=True)
         except Exception as exc:  # noqa: BLE001 - any other error is this job's, as a failed job
             if isinstance(exc, BrokenProcessPool):  # its result could not be read back: a new process too
                 job.slot.close()
+            if job.timed_out is not None:
+                job.slot.close(kill=True)
             return JobReturn(overrides=job.overrides, status=JobStatus.FAILED, _return_value=exc)
+        if job.timed_out is not None:  # it ended on its own after the SIGTERM: its own result
+            job.slot.close(kill=True)
+        return result
 
-    def _died(self, job: Job, timeout: float | None = None) -> Any:
-        """The failed ``JobReturn`` of a job whose process died (or was killed past ``timeout``)."""
+    def _died(self, job: Job, timeout: float | None = None, stopped: bool = False) -> Any:
+        """The failed ``JobReturn`` of a job whose process died (or was killed past ``timeout``; with
+        ``stopped``: stopped by the launcher's SIGTERM past ``timeout``, its run saved)."""
         from corral.launchers.job_death import failed_return, job_config
 
         assert self.config is not None and self.hydra_context is not None
         cfg = job_config(self.hydra_context, self.config, job.overrides, job.num)
-        return failed_return(cfg, job.overrides, died(cfg, job, timeout))
+        return failed_return(cfg, job.overrides, died(cfg, job, timeout, stopped=stopped))
 
 
 def workers(n_jobs: int) -> int:
@@ -220,6 +247,19 @@ def workers(n_jobs: int) -> int:
     from joblib.externals.loky import cpu_count
 
     return n_jobs if n_jobs > 0 else max(cpu_count() + 1 + n_jobs, 1)
+
+
+def stop(process: Any) -> None:
+    """Send SIGTERM to a job's process (a ``multiprocessing`` process; nothing when it is gone)."""
+    import os
+    import signal
+
+    pid = getattr(process, "pid", None)
+    if pid is not None and getattr(process, "exitcode", None) is None:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:  # gone meanwhile: its slot sees it
+            pass
 
 
 def worker_env(n_slots: int) -> dict[str, str]:
@@ -290,23 +330,28 @@ class Slot:
 
 class Job:
     """A job running in a slot: its number, overrides and slot, the process it runs in, and when it started
-    (``started``: epoch seconds; ``t0``: monotonic); ``said``: loky's message when its process died. A
+    (``started``: epoch seconds; ``t0``: monotonic); ``said``: loky's message when its process died;
+    ``timed_out``: the timeout it ran past (None: not past it), and ``stop_t0`` when it was sent SIGTERM. A
     plain class: Hydra's plugin scan loads this module without registering it, which ``@dataclass`` needs."""
 
     def __init__(self, num: int, overrides: list[str], slot: Slot, process: Any, started: float, t0: float) -> None:
         self.num, self.overrides, self.slot, self.process, self.started, self.t0 = (num, overrides, slot, process,
                                                                                     started, t0)
         self.said = ""
+        self.timed_out: float | None = None
+        self.stop_t0 = 0.0
 
 
-def died(cfg: Any, job: Job, timeout: float | None = None) -> BaseException:
-    """A job's process died (or was killed past ``timeout``): its line, its failed ``summary.json`` and
+def died(cfg: Any, job: Job, timeout: float | None = None, stopped: bool = False) -> BaseException:
+    """A job's process died (or was killed past ``timeout``; ``stopped``: it stopped on the launcher's
+    SIGTERM past ``timeout``): its line, its failed ``summary.json`` (a stopped job's own one stays) and
     the error the sweep ends with (:func:`corral.launchers.job_death.died`), from how its loky
     process ended."""
     from corral.launchers.job_death import died as job_died
 
-    return job_died(cfg, overrides=job.overrides, started=job.started, code=exit_code(job.process, job.said),
-                    pid=getattr(job.process, "pid", "?"), timeout=timeout,
+    code = None if stopped else exit_code(job.process, job.said)
+    return job_died(cfg, overrides=job.overrides, started=job.started, code=code,
+                    pid=getattr(job.process, "pid", "?"), timeout=timeout, stopped=stopped,
                     fewer="run fewer jobs at once (hydra.launcher.n_jobs)")
 
 
@@ -329,4 +374,5 @@ def exit_code(process: Any, said: str = "") -> int | None:
     return int(found.group(1)) if found else code if isinstance(code, int) else None
 
 
-__all__ = ["BACKEND", "CorralJoblibLauncher", "JobProcessDied", "Slot", "died", "exit_code", "workers"]
+__all__ = ["BACKEND", "TIMEOUT_GRACE_S", "CorralJoblibLauncher", "JobProcessDied", "Slot", "died", "exit_code", "stop",
+           "workers"]
