@@ -16,7 +16,7 @@ from corral.framework.algorithm import Algorithm
 from corral.framework.checks import composed_ignored, composed_problems
 from corral.framework.config import CorralConfig, config_of
 from corral.framework.env import EnvFactory, EnvSpec, limit_above_time_limit, make_env
-from corral.framework.errors import ConfigError, CorralError, WorkerError
+from corral.framework.errors import ConfigError, CorralError, WorkerError, raised_within
 from corral.framework.logger import Logger
 from corral.framework.plugins import PluginManager, call_hook, component_error, get_plugin_manager
 from corral.framework.policy import Policy
@@ -139,13 +139,7 @@ def _raised_making_env(exc: BaseException) -> bool:
     """True when ``exc`` was raised while an environment was being made: its traceback passes through
     :func:`~corral.framework.env.make_env` or an :class:`~corral.framework.env.EnvFactory`'s call, so
     the environment's own code (or gymnasium's, making it) raised it, not the code that asked for it."""
-    entries = (make_env.__code__, EnvFactory.__call__.__code__)
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code in entries:
-            return True
-        tb = tb.tb_next
-    return False
+    return raised_within(exc, (make_env.__code__, EnvFactory.__call__.__code__))
 
 
 @contextlib.contextmanager

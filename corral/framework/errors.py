@@ -7,7 +7,8 @@ import errno
 import os
 import sys
 import warnings
-from typing import Iterator, TextIO
+from types import CodeType
+from typing import Container, Iterator, TextIO
 
 
 class CorralWarning(UserWarning):
@@ -158,6 +159,18 @@ def error_report(exc: BaseException, prefix: str = "corral: error: ", lead: str 
         shown = "\n".join(f"{lead}{line}" for line in shown_traceback.rstrip().splitlines())
         return f"{shown}\n{lead}{prefix}{exc}"
     return f"{lead}{prefix}{exc}"
+
+
+def raised_within(exc: BaseException, codes: Container[CodeType]) -> bool:
+    """Whether ``exc`` was raised while one of the functions whose code objects are ``codes`` ran:
+    a frame of one of them is on ``exc``'s traceback (between where it was caught and where it was
+    raised)."""
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in codes:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def exception_chain(exc: BaseException) -> Iterator[BaseException]:

@@ -19,6 +19,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
+from corral.framework.errors import raised_within
+
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``kill``, a cluster scheduler's preemption) arrived while training."""
@@ -219,10 +221,4 @@ def raised_by_signal_handler(exc: BaseException) -> bool:
     """Whether ``exc`` was raised while a Python signal handler installed now ran (its frame is on
     ``exc``'s traceback): the handler's way to end the process (submitit's requeue on SIGUSR2 raises
     SystemExit), which must pass, unlike a ``sys.exit()`` in an environment's own code."""
-    codes = _handler_codes()
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code in codes:
-            return True
-        tb = tb.tb_next
-    return False
+    return raised_within(exc, _handler_codes())

@@ -97,6 +97,15 @@ def session_processes(sid: int) -> set[int]:
     return {p for p, (_, state) in process_table().items() if state != "Z" and session_of(p) == sid}
 
 
+def session_left(sid: int, timeout: float) -> set[int]:
+    """Poll until session ``sid`` has no live process or ``timeout`` seconds pass; return the
+    processes still in it (a sweep's jobs and what they started end some time after its leader)."""
+    deadline = time.monotonic() + timeout
+    while (left := session_processes(sid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
 def default_signal_dispositions() -> None:
     """``preexec_fn`` for a child that must react to SIGINT and SIGTERM as a terminal's program does.
 
@@ -206,5 +215,5 @@ def file_size_limit(limit: int) -> Any:
 
 __all__ = ["child_processes", "cmdline", "default_signal_dispositions", "descendants", "file_size_limit",
            "interruptible", "process_alive",
-           "proc_stat", "remove_shm_of", "session_processes", "shm_entries", "started_session", "stop_session",
+           "proc_stat", "remove_shm_of", "session_left", "session_processes", "shm_entries", "started_session", "stop_session",
            "wait_for_path", "wait_gone"]

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from corral.testing.processes import session_processes, started_session
+from corral.testing.processes import session_left, session_processes, started_session
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "train.py"
@@ -74,10 +74,7 @@ def run_sweep(tmp_path: Path, launcher: str, *overrides: str) -> tuple[int, str,
     with started_session(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                          text=True) as proc:
         _, err = proc.communicate(timeout=400)
-        deadline = time.monotonic() + 30
-        while session_processes(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = session_processes(proc.pid)
+        left = session_left(proc.pid, 30)
     assert not left, f"the sweep left processes behind: {sorted(left)}"
     return proc.returncode, err, proc.pid
 

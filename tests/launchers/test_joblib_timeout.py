@@ -14,12 +14,11 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from corral.testing.processes import session_processes, started_session
+from corral.testing.processes import session_left, started_session
 
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
 
@@ -39,10 +38,7 @@ def test_a_job_past_its_timeout_stops_as_on_sigterm_and_can_be_resumed(tmp_path:
     with started_session(cmd, cwd=tmp_path, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True) as proc:
         _, err = proc.communicate(timeout=120)
-        deadline = time.monotonic() + 10
-        while session_processes(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = session_processes(proc.pid)
+        left = session_left(proc.pid, 10)
     assert not left, f"the sweep left processes behind: {sorted(left)}"
     assert proc.returncode == 1, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
