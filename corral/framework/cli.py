@@ -17,7 +17,7 @@ commands:
   results <dir> [<dir> ...] [--json] [--ignore KEY ...]
                             a table of run or sweep directories: one row per group of the swept
                             keys, mean ± std across seeds
-  plot <dir> [<dir> ...] [-o OUT.png] [--metric COLUMN] [--ignore KEY ...]
+  plot <dir> [<dir> ...] [-o OUT.png] [--metric COLUMN] [--ignore KEY ...] [--legend N]
                             learning curves (mean and spread across seeds, one line per group)
   eval <run dir | snapshot> [overrides...] [--episodes N] [--stochastic] [--seed S] [--video DIR]
        [--env-id ID] [--sampler NAME] [--n-workers N] [--trust]
@@ -229,13 +229,17 @@ def plot_command(argv: Sequence[str]) -> int:
     parser.add_argument("--metric", help="progress.csv column (default: eval/return_mean if every run evaluated "
                                          "at least twice, else train/return_mean)")
     parser.add_argument("--ignore", nargs="*", help="override keys merged within a line (default: seed)")
+    parser.add_argument("--legend", type=int, metavar="N",
+                        help="name at most N groups (1 to 20) in the legend, the first ones listed; the others are "
+                             "drawn in gray behind one '+K more' entry (default 10)")
     opts = parser.parse_args(list(argv))
     opts.ignore = _checked_ignore("plot", opts.dirs, opts.ignore)
 
     from corral.results.plot import plot_dir
     from corral.results.table import mean_std
 
-    result = plot_dir(opts.dirs, out=opts.out, metric=opts.metric, ignore=opts.ignore)
+    result = plot_dir(opts.dirs, out=opts.out, metric=opts.metric, ignore=opts.ignore,
+                      **({} if opts.legend is None else {"legend": opts.legend}))
     for c in result.curves:
         # each run's own final value, as `corral results` averages them (the line ends at the shortest run's end)
         mean, std = mean_std(c.finals) or (float(c.mean[-1]), float(c.std[-1]))
@@ -243,6 +247,8 @@ def plot_command(argv: Sequence[str]) -> int:
         print(f"{c.label}: {c.n_runs} run(s), final {result.metric} {mean:,.1f}{spread}")
     for line in result.skipped:  # as `corral results` lists them: a missing line is never silent
         print(f"skipped: {line}")
+    if result.legend_note:  # a line the legend does not name is gray: which ones, and how to name them
+        print(f"legend: {result.legend_note}")
     print(f"wrote {result.path} ({len(result.curves)} line(s), {result.metric} vs environment steps)")
     return 0
 

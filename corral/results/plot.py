@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -111,6 +111,11 @@ class PlotResult:
     #: The runs it left out, as ``<path> (<why>)``: not completed (failed, interrupted, unreadable),
     #: unfinished, or without the metric in a ``progress.csv``.
     skipped: list[str] = field(default_factory=list)
+    #: How many of ``curves`` (the first ones) the legend names; the others are drawn in gray.
+    named: int = 0
+    #: When the legend names only some lines: one line that says so and how to narrow the plot
+    #: (what ``corral plot`` prints as ``legend: ...``); empty when it names them all.
+    legend_note: str = ""
 
 
 def mean_curve(label: str, series: Sequence[tuple[np.ndarray, np.ndarray]], runs: Sequence[str] = ()) -> Curve | None:
@@ -225,28 +230,96 @@ def _matplotlib() -> ModuleType:
     return matplotlib
 
 
-def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = "") -> int:
-    """Draw ``curves`` (mean line, +- std band) into the PNG ``path``; return the number of lines drawn."""
+#: How many groups the legend names by default (``corral plot --legend N``); the others are drawn in gray.
+LEGEND_MAX = 10
+#: The most groups a legend may name: more colours than tab20's cannot be told apart.
+LEGEND_LIMIT = 20
+#: The colour of the lines the legend does not name (one legend entry, ``+K more``, stands for them).
+OTHERS_COLOR = "0.72"
+
+
+def legend_colors(n: int, beside_gray: bool = False) -> list[str]:
+    """Distinct colours for ``n`` named lines (``n`` at most :data:`LEGEND_LIMIT`): matplotlib's
+    default ten (``C0``..``C9``), or tab20's for more (its strong ten first, then their light pairs).
+    ``beside_gray``: gray lines stand for the groups not named, so no named one is gray (black and
+    dark blue take the places of the palettes' grays)."""
+    if n <= 10:
+        colors = [f"C{i}" for i in range(10)]
+    else:
+        from matplotlib import colormaps
+        from matplotlib.colors import to_hex
+
+        tab20 = [to_hex(colormaps["tab20"](i)) for i in range(20)]
+        colors = tab20[0::2] + tab20[1::2]
+    if beside_gray:
+        colors = [_NOT_GRAY.get(c, c) for c in colors]
+    return colors[:n]
+
+
+#: The palettes' grays (C7 and tab20's gray pair), and what takes their places beside gray lines.
+_NOT_GRAY = {"C7": "#000000", "#7f7f7f": "#000000", "#c7c7c7": "#393b79"}
+
+
+def check_legend(legend: int) -> None:
+    """Raise ValueError unless ``legend`` (the groups a legend names) is 1 to :data:`LEGEND_LIMIT`."""
+    if isinstance(legend, bool) or not isinstance(legend, int) or not 1 <= legend <= LEGEND_LIMIT:
+        raise ValueError(f"--legend {legend}: give 1 to {LEGEND_LIMIT} groups to name in the legend (more colours "
+                         "than that cannot be told apart; the other groups are drawn in gray)")
+
+
+def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = "", legend: int = LEGEND_MAX) -> int:
+    """Draw ``curves`` (mean line, +- std band) into the image ``path``; return the number of lines drawn.
+
+    The legend names the first ``legend`` curves, each in its own colour; any further curve is still
+    drawn, as a thin gray line without its band, and one legend entry ``+K more (gray)`` stands for
+    them all. Up to ten entries sit inside the axes as before; a longer legend goes to the right of
+    them, and the figure grows to hold it, so it is never cut off.
+    """
+    check_legend(legend)
     matplotlib = _matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.collections import LineCollection
+    from matplotlib.lines import Line2D
 
+    named, others = list(curves[:legend]), list(curves[legend:])
     fig, ax = plt.subplots(figsize=(7, 4))
     try:
-        for c in curves:
+        handles: list[Any] = []
+        for c, color in zip(named, legend_colors(len(named), beside_gray=bool(others))):
             marker = "o" if c.x.size < 3 else None
-            (line,) = ax.plot(c.x, c.mean, marker=marker, label=f"{c.label} (n={c.n_runs})")
+            (line,) = ax.plot(c.x, c.mean, marker=marker, color=color, label=f"{c.label} (n={c.n_runs})")
+            handles.append(line)
             if c.n_runs > 1:
-                ax.fill_between(c.x, c.mean - c.std, c.mean + c.std, color=line.get_color(), alpha=0.2, linewidth=0)
+                ax.fill_between(c.x, c.mean - c.std, c.mean + c.std, color=color, alpha=0.2, linewidth=0)
+        # under the named lines, above their bands; one artist for them all (2,000 lines of their own took
+        # a second), but a line of fewer than three points gets its own, with markers, as the named ones do
+        others_drawn = [np.column_stack([c.x, c.mean]) for c in others if c.x.size >= 3]
+        if others_drawn:
+            ax.add_collection(LineCollection(others_drawn, colors=OTHERS_COLOR, linewidths=0.8, zorder=1.5))
+        for c in others:
+            if c.x.size < 3:
+                ax.plot(c.x, c.mean, marker="o", markersize=3, color=OTHERS_COLOR, linewidth=0.8, zorder=1.5)
+        if others:
+            handles.append(Line2D([], [], color=OTHERS_COLOR, linewidth=0.8, label=f"+{len(others)} more (gray)"))
         ax.set_xlabel("environment steps")
         ax.set_ylabel(metric)
         if title:
             ax.set_title(title)
-        if curves:
-            ax.legend(fontsize="small")
         ax.grid(alpha=0.3)
+        if len(handles) <= 10:  # as it always was: inside, where it hides the fewest lines
+            if handles:
+                ax.legend(handles=handles, fontsize="small")
+        else:  # beside the axes, which keep their size: the figure widens (and heightens) by the legend's size
+            box = ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1),
+                            borderaxespad=0).get_window_extent()
+            width, height = fig.get_size_inches()
+            fig.set_size_inches(width + box.width / fig.dpi + 0.2, max(height, box.height / fig.dpi + 1.2))
         fig.tight_layout()
-        n_lines = len(ax.get_lines())
+        # tight_layout leaves a placeholder layout engine, for which savefig draws the whole figure once
+        # more before it draws it into the file; the layout is done, so no engine: one draw
+        fig.set_layout_engine(None)
+        n_lines = len(ax.get_lines()) + len(others_drawn)
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         # whole or not at all: a disk that fills up leaves the last image (if any) as it was
         write_atomically(path, lambda f: fig.savefig(f, dpi=100, format=Path(path).suffix[1:].lower() or "png"))
@@ -289,13 +362,40 @@ def _no_curve(run: RunRecord, metric: str) -> str:
     return f"{'no ' + metric + ' in its' if run.progress_path.is_file() else 'no'} progress.csv"
 
 
+def legend_note(curves: Sequence[Curve], runs: Sequence[RunRecord], ignore: Sequence[str],
+                legend: int = LEGEND_MAX) -> str:
+    """The line ``corral plot`` prints when its legend names only the first ``legend`` of ``curves``
+    (empty when it names them all): how many are gray, and how to see the ones wanted: ``--legend``
+    up to :data:`LEGEND_LIMIT`, ``--ignore`` with the swept key whose values merged leave the fewest
+    lines (when more than one key is swept), or only some runs' directories."""
+    if len(curves) <= legend:
+        return ""
+    from corral.results.table import swept_keys
+
+    keys = swept_keys(runs, ignore)
+    ways = [f"--legend {LEGEND_LIMIT} names up to {LEGEND_LIMIT}"] if legend < LEGEND_LIMIT else []
+    if len(keys) > 1:  # merging the only swept key would leave one line of every run
+        dicts = [r.override_dict() for r in runs]
+        left = {k: len({tuple(d.get(o, "-") for o in keys if o != k) for d in dicts}) for k in keys}
+        key = min(keys, key=lambda k: left[k])
+        ways.append(f"--ignore {' '.join([*ignore, key])} merges the values of {key} into one line "
+                    f"({left[key]} line(s); swept: {', '.join(keys)})")
+    ways.append("plot only some runs' directories (corral plot DIR/0 DIR/3 ... -o OUT.png)")
+    how = "; ".join(ways[:-1]) + "; or " + ways[-1] if len(ways) > 1 else ways[0]
+    return (f"the legend names the first {legend} of {len(curves)} lines (listed above in that order); the other "
+            f"{len(curves) - legend} are drawn in gray, without their std band. To see others: {how}")
+
+
 def plot_dir(roots: Roots, out: str | Path | None = None, metric: str | None = None,
-             ignore: Iterable[str] = ("seed",), title: str | None = None) -> PlotResult:
+             ignore: Iterable[str] = ("seed",), title: str | None = None, legend: int = LEGEND_MAX) -> PlotResult:
     """Learning curves of every completed run under ``roots`` (a run or a multirun directory, or
     several: runs with the same overrides make one line whichever directory holds them) as an image.
 
-    ``out``: see :func:`output_path`; ``metric`` defaults to :func:`choose_metric`.
+    ``out``: see :func:`output_path`; ``metric`` defaults to :func:`choose_metric`; ``legend``: how
+    many groups the legend names (see :func:`draw`, :func:`legend_note`).
     """
+    check_legend(legend)
+    ignore = list(ignore)
     given = root_paths(roots)
     if metric is not None and not metric.strip():
         raise ValueError("--metric is empty; give it a progress.csv column (train/return_mean, eval/return_mean, ...), "
@@ -321,9 +421,12 @@ def plot_dir(roots: Roots, out: str | Path | None = None, metric: str | None = N
         raise ValueError(f"no curve of {metric} under {found.where}: {first} ({why}){more}; repair or move the file")
     if not curves:
         raise ValueError(f"no run under {found.where} has {metric!r} in its progress.csv{columns_hint(runs, metric)}")
-    n_lines = draw(curves, path, metric, title if title is not None else found.where)
-    return PlotResult(path=path, metric=metric, curves=curves, n_lines=n_lines, skipped=skipped)
+    n_lines = draw(curves, path, metric, title if title is not None else found.where, legend)
+    drawn_runs = [r for r in runs if str(r.path) in drawn]
+    return PlotResult(path=path, metric=metric, curves=curves, n_lines=n_lines, skipped=skipped,
+                      named=min(legend, len(curves)), legend_note=legend_note(curves, drawn_runs, ignore, legend))
 
 
-__all__ = ["Curve", "DEFAULT_PNG", "PlotResult", "SUMMARY_FINALS", "choose_metric", "columns_hint", "draw",
-           "final_values", "group_curve", "learning_curves", "mean_curve", "output_path", "plot_dir", "read_curve"]
+__all__ = ["Curve", "DEFAULT_PNG", "LEGEND_LIMIT", "LEGEND_MAX", "OTHERS_COLOR", "PlotResult", "SUMMARY_FINALS",
+           "check_legend", "choose_metric", "columns_hint", "draw", "final_values", "group_curve", "learning_curves",
+           "legend_colors", "legend_note", "mean_curve", "output_path", "plot_dir", "read_curve"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -154,3 +155,118 @@ def test_several_directories_are_plotted_together_into_the_image_given(tmp_path:
                                          r"place; give -o OUT.png$"):
         plot_dir([tmp_path / "a", tmp_path / "b"])
     assert not (tmp_path / "a" / "learning_curves.png").exists()
+
+
+def _saved_figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The figures ``corral plot`` saves, kept after it closes them: matplotlib's own ``savefig``
+    still writes each (this only keeps a reference, to read its legend and extents)."""
+    from matplotlib.figure import Figure
+
+    saved: list[Any] = []
+    real = Figure.savefig
+
+    def keep(self: Figure, *args: Any, **kwargs: Any) -> None:
+        saved.append(self)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return saved
+
+
+def _drawn_curves(fig: Any) -> list[tuple[float, ...]]:
+    """Every curve on the figure's axes, as its y values: lines and the segments of line collections."""
+    from matplotlib.collections import LineCollection
+
+    ax = fig.axes[0]
+    curves = [tuple(float(y) for y in line.get_ydata()) for line in ax.get_lines()]
+    for coll in ax.collections:
+        if isinstance(coll, LineCollection):
+            curves += [tuple(float(y) for y in seg[:, 1]) for seg in coll.get_segments()]
+    return curves
+
+
+def test_a_sweep_of_many_groups_keeps_its_legend_on_the_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """60 groups: the legend named all 60 and ran off the 7x4 image (a sweep of 2,000 groups took
+    14 s, nearly all of it laying out the legend). It names the first 10, in ten colours, and one
+    ``+50 more (gray)`` entry; every group is still drawn (the 50 in gray); the legend lies inside
+    the saved image; and one ``legend:`` line says so and how to narrow the plot."""
+    import warnings
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import to_rgba
+    from matplotlib.image import imread
+
+    from corral.framework.cli import plot_command
+
+    sweep = tmp_path / "sweep"
+    for i in range(60):  # algo a/b x 30 learning rates; the last group's run logged one row (a point, no line)
+        rows = [(100.0 * k, 1000.0 * i + k, "") for k in range(1, 2 if i == 59 else 4)]
+        make_run(sweep, i, [f"algo={'ab'[i % 2]}", f"algo.lr={i // 2}", "seed=1"], rows)
+    saved = _saved_figures(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Tight layout not applied": the layout gave up
+        result = plot_dir(sweep)
+    fig = saved[-1]
+    legend = fig.axes[0].get_legend()
+    labels = [f"algo={'ab'[i % 2]} algo.lr={i // 2} (n=1)" for i in range(60)]
+    assert [t.get_text() for t in legend.get_texts()] == labels[:10] + ["+50 more (gray)"]
+    named = [to_rgba(h.get_color())[:3] for h in legend.legend_handles[:10]]
+    assert len(set(named)) == 10  # a colour names one group
+    assert all(len(set(c)) > 1 or c == (0, 0, 0) for c in named)  # none is gray, as the others are
+    # every group is drawn: its mean is on the axes (named or gray)
+    assert sorted(_drawn_curves(fig)) == sorted(tuple(c.mean.tolist()) for c in result.curves)
+    assert result.n_lines == 60 and result.named == 10
+    # the legend lies inside the image that was written (closed, the figure's canvas is a bare one again)
+    box = legend.get_window_extent(FigureCanvasAgg(fig).get_renderer())
+    height, width = imread(result.path).shape[:2]
+    assert (width, height) == tuple(round(v) for v in fig.get_size_inches() * 100)
+    assert box.x0 >= 0 and box.y0 >= 0 and box.x1 <= width and box.y1 <= height, (box, width, height)
+
+    assert plot_command([str(sweep)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [line for line in out if line.startswith("legend: ")] == [
+        "legend: the legend names the first 10 of 60 lines (listed above in that order); the other 50 are drawn in "
+        "gray, without their std band. To see others: --legend 20 names up to 20; --ignore seed algo.lr merges the "
+        "values of algo.lr into one line (2 line(s); swept: algo, algo.lr); or plot only some runs' directories "
+        "(corral plot DIR/0 DIR/3 ... -o OUT.png)"]
+
+
+def test_legend_names_as_many_groups_as_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``--legend 20``: twenty groups named in twenty colours, beside the axes and inside the image;
+    a legend that names every group prints no ``legend:`` line; ``--legend`` outside 1..20 is one
+    error line."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import to_rgba
+
+    from corral.framework.cli import main
+
+    sweep = tmp_path / "sweep"
+    for i in range(25):
+        make_run(sweep, i, [f"algo.lr={i}", "seed=1"], [(100.0, float(i), ""), (200.0, i + 1.0, "")])
+    saved = _saved_figures(monkeypatch)
+    assert main(["plot", str(sweep), "--legend", "20"]) == 0
+    fig = saved[-1]
+    legend = fig.axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()][-2:] == ["algo.lr=19 (n=1)", "+5 more (gray)"]
+    named = [to_rgba(h.get_color())[:3] for h in legend.legend_handles[:20]]
+    assert len(set(named)) == 20 and all(len(set(c)) > 1 or c == (0, 0, 0) for c in named)
+    box = legend.get_window_extent(FigureCanvasAgg(fig).get_renderer())
+    assert fig.bbox.contains(box.x0, box.y0) and fig.bbox.contains(box.x1, box.y1)
+    out = capsys.readouterr().out
+    assert "legend: the legend names the first 20 of 25 lines" in out and "--legend 20 names" not in out
+    assert "--ignore" not in out  # one swept key: merging it would leave one line of every run
+
+    few = tmp_path / "few"
+    for i in range(10):
+        make_run(few, i, [f"algo.lr={i}", "seed=1"], [(100.0, float(i), ""), (200.0, i + 1.0, "")])
+    result = plot_dir(few)
+    assert result.named == 10 and result.legend_note == ""
+    assert len(saved[-1].axes[0].get_legend().get_texts()) == 10  # all named, inside the axes as before
+
+    for bad in ("0", "21"):
+        assert main(["plot", str(sweep), "--legend", bad]) == 2
+        assert capsys.readouterr().err == (f"corral plot: error: --legend {bad}: give 1 to 20 groups to name in the "
+                                           "legend (more colours than that cannot be told apart; the other groups "
+                                           "are drawn in gray)\n")
