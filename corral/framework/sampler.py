@@ -82,6 +82,12 @@ class Sampler(metaclass=_BuiltThenHooked):
     subclass whose ``__init__`` fails frees what it had started before raising.
     """
 
+    #: True for a sampler that runs each worker in a daemon process (``multiprocessing``'s
+    #: ``daemon=True``), which cannot start processes of its own: a worker that would (``worker=vector``
+    #: with ``worker.backend=async``) is refused by its config check before anything starts
+    #: (:func:`runs_workers_in_daemon_processes` reads it from a registered option).
+    workers_in_daemon_processes: bool = False
+
     def __init__(
         self,
         agents: Any,
@@ -176,4 +182,12 @@ class Sampler(metaclass=_BuiltThenHooked):
             self.shutdown_worker()
 
 
-__all__ = ["Sampler", "check_finite", "split_steps", "collect_share"]
+def runs_workers_in_daemon_processes(factory: Any) -> bool:
+    """Whether a registered sampler option runs its workers in daemon processes: its factory (a
+    :class:`Sampler` subclass, or a function whose ``component_class`` is one) declares
+    :attr:`Sampler.workers_in_daemon_processes`. A factory that declares nothing does not."""
+    sampler_class = getattr(factory, "component_class", factory)
+    return bool(getattr(sampler_class, "workers_in_daemon_processes", False))
+
+
+__all__ = ["Sampler", "check_finite", "split_steps", "collect_share", "runs_workers_in_daemon_processes"]

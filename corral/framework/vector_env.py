@@ -215,6 +215,17 @@ def check_backend(backend: str, env_id: str | None = None, kwargs: Mapping[str, 
                                   "(or async)")
 
 
+def async_in_daemon_message(sampler: str) -> str:
+    """The one line for ``worker.backend=async`` under a sampler whose workers run in daemon processes,
+    which cannot start the environment processes (``sampler``: the sampler, e.g. ``sampler=multiprocessing``).
+    ``worker=vector``'s config check says it before anything starts; :func:`build_vector_env` again,
+    for a worker built in such a process outside a run."""
+    return (f"{sampler} runs each worker in a daemon process, which cannot start processes of its own, but "
+            "worker=vector with worker.backend=async starts one per environment; use worker.backend=sync (the same "
+            "environments, stepped in the worker's process), or sampler=local or sampler=ray to keep "
+            "worker.backend=async")
+
+
 def check_room_for_async_envs(n_envs: int) -> None:
     """Raise a one-line :class:`ConfigError` when ``worker.backend=async``'s ``n_envs`` environment
     processes cannot fit in the memory still available (at :data:`ASYNC_ENV_PROCESS_MIB` each).
@@ -308,9 +319,8 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
     else:
         import multiprocessing
 
-        if multiprocessing.current_process().daemon:
-            raise ConfigError("worker.backend=async starts processes of its own, which a worker inside a sampler's "
-                              "worker process cannot; use worker.backend=sync there (or sampler=local or ray)")
+        if multiprocessing.current_process().daemon:  # the config check refuses a run's such sampler before this
+            raise ConfigError(async_in_daemon_message("the sampler"))
         check_room_for_async_envs(n_envs)
         venv = BoundedAsyncVectorEnv(fns, copy=False, autoreset_mode=mode, worker=_async_worker)
         venv.step_timeout = step_timeout

@@ -120,6 +120,10 @@ class MultiprocessingSampler(Sampler):
 
     #: The option's name in messages (``sampler=<option_name>``).
     option_name: str = "multiprocessing"
+    #: Each worker runs in a daemon process (:class:`~corral.parallel.worker_process.WorkerProcess`), which
+    #: cannot start processes of its own (``worker.backend=async`` is refused before anything starts);
+    #: the action-server samplers, whose workers are this sampler's processes, inherit it.
+    workers_in_daemon_processes = True
 
     def __init__(
         self,

@@ -167,6 +167,9 @@ class RaySampler(Sampler):
     #: Seconds ``ray.shutdown()`` of the local runtime this sampler started may take before its
     #: processes are killed instead (:func:`stop_local_runtime`).
     shutdown_timeout_s: float = 30.0
+    #: A Ray actor is a process of Ray's own, not a daemon process: its worker may start processes
+    #: (``worker.backend=async`` runs under this sampler).
+    workers_in_daemon_processes = False
 
     def __init__(
         self,

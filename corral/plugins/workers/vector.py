@@ -39,11 +39,13 @@ from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.checks import check
 from corral.framework.env import EnvFactory, child_seed, seed_int
 from corral.framework.errors import ConfigError
+from corral.framework.sampler import runs_workers_in_daemon_processes
 from corral.framework.vector_env import (
     AUTORESET_MODES,
     BACKENDS,
     RECORDING_NEEDS_SYNC,
     BuiltVectorEnv,
+    async_in_daemon_message,
     autoreset_mode_of,
     build_vector_env,
     check_backend,
@@ -848,18 +850,32 @@ def _gather(log: StepLog, slots: np.ndarray, first: np.ndarray, lengths: np.ndar
     return (batch, slots) if with_slots else batch
 
 
+def _check_sampler_can_start_processes(sampler: Any) -> None:
+    """Raise the one-line :class:`ConfigError` for ``worker.backend=async`` when the chosen sampler option
+    (``sampler``, the config's ``sampler`` node) runs its workers in daemon processes."""
+    if sampler is None or not hasattr(sampler, "get") or sampler.get("name") is None:
+        return
+    from corral.framework.plugins import get_registry
+
+    if runs_workers_in_daemon_processes(get_registry().get("sampler", sampler.name).factory):
+        raise ConfigError(async_in_daemon_message(f"sampler={sampler.name}"))
+
+
 @hookimpl
 def corral_validate_config(cfg: Any) -> None:
     """Reject ``worker=vector`` fragments (``worker.timesteps_per_call > 0``) for an algorithm that needs whole
-    episodes, fragments together with ``carry_episodes``, and an unknown backend, before anything starts (an option
-    the backend would ignore, ``num_threads`` off EnvPool or ``autoreset_mode`` on native or EnvPool, is its
-    field's ``applies_if``)."""
+    episodes, fragments together with ``carry_episodes``, an unknown backend, and ``worker.backend=async`` under a
+    sampler whose workers run in daemon processes (one that declares
+    :attr:`~corral.framework.sampler.Sampler.workers_in_daemon_processes`: they cannot start its environment
+    processes), before anything starts (an option the backend would ignore, ``num_threads`` off EnvPool or
+    ``autoreset_mode`` on native or EnvPool, is its field's ``applies_if``)."""
     worker = cfg.get("worker") if hasattr(cfg, "get") else None
     if worker is None or worker.get("name") != "vector":
         return
     backend = worker.get("backend", "native")
     check_backend(backend)
     if backend == "async":
+        _check_sampler_can_start_processes(cfg.get("sampler"))
         check_room_for_async_envs(int(worker.get("n_envs", 1)))
     trainer: Any = cfg.get("trainer") or {}
     if trainer.get("video_every", 0) and trainer.get("eval_every", 0) and (
