@@ -9,6 +9,7 @@ was. The end-to-end case interrupts a real ``train.py`` run and pastes its resum
 from __future__ import annotations
 
 import csv
+import os
 import random
 import re
 import shlex
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no type hints
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
@@ -192,3 +194,46 @@ def test_the_resume_command_of_an_interrupted_run_in_an_odd_directory_resumes_it
     assert "corral: resuming the run in" in resumed.stderr
     assert _rows(run / "progress.csv") == done + 2
     assert not (tmp_path / "outputs").exists(), "the run continued in place, not in a new directory"
+
+
+def _in_bash(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` pasted into bash in ``cwd``, with this interpreter's ``corral`` and ``python`` first on
+    the PATH, run to its end (bounded)."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    return subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "PATH": path}, preexec_fn=_default_signals)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_failed_sweeps_corral_results_hint_in_an_odd_directory_lists_the_sweep(tmp_path: Path, batched: bool) -> None:
+    """A sweep in ``my swéep's dir`` (relative, as typed) whose job 0 fails: the last line's
+    ``corral results <dir>``, pasted into bash, lists that sweep (job 0 failed, job 1 completed). In
+    batches of 2 (``hydra.sweeper.max_batch_size=2``: jobs 2-3 never start) its ``run them with `...```
+    command, pasted too, runs jobs 2-3 alone into ``my swéep's dir-rest``."""
+    name = "my swéep's dir"
+    env = "env.id=corral.testing.faulty_envs:corral/RaisingCartPole-v1"
+    small = ["trainer.n_epochs=1", "trainer.batch_size=200", "trainer.eval_every=0", "logger=[csv]"]
+    swept = ["seed=1,2", "+env.kwargs.fail_at=30,1000000"] if batched else ["+env.kwargs.fail_at=30,1000000"]
+    batches = ["hydra.sweeper.max_batch_size=2"] if batched else []
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "-m", env, *swept, *small, *batches,
+                           f'hydra.sweep.dir="{name}"'], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    last = proc.stderr.splitlines()[-1] if proc.stderr else ""
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    found = re.search(r"\(`(corral results .*)` lists each one's status\)", last)
+    assert found is not None and last.startswith("corral: job 0 ("), last
+    listed = _in_bash(found.group(1), tmp_path)
+    assert listed.returncode == 0, f"{last}\n{listed.stdout[-2000:]}\n{listed.stderr[-2000:]}"
+    said = listed.stdout + listed.stderr
+    assert f"skipped: {name}/0 (failed: " in said, f"{last}\n{said[-3000:]}"  # the sweep, as the line named it
+    assert "| 1000000 " in said and "| 30 " not in said, f"{last}\n{said[-3000:]}"  # job 1's row, job 0 skipped
+    if not batched:
+        assert "; the sweep ran its other jobs (`corral results " in last, last
+        return
+    command = re.search(r"; run them with `python (\S+) (.*)`$", last)
+    assert command is not None, last
+    ran = _in_bash(f"{shlex.quote(sys.executable)} {shlex.quote(command.group(1))} {command.group(2)}", tmp_path)
+    assert ran.returncode == 1, ran.stderr[-3000:]  # its job 0 is the old job 2, which fails again
+    rest = tmp_path / f"{name}-rest"
+    assert sorted(p.name for p in rest.iterdir() if p.is_dir()) == ["0", "1"], ran.stderr[-3000:]
+    assert [yaml.safe_load((rest / n / ".hydra" / "overrides.yaml").read_text())[1:3] for n in ("0", "1")] == \
+        [["seed=2", "+env.kwargs.fail_at=30"], ["seed=2", "+env.kwargs.fail_at=1000000"]], ran.stderr[-3000:]

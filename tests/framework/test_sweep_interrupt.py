@@ -7,7 +7,9 @@ in a terminal) once the job to interrupt is where the test wants it."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -64,9 +66,11 @@ class Sweep:
         return status
 
 
-def run_sweep(tmp_path: Path, overrides: list[str]) -> ContextManager[subprocess.Popen]:
-    """``train.py -m <overrides> hydra.sweep.dir=<tmp_path>/sweep``, started in its own session."""
-    cmd = [sys.executable, str(TRAIN), "-m", *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+def run_sweep(tmp_path: Path, overrides: list[str], sweep_dir: str | None = None) -> ContextManager[subprocess.Popen]:
+    """``train.py -m <overrides> hydra.sweep.dir=<sweep_dir>`` (default ``<tmp_path>/sweep``; a Hydra
+    value as the shell hands it on), started in its own session in ``tmp_path``."""
+    where = str(tmp_path / "sweep") if sweep_dir is None else sweep_dir
+    cmd = [sys.executable, str(TRAIN), "-m", *overrides, f"hydra.sweep.dir={where}"]
     return started_session(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
@@ -161,3 +165,61 @@ def test_a_job_interrupted_before_it_saved_an_epoch_runs_again_with_the_jobs_aft
         "(trainer.batch_size=20000000) left nothing to resume; run jobs 1-2 with "
         f"`python {TRAIN} -m trainer.batch_size=20000000,400 trainer.max_env_steps=1000 {shlex.join(TINY_AS_RUN[1:])} "
         f"hydra.sweep.dir={sweep_dir}-rest`"), out[-3000:]
+
+
+def pasted(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` pasted into bash in ``cwd`` (``python`` is this interpreter), run to its end (bounded)."""
+    return subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, text=True, timeout=WAIT_S,
+                          env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},
+                          preexec_fn=_default_signals)
+
+
+def _default_signals() -> None:
+    """In the child: SIGINT and SIGTERM as a terminal delivers them, whatever the test run ignores."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def test_in_a_sweep_directory_with_a_space_an_apostrophe_and_a_non_ascii_letter_the_lines_paste(tmp_path: Path) -> None:
+    """The sweep runs in ``my swéep's dir`` (relative, as typed). Ctrl-C in job 1 of 3: the sweep's line
+    ``job 1 can be resumed with ...``, pasted after ``python train.py`` into bash, resumes job 1 in its
+    own directory to its end; its ``run job 2 with `...``` command, pasted as it is, runs job 2 alone."""
+    name = "my swéep's dir"
+    sweep_dir = tmp_path / name
+    # job 1 (60 epochs) is interrupted after its first saved epoch; jobs 0 and 2 take 2 epochs each
+    overrides = ["trainer.n_epochs=2,60,2", "trainer.max_env_steps=null", *TINY]
+    with run_sweep(tmp_path, overrides, sweep_dir=f'"{name}"') as proc:  # the shell's `'hydra.sweep.dir="..."'`
+        sweep = Sweep(proc)
+        sweep.wait_for("job 0's summary.json", (sweep_dir / "0" / "summary.json").exists)
+        sweep.wait_for("a saved epoch of job 1", lambda: rows(sweep_dir / "1" / "progress.csv") >= 1)
+        status = sweep.interrupt()
+    out = "\n".join(sweep.lines)
+    assert status == 130, out[-3000:]
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["0", "1"], out[-3000:]
+    last = sweep.lines[-1]
+    found = re.fullmatch(r"corral: sweep interrupted: job 2 of 3 never started \(trainer\.n_epochs=2\); job 1 can be "
+                         r"resumed with (.*); run job 2 with `python (\S+) (.*)`", last)
+    assert found is not None, out[-3000:]
+    resume, script, rest_command = found.groups()
+    assert script == str(TRAIN), last
+    done = rows(sweep_dir / "1" / "progress.csv")
+    assert 1 <= done < 60, out[-3000:]
+
+    # `python train.py <what the line says>` in bash: job 1 continues in its directory, to its 60th epoch
+    resumed = pasted(f"python {shlex.quote(str(TRAIN))} {resume}", tmp_path)
+    assert resumed.returncode == 0, f"{last}\n{resumed.stderr[-3000:]}"
+    assert f"corral: resuming the run in {sweep_dir / '1'}" in resumed.stderr, f"{last}\n{resumed.stderr[-3000:]}"
+    assert rows(sweep_dir / "1" / "progress.csv") == 60, resumed.stderr[-3000:]
+    assert json.loads((sweep_dir / "1" / "summary.json").read_text())["status"] == "completed"
+    assert not (tmp_path / "outputs").exists(), "the job continued in place, not in a new directory"
+    (own,) = [x for x in sweep.lines if x.startswith("[job 1] corral: interrupted ") and "; resume with " in x]
+    assert own.endswith(f"; resume with {resume}"), out[-3000:]  # the job's own line gives the same word
+
+    # the command for job 2, as printed: job 2 alone, into `my swéep's dir-rest` next to the sweep
+    ran = pasted(f"python {shlex.quote(script)} {rest_command}", tmp_path)
+    assert ran.returncode == 0, f"{last}\n{ran.stderr[-3000:]}"
+    rest = tmp_path / f"{name}-rest"
+    assert sorted(p.name for p in rest.iterdir() if p.is_dir()) == ["0"], f"{last}\n{ran.stderr[-3000:]}"
+    assert yaml.safe_load((rest / "0" / ".hydra" / "overrides.yaml").read_text()) == \
+        ["trainer.n_epochs=2", "trainer.max_env_steps=null", *TINY_AS_RUN]
+    assert json.loads((rest / "0" / "summary.json").read_text())["status"] == "completed"
