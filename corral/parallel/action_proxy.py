@@ -29,6 +29,7 @@ from corral.framework.policy import Policy
 from corral.parallel.action_slot import (
     CALL,
     DETERMINISTIC,
+    GAVE_UP,
     GET_ACTIONS,
     HELD,
     KIND,
@@ -170,6 +171,7 @@ class ActionProxy(Policy):
     def _roundtrip(self, slot: SlotView, ep: ProxyEndpoint, kind: int) -> None:
         self._seq += 1
         slot.header[SEQ] = self._seq
+        slot.header[GAVE_UP] = 0
         slot.header[KIND] = kind
         ep.posted.release()
         ep.doorbell.release()
@@ -189,7 +191,8 @@ class ActionProxy(Policy):
         sampler times out (and names) itself, so it never runs down this worker's clock. The server
         bumps it, too, whenever it starts a call of its policy while this worker waits: so this
         worker gives up only once a call of the server's has run ``timeout`` seconds (the sampler
-        then names that call, not this worker).
+        then names that call, not this worker). Giving up sets the slot's ``GAVE_UP``, which the
+        sampler reads (the worker may report the error in words of its own).
         """
         deadline = time.monotonic() + ep.timeout
         held = int(slot.header[HELD])
@@ -202,6 +205,7 @@ class ActionProxy(Policy):
                 held = int(slot.header[HELD])
                 deadline = now + ep.timeout
             elif now > deadline:
+                slot.header[GAVE_UP] = 1  # what the sampler goes by, however the worker reports the error
                 raise TimeoutError(f"{NO_ANSWER} {ep.worker_number} within {ep.timeout:g} s")
 
     def _call(self, method: str, *args: Any) -> Any:

@@ -26,9 +26,13 @@ code does not return is named like any other call of the policy, never a hang of
 
 A call of the policy that does not return (a forward pass stuck on a lock or on a device that no
 longer answers) is the server's fault, not its workers': :attr:`ActionServer.call` says which call
-runs, for which workers, since when, so that the sampler can name it. Such a call may return at any
-time later, or never, so the thread touches no slot memory once closed, and the policy never sees
-slot memory at all (its observations are copies). A thread that does not stop when the server is
+runs, for which workers, since when, so that the sampler can name it. The calls the
+:class:`~corral.parallel.slot_state.AgentPool` makes to move slot state from one set of workers to
+another (``get_sampling_state``, ``set_sampling_state``, a queued ``reset``), within a forward pass,
+a ``seed`` or an agent update, are calls of their own there; the call they were made for resumes
+after them, timed afresh. A call that does not return may return at any time later, or never, so
+the thread touches no slot memory once closed (and makes no further call of the policy), and the
+policy never sees slot memory at all (its observations are copies). A thread that does not stop when the server is
 closed is abandoned: the names of its segments and semaphores are removed, but the segments stay
 mapped for the life of the process (see :meth:`ActionServer.close`), since unmapping memory that a
 thread may still read is what crashes a process.
@@ -53,6 +57,7 @@ from corral.parallel.action_slot import (
     CALL,
     DETERMINISTIC,
     ERROR,
+    GAVE_UP,
     GET_ACTIONS,
     HELD,
     KIND,
@@ -96,10 +101,12 @@ def _keep_mapped(obj: Any) -> None:
 
 class ServerCall:
     """A call of the server's policy: ``what`` (``get_actions``, or a control call: ``reset``,
-    ``seed``, ``get_param_values``, ..., or an agent update's ``set_param_values`` or ``deepcopy``)
-    for ``workers``, started at ``started`` and, once it has returned, ended at ``ended``
-    (``time.monotonic()``; set once, by the serving thread). ``waiters``: every worker whose answer
-    waits for it (``workers`` and, say, the rest of a batch whose resets it applies)."""
+    ``seed``, ``get_param_values``, ..., an agent update's ``set_param_values`` or ``deepcopy``, or
+    a move of slot state within one of those: ``get_sampling_state``, ``set_sampling_state``, a
+    queued ``reset``) for ``workers``, started at ``started`` and, once it has returned, ended at
+    ``ended`` (``time.monotonic()``; set by the serving thread: ``ended`` once, ``started`` again
+    when the call resumes after a move of slot state). ``waiters``: every worker whose answer waits
+    for it (``workers`` and, say, the rest of a batch whose resets it applies)."""
 
     __slots__ = ("what", "workers", "waiters", "started", "ended")
 
@@ -162,6 +169,7 @@ class _ServerSlot:
         self.posted = ctx.Semaphore(0)
         self.answered = ctx.Semaphore(0)
         self.view.header[KIND] = 0
+        self.view.header[GAVE_UP] = 0
         self.meta = None
 
     def write_response(self, actions: np.ndarray, infos: dict[str, np.ndarray]) -> None:
@@ -241,7 +249,7 @@ class ActionServer:
         self.on_hold = on_hold
         self.timeout = timeout
         self.lock = threading.RLock()
-        self.pool = AgentPool(self.groups, prepare)
+        self.pool = AgentPool(self.groups, prepare, self._inner_call)
         self.doorbell = ctx.Semaphore(0)
         self.slots: list[_ServerSlot] = []
         self.n_served_steps = 0
@@ -278,6 +286,13 @@ class ActionServer:
         call running now, or collected and not yet answered). Read without the lock."""
         call = self.call
         return (call is not None and i in call.waiters) or i in self._posts
+
+    def gave_up(self, i: int) -> bool:
+        """True when worker ``i``'s proxy gave up waiting for the answer to its latest request (no
+        sign of life from the server for ``timeout`` seconds), as its slot says: whatever words the
+        worker reports the failure in. Read without the lock."""
+        slots = self.slots
+        return i < len(slots) and bool(slots[i].view.header[GAVE_UP])
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -354,9 +369,13 @@ class ActionServer:
         if call is None:  # its call could not even be recorded: the error is the job's
             job.done.wait(self.timeout)
             return
-        while not job.done.wait(max(0.0, call.started + self.timeout - time.monotonic())):
-            if call.ended is None and call.seconds() >= self.timeout:
-                raise ServerBusy(call, self.timeout)
+        while not job.done.is_set():
+            # the job's call, or a move of slot state within it (the thread runs nothing else until done)
+            running = self.call or call
+            left = running.started + self.timeout - time.monotonic()
+            if running.ended is None and left <= 0:
+                raise ServerBusy(running, self.timeout)
+            job.done.wait(max(left, 0.01))
 
     def _take_update(self) -> _Update | None:
         with self._handoff:
@@ -420,7 +439,7 @@ class ActionServer:
                 slot.close()
             self.slots = []
             self.doorbell = None
-            self.pool = AgentPool(self.groups, self.pool.prepare)
+            self.pool = AgentPool(self.groups, self.pool.prepare, self._inner_call)
         finally:
             self.lock.release()
 
@@ -470,6 +489,31 @@ class ActionServer:
             if i not in call.waiters:
                 self.slots[i].view.header[HELD] += 1
         return call
+
+    @contextmanager
+    def _inner_call(self, what: str, workers: tuple[int, ...]) -> Iterator[None]:
+        """A call the pool makes to move slot state (``what`` for ``workers``) within the call running
+        now: recorded as a call of its own (:attr:`call`, waited for by the same workers), after which
+        the call it was made for resumes, timed afresh (each starts with a sign of life). Once the
+        server is closed (a call returned after it), no further call of the policy is made: it raises."""
+        if self._stop:
+            raise RuntimeError("the action server was closed")
+        outer = self.call
+        inner = self._begin_call(what, workers, waiters=outer.waiters if outer is not None else ())
+        try:
+            yield
+        finally:
+            if outer is None:
+                self._end_call(inner)
+            else:
+                inner.ended = outer.started = time.monotonic()
+                self.last_call = inner
+                self.call = outer  # never None in between: a reader sees the one or the other
+                if not self._stop:
+                    for i in dict.fromkeys((*outer.waiters, *self._posts)):
+                        self.slots[i].view.header[HELD] += 1
+        if self._stop:
+            raise RuntimeError("the action server was closed")
 
     def _end_call(self, call: ServerCall) -> None:
         call.ended = time.monotonic()

@@ -44,6 +44,10 @@ RESET_ROWS, BLOB_LEN, STATUS, META_VERSION, DETERMINISTIC, META_LEN = 12, 13, 14
 #: Bumped by the server while it holds the worker's posted request back for a busy worker of its
 #: group: the waiting worker reads it as "the server is alive and waiting for someone else".
 HELD = 18
+#: Set (1) by the worker's proxy when it gives up waiting for the answer to its request (its
+#: ``TimeoutError``), cleared by its next request: the sampler reads it, rather than the text of the
+#: error the worker reports, as "this worker's failure is its wait for the server running out".
+GAVE_UP = 19
 HEADER_FIELDS = 32
 # Response status (header[STATUS]).
 OK, ERROR = 0, 1

@@ -13,6 +13,11 @@ pieces of the new set are concatenated back in (``set_sampling_state``). In stea
 worker of an instance posting every step) nothing moves. A reset for a worker that is not
 resident is queued and applied, in order, when it next becomes resident.
 
+Each of those calls of a policy that moves state (``get_sampling_state``, ``set_sampling_state``,
+a queued ``reset``) runs inside :attr:`AgentPool.calling` (its name and the workers whose rows it
+moves), so that the action server can name it, rather than the call it was made for (a forward
+pass, a ``seed``, an agent update), when it does not return.
+
 Requirement on a policy's ``get_sampling_state()``: a tree (dicts, lists, tuples) whose per-slot
 leaves are arrays (numpy or torch) with the slot as their leading dimension; other leaves are
 treated as global and kept as they are.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -83,6 +89,11 @@ def take_rows(tree: Any, total: int, start: int, stop: int) -> Any:
 
 
 # ---------------------------------------------------------------------- the pool
+def not_recorded(what: str, workers: tuple[int, ...]) -> AbstractContextManager[Any]:
+    """:attr:`AgentPool.calling` of a pool whose calls nobody records: nothing."""
+    return nullcontext()
+
+
 @dataclass
 class _Instance:
     policy: Policy
@@ -95,11 +106,14 @@ class AgentPool:
     """Policy instances and worker state for an action server (see the module docstring).
 
     ``groups[g]`` lists the workers served together; ``prepare`` turns a Policy into the
-    instance the server runs (deep copy, move to the device).
+    instance the server runs (deep copy, move to the device); ``calling(what, workers)`` is
+    entered around each call of a policy that moves slot state (``get_sampling_state``,
+    ``set_sampling_state``, a queued ``reset``; ``workers``: whose rows it moves).
     """
 
     groups: Sequence[Sequence[int]]
     prepare: Callable[[Policy], Policy]
+    calling: Callable[[str, tuple[int, ...]], AbstractContextManager[Any]] = not_recorded
     template: Policy | None = None
     instances: dict[int, _Instance] = field(default_factory=dict)
     agent_of: dict[int, int] = field(default_factory=dict)
@@ -170,7 +184,9 @@ class AgentPool:
         if not inst.resident:
             return
         sizes = [self.rows[w] for w in inst.resident]
-        for w, part in zip(inst.resident, split_state(inst.policy.get_sampling_state(), sizes)):
+        with self.calling("get_sampling_state", inst.resident):
+            state = inst.policy.get_sampling_state()
+        for w, part in zip(inst.resident, split_state(state, sizes)):
             self.stored[w] = part
         inst.resident = ()
 
@@ -183,7 +199,9 @@ class AgentPool:
         if missing:
             raise RuntimeError(f"worker {missing[0]}'s agent was never seeded; give the sampler a Policy first")
         sizes = [self.rows[w] for w in workers]
-        inst.policy.set_sampling_state(concat_state([self.stored.pop(w) for w in workers], sizes))
+        state = concat_state([self.stored.pop(w) for w in workers], sizes)
+        with self.calling("set_sampling_state", workers):
+            inst.policy.set_sampling_state(state)
         inst.resident = workers
         total = sum(sizes)
         offset = 0
@@ -191,7 +209,8 @@ class AgentPool:
             for mask in self.pending.pop(w, []):
                 full = np.zeros(total, dtype=bool)
                 full[offset : offset + n] = mask
-                inst.policy.reset(full)
+                with self.calling("reset", (w,)):
+                    inst.policy.reset(full)
             offset += n
         return inst
 
@@ -282,4 +301,4 @@ class AgentPool:
         self.rows.pop(worker, None)
 
 
-__all__ = ["AgentPool", "concat_state", "split_state", "take_rows"]
+__all__ = ["AgentPool", "concat_state", "not_recorded", "split_state", "take_rows"]

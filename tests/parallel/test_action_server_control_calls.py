@@ -8,6 +8,12 @@ agent seeds its slots), ``reset`` (riding along with a worker's next ``get_actio
 must end in one line that names that call (not the forward pass, not a worker, never a hang), with
 no worker restarted, and nothing of the sampler's left running or named in ``/dev/shm``.
 
+So must the calls that move slot state between the workers that share a copy of the policy
+(``get_sampling_state`` out of it, ``set_sampling_state`` into it, a ``reset`` queued for a worker
+that was not in it): the server makes them within a forward pass (when the set of posting workers
+changes) or an agent update (one item per worker), and the line names them, not the call they were
+made for.
+
 ServerBusy: the sampler waits for the serving thread (to restart a worker's slot, to apply an agent
 update) only ``timeout`` seconds; a thread stuck in a forward pass then is named the same way.
 
@@ -30,6 +36,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from corral import ActionServerSampler, AlternatingSampler, EnvFactory, EnvSpec, MLPPolicy, WorkerError
+from corral.plugins.workers.default import DefaultWorker
 from corral.testing.modules import import_path
 from corral.testing.processes import interruptible
 
@@ -43,15 +50,21 @@ our_segments, serving_threads = checks.our_segments, checks.serving_threads
 RELEASE = threading.Event()
 STUCK = threading.Event()
 _lock = threading.Lock()
-_state: dict[str, Any] = {"method": None, "stuck": 0, "returned": 0}
+_state: dict[str, Any] = {"method": None, "stuck": 0, "returned": 0, "slow": {}, "slowed": []}
 
 
 def arm(method: str | None) -> None:
     """The policy's next call of ``method`` (``get_actions``, ``seed``, ...) blocks until :data:`RELEASE`."""
     with _lock:
-        _state.update(method=method, stuck=0, returned=0)
+        _state.update(method=method, stuck=0, returned=0, slow={}, slowed=[])
     STUCK.clear()
     RELEASE.clear()
+
+
+def slow_down(**seconds: float) -> None:
+    """The policy's next call of each method named takes that many seconds more (then returns)."""
+    with _lock:
+        _state.update(slow=dict(seconds), slowed=[])
 
 
 class BlockingPolicy(MLPPolicy):
@@ -62,6 +75,10 @@ class BlockingPolicy(MLPPolicy):
             block = _state["method"] == method
             if block:
                 _state["method"] = None
+            delay = _state["slow"].pop(method, None)
+        if delay is not None:
+            time.sleep(delay)
+            _state["slowed"].append(method)
         if block:
             _state["stuck"] += 1
             STUCK.set()
@@ -87,6 +104,10 @@ class BlockingPolicy(MLPPolicy):
     def get_sampling_state(self) -> Any:
         self._maybe_block("get_sampling_state")
         return super().get_sampling_state()
+
+    def set_sampling_state(self, state: Any) -> None:
+        self._maybe_block("set_sampling_state")
+        super().set_sampling_state(state)
 
 
 @pytest.fixture(autouse=True)
@@ -117,14 +138,14 @@ def message(sampler: str, call: str, who: str, activity: str) -> re.Pattern[str]
 
 
 def hang(sampler_class: type, policy: BlockingPolicy, method: str, act: Callable[[Any, BlockingPolicy], Any],
-         on_worker_failure: str = "raise", during: Callable[[Any], None] | None = None
+         on_worker_failure: str = "raise", during: Callable[[Any], None] | None = None, **options: Any
          ) -> tuple[WorkerError, threading.Thread, float, Any]:
     """Sample once, arm ``method``, then ``act(sampler, policy)``: the error it raised, the serving thread
     (still stuck), the seconds it took to raise and shut down, and the sampler. ``during(sampler)``
-    runs in a thread of its own once the call is stuck."""
+    runs in a thread of its own once the call is stuck; ``options`` go to the sampler."""
     before = serving_threads()
     sampler = sampler_class(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=2,
-                            seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure=on_worker_failure)
+                            seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure=on_worker_failure, **options)
     during_thread: threading.Thread | None = None
     with sampler:
         thread, semaphores = checks.sample_once(sampler, policy, before)
@@ -176,6 +197,13 @@ def save_state(sampler: Any, policy: BlockingPolicy) -> Any:
     return sampler.state_dict()
 
 
+def sample_with_params_per_worker(sampler: Any, policy: BlockingPolicy) -> Any:
+    """One item per worker (distinct objects): each worker gets a copy of the policy of its own, so the
+    update moves every worker's slot state out of the copy it shared (``get_sampling_state``) and the
+    next forward pass moves it into the new copy (``set_sampling_state``, then the queued ``reset``)."""
+    return sampler.obtain_samples(1, 400, [policy.get_param_values(), policy.get_param_values()])
+
+
 #: Who a call of the server's is for: under action_server one batch holds every worker that has posted
 #: (both, most often); under alternating a group holds one of the two workers.
 SOME = r"(worker \d|workers \[0, 1\])"
@@ -204,6 +232,87 @@ def test_a_hung_control_call_names_that_call_of_the_server(
     error, thread, took, sampler = hang(sampler_class, policy, method, act)
     check_named_and_released(error, message(sampler_class.option_name, method, who, activity), thread, took,
                              sampler, caplog)
+
+
+# (sampler, blocked call, what the test does, who the line names). Under action_server the two workers
+# share one copy of the policy; the last to finish a batch is served alone at its end, so the next
+# batch's first forward pass takes that worker's state out (get_sampling_state) and puts both workers'
+# in (set_sampling_state). Under alternating each worker has a copy of its own: only an update per
+# worker moves state.
+SWAP_CASES = [
+    (ActionServerSampler, "get_sampling_state", sample, r"worker \d"),
+    (ActionServerSampler, "set_sampling_state", sample, r"workers \[0, 1\]"),
+    (ActionServerSampler, "get_sampling_state", sample_with_params_per_worker, r"worker \d"),
+    (ActionServerSampler, "reset", sample_with_params_per_worker, r"worker \d"),
+    (AlternatingSampler, "get_sampling_state", sample_with_params_per_worker, r"worker 0"),
+    (AlternatingSampler, "set_sampling_state", sample_with_params_per_worker, r"worker \d"),
+    (AlternatingSampler, "reset", sample_with_params_per_worker, r"worker \d"),
+]
+SWAP_IDS = ["action_server-forward-get_sampling_state", "action_server-forward-set_sampling_state",
+            "action_server-update-get_sampling_state", "action_server-queued-reset",
+            "alternating-update-get_sampling_state", "alternating-forward-set_sampling_state",
+            "alternating-queued-reset"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize(("sampler_class", "method", "act", "who"), SWAP_CASES, ids=SWAP_IDS)
+def test_a_hung_move_of_slot_state_names_that_call_of_the_server(
+        policy: BlockingPolicy, sampler_class: type[ActionServerSampler], method: str,
+        act: Callable[[Any, BlockingPolicy], Any], who: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Not the forward pass or the agent update the move was made for: the call that hung."""
+    error, thread, took, sampler = hang(sampler_class, policy, method, act)
+    check_named_and_released(error, message(sampler_class.option_name, method, who, "sampling (obtain_samples)"),
+                             thread, took, sampler, caplog)
+
+
+@pytest.mark.timeout(120)
+def test_a_slow_move_of_slot_state_does_not_count_against_the_forward_pass(policy: BlockingPolicy) -> None:
+    """Each call of the server's is timed on its own: a move of slot state and the forward pass it was made
+    for, each well within ``timeout`` but longer than it together, are no hung call (the pass is timed
+    afresh once the move returns, and the workers are told so)."""
+    before = serving_threads()
+    with ActionServerSampler(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=2,
+                             seed=1, timeout=TIMEOUT, device="cpu") as sampler:
+        checks.sample_once(sampler, policy, before)
+        slow_down(get_sampling_state=0.6 * TIMEOUT, get_actions=0.6 * TIMEOUT)
+        batch = sample(sampler, policy)
+        assert _state["slowed"] == ["get_sampling_state", "get_actions"], "the first pass moved no slot state"
+        assert len(batch) >= 400 and sampler.n_restarts == 0
+
+
+# ---------------------------------------------------------------------- a worker's own words
+class ExplainingWorker(DefaultWorker):
+    """A worker that reports a failure of its agent in words of its own (the original dropped, to keep
+    its message short), as a user's worker may: the proxy's TimeoutError is then nowhere in what the
+    sampler is told, neither the worker's error nor its traceback."""
+
+    def update_agent(self, agent_update: Any) -> None:
+        try:
+            super().update_agent(agent_update)
+        except Exception:
+            raise RuntimeError(f"worker {self.worker_number} could not take its new agent") from None
+
+    def rollout(self, *, min_steps: int | None = None, n_episodes: int | None = None) -> Any:
+        try:
+            return super().rollout(min_steps=min_steps, n_episodes=n_episodes)
+        except Exception:
+            raise RuntimeError(f"worker {self.worker_number} could not finish its rollout") from None
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize(("method", "act", "who"), [("seed", sample_with_a_new_policy, r"worker \d"),
+                                                    ("get_actions", sample, SOME)],
+                         ids=["seed-in-its-agent-update", "get_actions-in-its-rollout"])
+def test_a_worker_that_words_its_proxys_timeout_its_own_way_is_not_blamed(
+        policy: BlockingPolicy, method: str, act: Callable[[Any, BlockingPolicy], Any], who: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The sampler tells that a worker's wait for the server ran out by the worker's slot (the proxy marks
+    it when it gives up), not by the text of the error the worker reports: the server's call is named."""
+    error, thread, took, sampler = hang(ActionServerSampler, policy, method, act, worker_class=ExplainingWorker)
+    check_named_and_released(error, message("action_server", method, who, "sampling (obtain_samples)"), thread,
+                             took, sampler, caplog)
 
 
 # ---------------------------------------------------------------------- ServerBusy

@@ -44,7 +44,7 @@ from corral.framework.checks import check
 from corral.framework.errors import ConfigError, WorkerError
 from corral.framework.policy import Policy
 from corral.framework.worker import UpdateFailure, WorkerFactory, update_error
-from corral.parallel.action_proxy import NO_ANSWER, PROXY_METHODS, ActionProxy, ServedWorkerFactory
+from corral.parallel.action_proxy import PROXY_METHODS, ActionProxy, ServedWorkerFactory
 from corral.parallel.action_server import ActionServer, ServerBusy, ServerCall
 from corral.plugins.samplers.multiprocessing import (
     MultiprocessingSampler,
@@ -270,7 +270,7 @@ class ActionServerSampler(MultiprocessingSampler):
         if isinstance(error, _WaitForServer):
             self._handle(i).deadline = error.until
             return
-        if f"raised TimeoutError: {NO_ANSWER} {i} within" in error.message:  # its proxy waited in vain
+        if self._gave_up(i):  # its proxy waited in vain
             hung = self._blame_server(i, activity, gave_up=True)
             if isinstance(hung, ServerHung):
                 raise _Failure(hung)
@@ -282,12 +282,18 @@ class ActionServerSampler(MultiprocessingSampler):
         is not at fault: :class:`ServerHung` then, as for any other request the server left unanswered."""
         try:
             return super()._drain(i, results, activity)
-        except _Failure as failure:
-            if f"TimeoutError: {NO_ANSWER} {i} within" in str(failure.error):
+        except _Failure:
+            if self._gave_up(i):
                 hung = self._blame_server(i, activity, gave_up=True)
                 if isinstance(hung, ServerHung):
                     raise _Failure(hung) from None
             raise
+
+    def _gave_up(self, i: int) -> bool:
+        """Whether worker ``i``'s failure is its proxy's wait for the server running out: its slot's
+        mark (:meth:`~corral.parallel.action_server.ActionServer.gave_up`), not the text of the error
+        (a worker may wrap the proxy's ``TimeoutError`` in an error of its own)."""
+        return self.server is not None and self.server.gave_up(i)
 
     def _blame_server(self, i: int, activity: str, gave_up: bool) -> WorkerError | None:
         """Why worker ``i`` (``gave_up``: its proxy's wait for an answer timed out; else: it shows no
