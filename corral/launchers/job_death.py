@@ -48,18 +48,27 @@ def signal_name(signum: int) -> str:
 
 def how_it_ended(code: int | None, pid: int | str | None, *, timeout: float | None = None,
                  timeout_key: str = "hydra.launcher.timeout", fewer: str = "run fewer jobs at once",
-                 unknown: str = "", stopped: bool = False) -> str:
+                 unknown: str = "", stopped: bool = False, grace: float | None = None) -> str:
     """How a job's process ended, in words: from its exit ``code`` (negative: the signal that killed
-    it; None: not known), or ``timeout`` seconds (``timeout_key``) when the launcher killed it (with
-    ``stopped``: when the launcher's SIGTERM stopped it, and its trainer saved the run as on a user's
-    SIGTERM). ``fewer`` is the launcher's advice against running out of memory; ``unknown``, what the
-    launcher knows when the code is not known (such as a scheduler's job state)."""
+    it; None: not known) after the launcher sent it SIGTERM past ``timeout`` seconds (``timeout_key``;
+    with ``stopped``: the job stopped on it and its trainer saved the run as on a user's SIGTERM; with
+    ``grace``: the job was still running ``grace`` seconds after it, and the launcher killed it), else
+    from its exit ``code`` alone. ``fewer`` is the launcher's advice against running out of memory;
+    ``unknown``, what the launcher knows when the code is not known (such as a scheduler's job state)."""
     who = f"the job's process (pid {pid if pid is not None else '?'})"
     if timeout is not None and stopped:
         return (f"the job ran past {timeout_key}={timeout:g} s, so {who} was sent SIGTERM and the job stopped as "
-                "on a user's SIGTERM, its run saved (summary.json: interrupted)")
-    if timeout is not None:
-        return f"the job ran past {timeout_key}={timeout:g} s, so {who} was killed"
+                "on a user's SIGTERM (summary.json: interrupted)")
+    if timeout is not None and grace is not None:
+        return (f"the job ran past {timeout_key}={timeout:g} s and did not stop within {grace:g} s of SIGTERM, so "
+                f"{who} was killed with SIGKILL (code in the job handles SIGTERM without stopping, such as an "
+                "environment's own SIGTERM handler, or a call in it does not return)")
+    if timeout is not None:  # it ended between the launcher's SIGTERM and its kill
+        ended = (f"was killed by {signal_name(-code)}" if code is not None and code < 0 else
+                 f"exited with code {code}" if code is not None else "ended")
+        return (f"the job ran past {timeout_key}={timeout:g} s, so {who} was sent SIGTERM, and it {ended} instead "
+                "of stopping as the trainer does on SIGTERM (code in the job set SIGTERM back to its default action, "
+                "or ended its process)")
     if code is not None and code < 0:
         name = signal_name(-code)
         how = f"{who} was killed by {name} while the job ran"
@@ -134,10 +143,10 @@ def lock_pid(run_dir: Path) -> int | None:
 
 def died(cfg: Any, *, overrides: Sequence[str], started: float, code: int | None = None,
          pid: int | str | None = None, timeout: float | None = None, stopped: bool = False,
-         **how: str) -> BaseException:
+         grace: float | None = None, **how: str) -> BaseException:
     """A job's process died: print the job's ``[job N] corral: error:`` line (how its process ended,
-    see :func:`how_it_ended` for ``code``, ``pid``, ``timeout``, ``stopped`` and ``how``, and what to
-    do), write its ``summary.json`` (``status: failed``; the one a process ``pid`` wrote itself, such
+    see :func:`how_it_ended` for ``code``, ``pid``, ``timeout``, ``stopped``, ``grace`` and ``how``, and
+    what to do), write its ``summary.json`` (``status: failed``; the one a process ``pid`` wrote itself, such
     as a ``stopped`` job's ``interrupted`` one, stays) and return the error the sweep ends with
     (:class:`~corral.framework.entry.SweepJobFailed`, as for a job that failed with a corral error).
     ``cfg`` is the job's composed config (:func:`job_config`); ``pid`` None: the one in its lock file."""
@@ -147,8 +156,8 @@ def died(cfg: Any, *, overrides: Sequence[str], started: float, code: int | None
     with job_hydra_config(cfg) as run_dir:
         if pid is None:
             pid = lock_pid(run_dir)
-        error = JobProcessDied(death_reason(how_it_ended(code, pid, timeout=timeout, stopped=stopped, **how),
-                                            run_dir))
+        how_ended = how_it_ended(code, pid, timeout=timeout, stopped=stopped, grace=grace, **how)
+        error = JobProcessDied(death_reason(how_ended, run_dir))
         print(f"{job_prefix()}corral: error: {error}", file=sys.stderr, flush=True)
         try:
             write_failed_summary(run_dir, cfg, num=int(cfg.hydra.job.num), overrides=overrides, started=started,

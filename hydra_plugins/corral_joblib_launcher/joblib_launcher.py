@@ -23,7 +23,10 @@ does (:class:`~corral.framework.entry.SweepJobFailed`'s line, exit status 1). ``
 is per job the same way, and the others go on: a job past it is sent SIGTERM, as a user's ``kill`` does,
 so its trainer keeps or drops the epoch in progress, writes its snapshot and a ``summary.json`` with
 ``status: interrupted``; its line says it stopped at the timeout and how to resume it. A job still
-running :data:`TIMEOUT_GRACE_S` seconds after that is killed (SIGKILL) and failed.
+running :data:`TIMEOUT_GRACE_S` seconds after that (code in it that handles SIGTERM without stopping,
+such as an environment's own handler) is killed (SIGKILL) and failed, its line saying so and how to
+resume it from its latest snapshot; one whose process ended on the SIGTERM by itself is failed with a
+line saying that.
 
 What a dead job's process leaves: the processes it started outlive it (the kernel hands them to
 init), and one that does not watch its parent (a simulator server an environment started, a process
@@ -187,7 +190,7 @@ class CorralJoblibLauncher(JoblibLauncher):
                     if job.timed_out is not None and now - job.stop_t0 >= TIMEOUT_GRACE_S and not future.done():
                         job.slot.close(kill=True)  # still running after its grace: killed
                         running.pop(future)
-                        results[job.num] = self._died(job, timeout=float(timeout))
+                        results[job.num] = self._died(job, timeout=float(timeout), grace=TIMEOUT_GRACE_S)
                         free.append(job.slot)
         except BaseException as exc:
             if running and isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -231,14 +234,15 @@ class CorralJoblibLauncher(JoblibLauncher):
             job.slot.close(kill=True)
         return result
 
-    def _died(self, job: Job, timeout: float | None = None, stopped: bool = False) -> Any:
-        """The failed ``JobReturn`` of a job whose process died (or was killed past ``timeout``; with
-        ``stopped``: stopped by the launcher's SIGTERM past ``timeout``, its run saved)."""
+    def _died(self, job: Job, timeout: float | None = None, stopped: bool = False, grace: float | None = None) -> Any:
+        """The failed ``JobReturn`` of a job whose process died (after the launcher's SIGTERM past
+        ``timeout``; with ``stopped``: the job stopped on it, as on a user's SIGTERM; with ``grace``: killed
+        ``grace`` seconds after it)."""
         from corral.launchers.job_death import failed_return, job_config
 
         assert self.config is not None and self.hydra_context is not None
         cfg = job_config(self.hydra_context, self.config, job.overrides, job.num)
-        return failed_return(cfg, job.overrides, died(cfg, job, timeout, stopped=stopped))
+        return failed_return(cfg, job.overrides, died(cfg, job, timeout, stopped=stopped, grace=grace))
 
 
 def workers(n_jobs: int) -> int:
@@ -342,16 +346,17 @@ class Job:
         self.stop_t0 = 0.0
 
 
-def died(cfg: Any, job: Job, timeout: float | None = None, stopped: bool = False) -> BaseException:
-    """A job's process died (or was killed past ``timeout``; ``stopped``: it stopped on the launcher's
-    SIGTERM past ``timeout``): its line, its failed ``summary.json`` (a stopped job's own one stays) and
-    the error the sweep ends with (:func:`corral.launchers.job_death.died`), from how its loky
-    process ended."""
+def died(cfg: Any, job: Job, timeout: float | None = None, stopped: bool = False,
+         grace: float | None = None) -> BaseException:
+    """A job's process died (after the launcher's SIGTERM past ``timeout``; ``stopped``: the job stopped on
+    it; ``grace``: killed ``grace`` seconds after it): its line, its failed ``summary.json`` (a stopped
+    job's own one stays) and the error the sweep ends with (:func:`corral.launchers.job_death.died`), from
+    how its loky process ended."""
     from corral.launchers.job_death import died as job_died
 
-    code = None if stopped else exit_code(job.process, job.said)
+    code = None if stopped or grace is not None else exit_code(job.process, job.said)
     return job_died(cfg, overrides=job.overrides, started=job.started, code=code,
-                    pid=getattr(job.process, "pid", "?"), timeout=timeout, stopped=stopped,
+                    pid=getattr(job.process, "pid", "?"), timeout=timeout, stopped=stopped, grace=grace,
                     fewer="run fewer jobs at once (hydra.launcher.n_jobs)")
 
 

@@ -102,11 +102,12 @@ def dead_job_pid(err: str, sweep_dir: Path, why: str) -> int:
 GONE_WITHIN_S = 5.0
 
 
-def run_watched_sweep(tmp_path: Path, modules: dict[str, str], *overrides: str) -> tuple[int, str, dict[int, int]]:
-    """Run ``train.py -m <overrides>`` into ``tmp_path/multirun`` (bounded), with ``modules`` (module name ->
-    source, such as ``{"dying_env": DYING_ENV}``) written into ``tmp_path`` for the jobs to import, watching
-    its session's processes; return its exit status, its stderr and every process seen in its session
-    while it ran (pid -> parent pid). Asserts that none of them runs :data:`GONE_WITHIN_S` seconds after the
+def run_watched_sweep(tmp_path: Path, modules: dict[str, str], *overrides: str,
+                      limit_s: float = 400.0) -> tuple[int, str, dict[int, int]]:
+    """Run ``train.py -m <overrides>`` into ``tmp_path/multirun`` (at most ``limit_s`` seconds), with ``modules``
+    (module name -> source, such as ``{"dying_env": DYING_ENV}``) written into ``tmp_path`` for the jobs to
+    import, watching its session's processes; return its exit status, its stderr and every process seen in its
+    session while it ran (pid -> parent pid). Asserts that none of them runs :data:`GONE_WITHIN_S` seconds after the
     sweep exited; whatever still runs when it returns or fails is stopped (``started_session``)."""
     from corral.parallel.process_tree import proc_stat
     from corral.testing.processes import wait_gone
@@ -120,9 +121,10 @@ def run_watched_sweep(tmp_path: Path, modules: dict[str, str], *overrides: str) 
     err_path = tmp_path / "stderr"
     with err_path.open("w") as err_file, started_session(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                                                           stderr=err_file) as proc:
-        deadline = time.monotonic() + 400
+        deadline = time.monotonic() + limit_s
         while proc.poll() is None:
-            assert time.monotonic() < deadline, f"the sweep did not end within 400 s: {err_path.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, \
+                f"the sweep did not end within {limit_s:g} s: {err_path.read_text()[-3000:]}"
             for pid in session_processes(proc.pid):
                 stat = proc_stat(pid)
                 if stat is not None:
