@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -16,45 +18,72 @@ import torch
 torch.set_num_threads(1)
 
 
-def ray_session_root() -> Path:
-    """Where Ray keeps each runtime's session directory (logs, sockets): Ray's own default."""
-    base = os.environ.get("RAY_TMPDIR") or (os.environ.get("TMPDIR") if sys.platform.startswith("linux") else None)
-    return Path(base or "/tmp") / "ray"
+#: The file in the suite's Ray directory that names the pytest process owning it.
+OWNER_FILE = ".pytest-pid"
 
 
-def ray_sessions() -> set[str]:
-    """The names of Ray's session directories (``session_<date>_<pid>``)."""
-    root = ray_session_root()
-    return {p.name for p in root.glob("session_2*")} if root.is_dir() else set()
-
-
-def _in_use(session: str) -> bool:
-    """A running process names the session in its command line (a raylet, a worker of it)."""
+def _in_use(path: str) -> bool:
+    """A running process names ``path`` in its command line (a raylet, a worker, a ``ray start`` node)."""
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
+        if entry.name.isdigit() and entry.name != str(os.getpid()):
             try:
-                if session in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                if path in (entry / "cmdline").read_bytes().decode(errors="replace"):
                     return True
             except OSError:
                 continue
     return False
 
 
-@pytest.fixture(scope="session", autouse=True)
-def remove_the_suites_ray_sessions() -> Iterator[None]:
-    """Each Ray runtime the suite starts (in process, under train.py, a ``ray start`` cluster)
-    leaves a session directory of logs in /tmp/ray, ~0.3 MB each, ~40 a run. Those that appeared
-    during the suite and that no running process uses are removed at its end."""
-    before = ray_sessions()
-    yield
-    if not Path("/proc").is_dir():
+def _remove_orphaned_ray_dirs() -> None:
+    """The Ray directories of earlier suites that were killed (SIGKILL, SIGTERM: no finalizer, no
+    atexit ran): their pytest is gone and no running process uses them."""
+    for candidate in Path("/tmp").glob("cr*"):
+        try:
+            owner = int((candidate / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not one of ours
+        if not Path(f"/proc/{owner}").exists() and not _in_use(str(candidate)):
+            shutil.rmtree(candidate, ignore_errors=True)
+
+
+def _make_ray_dir() -> Path:
+    """One short directory (Ray's AF_UNIX socket paths must stay under ~107 bytes) that every Ray
+    runtime the suite starts keeps its session directories (logs, sockets) in: RAY_TMPDIR, which
+    ``ray.init`` and ``ray start`` in this process and in every process the tests start read
+    (Ray's ``get_default_system_temp_dir``: RAY_TMPDIR, else TMPDIR, else /tmp). Set before any
+    test module imports Ray."""
+    if Path("/proc").is_dir():
+        _remove_orphaned_ray_dirs()
+    path = Path(tempfile.mkdtemp(prefix="cr", dir="/tmp"))
+    (path / OWNER_FILE).write_text(str(os.getpid()))
+    os.environ["RAY_TMPDIR"] = str(path)
+    return path
+
+
+_OWNER_PID = os.getpid()
+#: The suite's Ray directory; tests that start a cluster with `ray start --temp-dir` put theirs in it.
+RAY_DIR = _make_ray_dir()
+
+
+def remove_the_suites_ray_dir() -> None:
+    """Stop this process's Ray runtime, if any, and remove the suite's Ray directory (idempotent)."""
+    if os.getpid() != _OWNER_PID:  # a forked child that exits through atexit: not its to remove
         return
-    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
-        sys.modules["ray"].shutdown()
-    root = ray_session_root()
-    for name in sorted(ray_sessions() - before):
-        if not _in_use(name):
-            shutil.rmtree(root / name, ignore_errors=True)
-    latest = root / "session_latest"
-    if latest.is_symlink() and not latest.exists():
-        latest.unlink()
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+    shutil.rmtree(RAY_DIR, ignore_errors=True)
+
+
+# Registered before any test imports Ray: atexit runs last-registered first, so Ray's own
+# shutdown at exit comes before this. It covers a pytest that ends without its session teardown.
+atexit.register(remove_the_suites_ray_dir)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ray_dir() -> Iterator[Path]:
+    """The suite's Ray directory, removed with everything in it at the end of the session, also when
+    it is interrupted (Ctrl-C runs the session's teardown; atexit covers the rest): nothing the
+    suite's Ray runtimes (in process, under train.py, a ``ray start`` cluster) write stays in /tmp/ray."""
+    yield RAY_DIR
+    remove_the_suites_ray_dir()

@@ -154,8 +154,9 @@ def ray_cluster(tmp_path: Path):
     env.pop("RAY_ADDRESS", None)
     port = free_port()
     # A short temporary directory of its own (Ray's socket paths must stay short): it marks this
-    # cluster's processes, and goes with it.
-    temp_dir = tempfile.mkdtemp(prefix="corral-ray-", dir="/tmp")
+    # cluster's processes, and goes with it. Inside the suite's Ray directory (RAY_TMPDIR, see
+    # tests/conftest.py), which the suite removes even when this teardown does not run.
+    temp_dir = tempfile.mkdtemp(prefix="c", dir=os.environ.get("RAY_TMPDIR") or "/tmp")
     common = ["--num-cpus=1", "--object-store-memory=150000000", "--disable-usage-stats", f"--temp-dir={temp_dir}"]
     try:
         subprocess.run([ray_cli, "start", "--head", f"--port={port}", "--include-dashboard=false", *common],
