@@ -236,15 +236,15 @@ def plot_command(argv: Sequence[str]) -> int:
     opts.ignore = _checked_ignore("plot", opts.dirs, opts.ignore)
 
     from corral.results.plot import plot_dir
-    from corral.results.table import mean_std
+    from corral.results.table import format_mean_std, mean_std
 
     result = plot_dir(opts.dirs, out=opts.out, metric=opts.metric, ignore=opts.ignore,
                       **({} if opts.legend is None else {"legend": opts.legend}))
     for c in result.curves:
         # each run's own final value, as `corral results` averages them (the line ends at the shortest run's end)
         mean, std = mean_std(c.finals) or (float(c.mean[-1]), float(c.std[-1]))
-        spread = f" ± {std:,.1f}" if c.n_runs > 1 else ""  # one run has no spread
-        print(f"{c.label}: {c.n_runs} run(s), final {result.metric} {mean:,.1f}{spread}")
+        final = format_mean_std(mean, std if c.n_runs > 1 else None)  # one run has no spread
+        print(f"{c.label}: {c.n_runs} run(s), final {result.metric} {final}")
     for line in result.skipped:  # as `corral results` lists them: a missing line is never silent
         print(f"skipped: {line}")
     if result.legend_note:  # a line the legend does not name is gray: which ones, and how to name them

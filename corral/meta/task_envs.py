@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 
@@ -24,6 +24,26 @@ class TaskEnvConfig:
         metadata={"help": "wrap in the RL2 wrapper (observation + previous action, reward, done); "
                           "worker=rl2 needs it (the rl2_* presets set it)"},
     )
+
+    #: The option's own field that sets the episode length (bandits' ``n_pulls``), if it has one: an
+    #: ``env.max_episode_length`` that differs from it is a ConfigError naming both (checked before
+    #: anything is built), rather than one of the two being silently dropped.
+    episode_length_field: ClassVar[str | None] = None
+    #: What that field sets, for the message (``"a bandit episode's length"``).
+    episode_length_what: ClassVar[str] = "the episode length"
+
+    def __post_init__(self) -> None:
+        own = self.episode_length_field
+        if own is None or self.max_episode_length is None:
+            return
+        value = getattr(self, own)
+        if value is not None and int(value) != int(self.max_episode_length):
+            from corral.framework.errors import ConfigError
+
+            raise ConfigError(
+                f"env.{own}={value} and env.max_episode_length={self.max_episode_length} disagree: env.{own} sets "
+                f"{self.episode_length_what}; drop env.max_episode_length (or give it the same value)"
+            )
 
 
 def make_task_env(entry_point: str, max_episode_steps: int, rl2_inputs: bool = False, **kwargs: Any) -> gym.Env:

@@ -58,6 +58,32 @@ def mean_std(values: Sequence[float]) -> tuple[float, float] | None:
     return mean, math.sqrt(var)
 
 
+def format_number(x: float) -> str:
+    """A mean or std as ``corral results`` and ``corral plot`` print it: one decimal with thousands
+    separators from 1 up (``1,875.3``, ``36.7``), 4 significant figures below 1 (``0.001234``,
+    ``-0.04210``, ``1.234e-05``), so small metrics (``ppo/approx_kl``, ``loss/policy``) do not all
+    read ``0.0``; ``0.0`` for zero (never ``-0.0``)."""
+    x = float(x)
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0:
+        return "0.0"
+    if abs(x) >= 1:
+        return f"{x:,.1f}"
+    return f"{x:#.4g}"
+
+
+def format_mean_std(mean: float, std: float | None = None) -> str:
+    """``mean ± std`` as ``corral results`` and ``corral plot`` print it (``mean`` alone when ``std`` is
+    None: one run has no spread). The mean is :func:`format_number`'s; the std has the mean's one
+    decimal where the mean has one (``22.0 ± 0.6``), else its own 4 significant figures
+    (``0.0009216 ± 0.0003514``)."""
+    if std is None:
+        return format_number(mean)
+    spread = f"{float(std):,.1f}" if math.isfinite(mean) and abs(mean) >= 1 else format_number(std)
+    return f"{format_number(mean)} ± {spread}"
+
+
 def swept_keys(runs: Iterable[RunRecord], ignore: Iterable[str] = ("seed",)) -> list[str]:
     """Override keys whose values differ between ``runs`` (a key missing from a run counts as a value)."""
     runs = list(runs)
@@ -106,8 +132,8 @@ class ResultsTable:
     rows: list[dict[str, Any]]
     skipped: list[str] = field(default_factory=list)
 
-    def format(self, precision: int = 1) -> str:
-        """A Markdown table: key columns, ``n`` (runs), then ``mean ± std`` per metric."""
+    def format(self) -> str:
+        """A Markdown table: key columns, ``n`` (runs), then ``mean ± std`` per metric (:func:`format_mean_std`)."""
         headers = [*self.keys, "n"] + [title for _, title in self.metrics]
         if not self.keys:
             headers = ["group", *headers]
@@ -119,10 +145,9 @@ class ResultsTable:
                 ms = row[metric]
                 if ms is None:
                     cells.append("n/a")
-                elif (row.get("counts") or {}).get(metric, row["n"]) < 2:  # one run has no spread to show
-                    cells.append(f"{ms[0]:,.{precision}f}")
-                else:
-                    cells.append(f"{ms[0]:,.{precision}f} ± {ms[1]:,.{precision}f}")
+                else:  # one run has no spread to show
+                    one = (row.get("counts") or {}).get(metric, row["n"]) < 2
+                    cells.append(format_mean_std(ms[0], None if one else ms[1]))
             lines.append(cells)
         widths = [max(len(h), *(len(c[i]) for c in lines)) if lines else len(h) for i, h in enumerate(headers)]
         out = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |",
@@ -182,5 +207,5 @@ def results_for_dir(roots: Roots, ignore: Iterable[str] = ("seed",)) -> ResultsT
     return table
 
 
-__all__ = ["DEFAULT_METRICS", "Group", "ResultsTable", "group_runs", "mean_std", "results_for_dir",
-           "results_table", "swept_keys", "unused_ignore_keys"]
+__all__ = ["DEFAULT_METRICS", "Group", "ResultsTable", "format_mean_std", "format_number", "group_runs", "mean_std",
+           "results_for_dir", "results_table", "swept_keys", "unused_ignore_keys"]

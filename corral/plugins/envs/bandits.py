@@ -9,7 +9,7 @@ episode, so the adaptation curve shows the reward of every pull). The observatio
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -70,7 +70,12 @@ class BanditsEnvConfig(TaskEnvConfig):
     """Multi-armed Bernoulli bandits."""
 
     n_arms: int = field(default=5, metadata=check(ge=1, help="arms per bandit (k)"))
-    n_pulls: int = field(default=1, metadata=check(ge=1, help="pulls per episode (the trial length is n_pulls * n_episodes_per_trial)"))
+    n_pulls: int = field(default=1, metadata=check(
+        ge=1, help="pulls per episode, which sets a bandit episode's length (env.max_episode_length may only repeat "
+                   "it); with worker=rl2 a trial is n_pulls * worker.n_episodes_per_trial pulls"))
+
+    episode_length_field: ClassVar[str | None] = "n_pulls"
+    episode_length_what: ClassVar[str] = "a bandit episode's length (pulls per episode)"
 
 
 def build_bandits(config: BanditsEnvConfig) -> EnvFactory:

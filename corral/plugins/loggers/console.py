@@ -16,7 +16,7 @@ from corral.framework.logger import Logger, job_prefix, run_log
 class ConsoleLoggerConfig:
     """Settings of the console logger."""
 
-    every: int = field(default=1, metadata=check(ge=1, help="print every N epochs"))
+    every: int = field(default=1, metadata=check(ge=1, help="print every N epochs (and always the run's last epoch)"))
     losses: bool = field(default=True, metadata={"help": "also print loss/* entries"})
 
 
@@ -31,11 +31,27 @@ class ConsoleLogger(Logger):
         self.prefix = prefix
         #: The same lines go to ``<log_dir>/corral.log``.
         self.log_dir = log_dir
+        #: The line of the last epoch logged, while ``every`` skipped it: :meth:`close` prints it, so
+        #: the run's last epoch (completed, interrupted or failed) always has its line, once.
+        self._unprinted: str | None = None
 
     def log(self, epoch: int, stats: Mapping[str, float]) -> None:
-        """Print one line."""
+        """Print one line (every ``every``-th epoch; a skipped last one when the logger closes)."""
+        line = self.format_line(epoch, stats)
         if self.config.every > 1 and epoch % self.config.every:
+            self._unprinted = line  # the row as it was committed, whatever is added to ``stats`` later
             return
+        self._unprinted = None
+        self._print(line)
+
+    def close(self) -> None:
+        """Print the last epoch's line if ``every`` skipped it (the run ends there)."""
+        line, self._unprinted = self._unprinted, None
+        if line is not None:
+            self._print(line)
+
+    def format_line(self, epoch: int, stats: Mapping[str, float]) -> str:
+        """The line of ``epoch``: steps, train return, episode length, eval return, speed, losses."""
         parts = [f"epoch {epoch:4d}", f"steps {int(stats.get('env_steps', 0)):>10,}"]
         if "train/return_mean" in stats:
             parts.append(
@@ -48,7 +64,9 @@ class ConsoleLogger(Logger):
             parts.append(f"{stats['time/steps_per_s']:>8,.0f} steps/s")
         if self.config.losses:
             parts += [f"{k.split('/', 1)[1]} {v:.4g}" for k, v in stats.items() if k.startswith("loss/")]
-        line = " | ".join(parts)
+        return " | ".join(parts)
+
+    def _print(self, line: str) -> None:
         print(self.prefix + line, file=self.stream, flush=True)
         if self.log_dir is not None:
             run_log(self.log_dir).info(line)
