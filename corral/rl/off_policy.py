@@ -11,10 +11,18 @@ buffer holds ``min_buffer_size`` transitions, runs ``utd_ratio`` gradient steps 
 environment step (or a fixed ``gradient_steps`` per epoch). Until then the agent update asks the
 policy to explore (uniform random actions for SAC, epsilon = 1 for DQN), with noise drawn from
 the policy's per-slot streams, so the same seed gives the same episodes whatever the sampler.
+
+The workers' policy (its parameters and its exploration state) changes only between epochs, so
+``min_buffer_size`` takes effect at an epoch's end: the policy explores for whole epochs until the
+buffer holds ``max(min_buffer_size, 1)`` transitions, i.e. for the first
+``ceil(max(min_buffer_size, 1) / trainer.batch_size)`` epochs (:func:`warmup_steps`). Where that
+differs from ``min_buffer_size`` the first :meth:`OffPolicyAlgorithm.sample` of a fresh run says so
+in one warning line (:meth:`OffPolicyAlgorithm.warmup_warning`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, Callable, Iterable, Mapping
 
@@ -35,6 +43,8 @@ from corral.rl.replay_buffer import ReplayBuffer
 BUFFER_BRANCH = 2**31 - 3
 TORCH_BRANCH = 2**31 - 4
 
+logger = logging.getLogger(__name__)
+
 
 @torch.no_grad()
 def polyak_update(source: Iterable[torch.Tensor], target: Iterable[torch.Tensor], tau: float) -> None:
@@ -54,6 +64,21 @@ def gradient_steps_due(credit: float, n_new: int, utd_ratio: float, fixed: int |
     credit += utd_ratio * n_new
     steps = math.floor(credit + 1e-9)
     return steps, credit - steps
+
+
+def warmup_steps(min_buffer_size: int, batch_size: int) -> int:
+    """Environment steps that explore before the first learned policy acts, with epochs of
+    ``batch_size`` steps: whole epochs until the buffer holds ``max(min_buffer_size, 1)`` transitions."""
+    return math.ceil(max(min_buffer_size, 1) / batch_size) * batch_size
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    """The largest divisor of ``n`` (>= 1) that is at most ``at_most``."""
+    best = 1
+    for d in range(1, math.isqrt(n) + 1):
+        if n % d == 0:
+            best = max([best, *(x for x in (d, n // d) if x <= at_most)])
+    return best
 
 
 def networks_state(modules: Mapping[str, nn.Module], optimizers: Mapping[str, torch.optim.Optimizer]
@@ -92,6 +117,8 @@ class OffPolicyAlgorithm(Algorithm):
     #: Applied to every sampled minibatch before its gradient step; running normalisation
     #: (``normalize.obs`` / ``normalize.reward``) sets it, the buffer keeps raw transitions.
     minibatch_transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    #: How the policy acts before learning starts, in the warm-up warning (``act ...``).
+    warmup_actions: str = "explore"
 
     def __init__(
         self,
@@ -131,10 +158,46 @@ class OffPolicyAlgorithm(Algorithm):
         self.env_steps = 0
         self.n_updates = 0
         self._update_credit = 0.0  # fractional gradient steps carried to the next epoch
+        self._warmup_checked = False  # the warm-up warning is given once, before a fresh run's first epoch
         self.modules: dict[str, nn.Module] = {"policy": policy}  # type: ignore[dict-item]
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
 
     # ------------------------------------------------------------------ the loop
+    def sample(self, itr: int, batch_size: int) -> EpisodeBatch:
+        """Collect the episodes of epoch ``itr``; before a fresh run's first epoch, say in one warning
+        line when ``min_buffer_size`` is not what the epochs of ``batch_size`` steps will do."""
+        if not self._warmup_checked:
+            self._warmup_checked = True
+            message = self.warmup_warning(batch_size) if self.env_steps == 0 else None
+            if message is not None:
+                logger.warning("corral: %s", message)
+        return super().sample(itr, batch_size)
+
+    def warmup_warning(self, batch_size: int) -> str | None:
+        """The warning line when the steps that explore with epochs of ``batch_size`` (``trainer.batch_size``)
+        steps differ from ``algo.min_buffer_size`` (the policy changes only between epochs); None when they agree."""
+        asked = self.min_buffer_size
+        steps = warmup_steps(asked, batch_size)
+        if steps == max(asked, 1):
+            return None
+        epochs = steps // batch_size
+        what = (f"algo.min_buffer_size={asked} counts in whole epochs of trainer.batch_size={batch_size} steps (the "
+                f"workers' policy changes only between epochs), so the first {steps:,} environment steps ({epochs} "
+                f"epoch{'s' if epochs > 1 else ''}) {self.warmup_actions}"
+                f"{f', not the first {asked:,}' if asked > 1 else ''}{self.warmup_note(steps)}")
+        if asked <= 1:
+            return (f"{what}; no update comes before the first epoch ends, so lower trainer.batch_size for fewer, or "
+                    f"set algo.min_buffer_size={steps} to ask for what runs")
+        divisor = _largest_divisor(asked, batch_size)
+        exact = f"make trainer.batch_size a divisor of it (trainer.batch_size={divisor}), or " if divisor > 1 else ""
+        return (f"{what}; for {asked:,}, {exact}set algo.min_buffer_size to a multiple of trainer.batch_size "
+                f"({steps} is what runs now)")
+
+    def warmup_note(self, steps: int) -> str:
+        """What else the ``steps`` exploring steps override, appended to the warm-up warning (e.g.
+        ``, and the epsilon schedule ... starts only after them``)."""
+        return ""
+
     @property
     def learning_started(self) -> bool:
         """True once the buffer holds ``min_buffer_size`` transitions (gradient steps run)."""
@@ -218,5 +281,5 @@ class OffPolicyAlgorithm(Algorithm):
 
 __all__ = [
     "BUFFER_BRANCH", "TORCH_BRANCH", "OffPolicyAlgorithm", "gradient_steps_due", "load_networks_state",
-    "networks_state", "polyak_update",
+    "networks_state", "polyak_update", "warmup_steps",
 ]

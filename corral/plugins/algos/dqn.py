@@ -45,14 +45,16 @@ class DQNConfig:
     (10), Huber loss as SB3's ``smooth_l1_loss``; the network widths are ``policy.hidden_sizes``
     (SB3's ``net_arch``, 64, 64). SB3's DQN is not double DQN: ``double=false`` gives its targets.
     One difference stays: ``policy=qnet`` initialises its layers orthogonally (``corral.rl.networks.mlp``),
-    SB3 keeps PyTorch's default ``nn.Linear`` initialisation.
+    SB3 keeps PyTorch's default ``nn.Linear`` initialisation. And the workers' policy (its epsilon too)
+    changes once per epoch (``trainer.batch_size`` steps), so ``min_buffer_size`` rounds up to whole
+    epochs at epsilon 1 (a run says so when it is not a multiple of the batch).
     """
 
     discount: float = field(default=0.99, metadata=check(ge=0, le=1, help="discount factor gamma"))
     learning_rate: float = field(default=1e-4, metadata=check(gt=0, help="Adam learning rate"))
     buffer_size: int = field(default=1_000_000, metadata=check(ge=1, help="replay buffer capacity (transitions)"))
     min_buffer_size: int = field(
-        default=100, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (epsilon = 1) before gradient steps start")
+        default=100, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (epsilon = 1) before gradient steps start; whole epochs of trainer.batch_size steps, rounded up")
     )
     batch_size: int = field(default=32, metadata=check(ge=1, help="transitions per gradient step"))
     utd_ratio: float = field(default=0.25, metadata=check(gt=0, applies_if=("gradient_steps", "==", None),
@@ -78,6 +80,7 @@ class DQN(OffPolicyAlgorithm):
     policies = ("qnet",)
     action_spaces = ("discrete",)
     presets = ("dqn_cartpole",)  # named in the composition errors (corral.plugins.validation)
+    warmup_actions = "act at epsilon 1 (uniformly random actions)"
 
     def __init__(self, env_spec: EnvSpec, policy: Policy, sampler: Sampler | None = None, *, seed: int = 1,
                  **hyperparameters: Any) -> None:
@@ -112,6 +115,12 @@ class DQN(OffPolicyAlgorithm):
             return 1.0
         frac = min(1.0, env_steps / c.exploration_steps) if c.exploration_steps > 0 else 1.0
         return c.exploration_initial_eps + frac * (c.exploration_final_eps - c.exploration_initial_eps)
+
+    def warmup_note(self, steps: int) -> str:
+        """An ``exploration_initial_eps`` below 1 is not what the first ``steps`` steps act with."""
+        eps = self.config.exploration_initial_eps
+        return (f", and the epsilon schedule (algo.exploration_initial_eps={eps}) starts only after them"
+                if eps < 1 else "")
 
     def update_exploration(self, env_steps: int) -> None:
         """Write the scheduled epsilon into the policy (it travels in the next agent update)."""

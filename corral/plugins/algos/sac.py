@@ -46,7 +46,8 @@ class SACConfig:
     ``ent_coef="auto"`` (starting at 1.0), ``target_entropy`` = ``target_entropy`` ("auto" = -dim(A)),
     ``qf_hidden_sizes`` = ``net_arch`` (256, 256; the actor's widths are ``policy.hidden_sizes``).
     What differs by design: corral's trainer updates the workers' policy once per epoch
-    (``trainer.batch_size`` environment steps) instead of after every step.
+    (``trainer.batch_size`` environment steps) instead of after every step, so ``min_buffer_size``
+    rounds up to whole epochs of random actions (a run says so when it is not a multiple of the batch).
     """
 
     discount: float = field(default=0.99, metadata=check(ge=0, le=1, help="discount factor gamma"))
@@ -54,7 +55,7 @@ class SACConfig:
     learning_rate: float = field(default=3e-4, metadata=check(gt=0, help="Adam learning rate (actor, critics, temperature)"))
     buffer_size: int = field(default=1_000_000, metadata=check(ge=1, help="replay buffer capacity (transitions)"))
     min_buffer_size: int = field(
-        default=100, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (uniformly random actions) before gradient steps start")
+        default=100, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (uniformly random actions) before gradient steps start; whole epochs of trainer.batch_size steps, rounded up")
     )
     batch_size: int = field(default=256, metadata=check(ge=1, help="transitions per gradient step"))
     utd_ratio: float = field(default=1.0, metadata=check(gt=0, applies_if=("gradient_steps", "==", None),
@@ -78,6 +79,7 @@ class SAC(OffPolicyAlgorithm):
     policies = ("tanh_gaussian",)
     action_spaces = ("continuous",)
     presets = ("sac_pendulum",)  # named in the composition errors (corral.plugins.validation)
+    warmup_actions = "act uniformly at random"
 
     def __init__(self, env_spec: EnvSpec, policy: Policy, sampler: Sampler | None = None, *, seed: int = 1,
                  **hyperparameters: Any) -> None:

@@ -1,0 +1,82 @@
+"""SAC's and DQN's ``algo.min_buffer_size`` counts in whole epochs: the workers' policy (and its
+random-action flag or epsilon) changes only between epochs of ``trainer.batch_size`` steps. A value
+that is not a multiple of the batch is one ``corral: warning:`` line before the first epoch, saying
+how many steps really act at random and how to get what was asked; a multiple says nothing."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from off_policy_helpers import rows, train
+
+# One epoch of 1,000 Pendulum steps (five whole episodes), one gradient step, no evaluation.
+SAC_RUN = ["algo=sac", "env=pendulum", "policy=tanh_gaussian", "policy.hidden_sizes=[32,32]",
+           "algo.qf_hidden_sizes=[32,32]", "algo.batch_size=32", "algo.gradient_steps=1", "trainer.batch_size=1000",
+           "trainer.n_epochs=1", "trainer.max_env_steps=null", "trainer.eval_every=0", "logger=[csv]"]
+
+
+def sac_run(*changes: str) -> list[str]:
+    """SAC_RUN with ``changes`` in place of its own values of the same keys (a key given twice is a
+    warning line of its own)."""
+    changed = {change.split("=", 1)[0]: change for change in changes}
+    return [changed.pop(o.split("=", 1)[0], o) for o in SAC_RUN] + list(changed.values())
+
+
+def warning_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    """The ``corral: warning:`` lines a run printed."""
+    return [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
+
+
+def test_a_min_buffer_size_below_the_batch_is_one_warning_line_and_a_multiple_none(tmp_path: Path) -> None:
+    """``algo.min_buffer_size=100`` with ``trainer.batch_size=1000``: the first 1,000 steps act uniformly at
+    random, exactly as with ``algo.min_buffer_size=1000`` (the same first epoch), and the run says so once,
+    before training; 1000, a multiple, is what runs and is not warned about, nor is a resumed run."""
+    asked = train(tmp_path / "asked100", *sac_run("algo.min_buffer_size=100"))
+    assert asked.returncode == 0, asked.stderr[-3000:]
+    assert warning_lines(asked) == [
+        "corral: warning: algo.min_buffer_size=100 counts in whole epochs of trainer.batch_size=1000 steps (the "
+        "workers' policy changes only between epochs), so the first 1,000 environment steps (1 epoch) act uniformly "
+        "at random, not the first 100; for 100, make trainer.batch_size a divisor of it (trainer.batch_size=100), or "
+        "set algo.min_buffer_size to a multiple of trainer.batch_size (1000 is what runs now)"], asked.stderr
+    lines = asked.stderr.splitlines()
+    assert lines.index(warning_lines(asked)[0]) < next(i for i, line in enumerate(lines) if "completed" in line)
+
+    multiple = train(tmp_path / "asked1000", *sac_run("algo.min_buffer_size=1000"))
+    assert multiple.returncode == 0, multiple.stderr[-3000:]
+    assert warning_lines(multiple) == [], multiple.stderr
+    # what the warning says: the same random first epoch (and the same update after it) either way
+    assert rows(tmp_path / "asked100") == rows(tmp_path / "asked1000")
+
+    resumed = train(tmp_path / "asked100", f"trainer.resume={tmp_path / 'asked100'}", "trainer.n_epochs=2")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "after 2 epochs" in resumed.stderr, resumed.stderr
+    assert warning_lines(resumed) == [], resumed.stderr  # said when the run started, not again
+
+
+def test_dqn_names_epsilon_and_the_initial_epsilon_the_first_epoch_cannot_honour(tmp_path: Path) -> None:
+    """``algo.exploration_initial_eps=0.0 algo.exploration_final_eps=0.0``: the first epoch still acts at
+    epsilon 1 (the default ``min_buffer_size=100`` is reached only at its end), and the line says so."""
+    proc = train(tmp_path / "run", "algo=dqn", "env=cartpole", "policy=qnet", "policy.hidden_sizes=[32,32]",
+                 "worker=fragment", "worker.n_envs=1", "worker.timesteps_per_call=500", "trainer.batch_size=500",
+                 "algo.exploration_initial_eps=0.0", "algo.exploration_final_eps=0.0", "algo.gradient_steps=1",
+                 "trainer.n_epochs=1", "trainer.max_env_steps=null", "trainer.eval_every=0", "logger=[csv]")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert warning_lines(proc) == [
+        "corral: warning: algo.min_buffer_size=100 counts in whole epochs of trainer.batch_size=500 steps (the "
+        "workers' policy changes only between epochs), so the first 500 environment steps (1 epoch) act at epsilon 1 "
+        "(uniformly random actions), not the first 100, and the epsilon schedule (algo.exploration_initial_eps=0.0) "
+        "starts only after them; for 100, make trainer.batch_size a divisor of it (trainer.batch_size=100), or set "
+        "algo.min_buffer_size to a multiple of trainer.batch_size (500 is what runs now)"], proc.stderr
+
+
+def test_zero_says_the_first_epoch_always_acts_at_random(tmp_path: Path) -> None:
+    """``algo.min_buffer_size=0`` (SB3's ``learning_starts=0``) cannot make the first epoch learned:
+    no update comes before it ends."""
+    proc = train(tmp_path / "run", *sac_run("algo.min_buffer_size=0", "trainer.batch_size=400"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert warning_lines(proc) == [
+        "corral: warning: algo.min_buffer_size=0 counts in whole epochs of trainer.batch_size=400 steps (the "
+        "workers' policy changes only between epochs), so the first 400 environment steps (1 epoch) act uniformly "
+        "at random; no update comes before the first epoch ends, so lower trainer.batch_size for fewer, or set "
+        "algo.min_buffer_size=400 to ask for what runs"], proc.stderr
