@@ -18,11 +18,12 @@ when one worker hangs in its environment, it alone shows no progress and is the 
 With one group this is rlpyt's GPU sampler; with two, the alternating sampler: while one group's
 forward pass runs, the other group's workers step their environments.
 
-Everything the thread touches is guarded by ``lock``; the sampler takes it to restart a worker's
-slot or shut down (each wait bounded: :class:`ServerBusy` when the thread holds it for ``timeout``
-seconds). The thread runs every call of the policy, agent updates included: the sampler hands it an
-update and waits for it, bounded (:meth:`ActionServer.apply_agent_update`), so that an update whose
-code does not return is named like any other call of the policy, never a hang of the sampler's.
+Everything the thread touches is guarded by ``lock``; the sampler takes it to shut down (the wait
+bounded: :class:`ServerBusy` when the thread holds it for ``timeout`` seconds). The thread runs every
+call of the policy, agent updates and restarts included: the sampler hands it an update
+(:meth:`ActionServer.apply_agent_update`) or a restarted worker's slot, whose state it takes out of
+the policy (:meth:`ActionServer.restart_slot`), and waits for it, bounded, so that policy code that
+does not return there is named like any other call of the policy, never a hang of the sampler's.
 
 A call of the policy that does not return (a forward pass stuck on a lock or on a device that no
 longer answers) is the server's fault, not its workers': :attr:`ActionServer.call` says which call
@@ -136,18 +137,21 @@ class ServerBusy(RuntimeError):
         self.call = call
 
 
-class _Update:
-    """An agent update handed to the serving thread (:meth:`ActionServer.apply_agent_update`): taken
-    (``started``) and applied (``done``: ``fresh`` or ``error`` set) by it; ``call`` is its call."""
+class _Job:
+    """Work the sampler hands to the serving thread (:meth:`ActionServer.apply_agent_update`,
+    :meth:`ActionServer.restart_slot`): taken (``started``) and run (``done``: ``result`` or
+    ``error`` set) by it. ``what``: the call of the policy it is recorded as (``call``, for
+    ``workers``); None for work that is no call of the policy's itself, whose calls of the policy
+    (the pool's moves of slot state) are recorded each on its own."""
 
-    def __init__(self, update: Any, what: str, workers: Sequence[int]) -> None:
-        self.update = update
+    def __init__(self, run: Callable[[], Any], what: str | None, workers: Sequence[int]) -> None:
+        self.run = run
         self.what = what
         self.workers = tuple(workers)
         self.started = threading.Event()
         self.done = threading.Event()
         self.call: ServerCall | None = None
-        self.fresh = False
+        self.result: Any = None
         self.error: BaseException | None = None
 
 
@@ -264,8 +268,8 @@ class ActionServer:
         self._abandoned = False
         self._thread: threading.Thread | None = None
         self._posts: dict[int, int] = {}
-        #: The agent update handed to the serving thread and not yet taken (guarded by ``_handoff``).
-        self._update: _Update | None = None
+        #: The work handed to the serving thread and not yet taken (guarded by ``_handoff``).
+        self._job: _Job | None = None
         self._handoff = threading.Lock()
         self._held_at = float("-inf")
         try:
@@ -305,11 +309,20 @@ class ActionServer:
             self.lock.release()
 
     def restart_slot(self, i: int) -> None:
-        """Worker ``i`` is being restarted: new semaphores, its pending post and state dropped."""
-        with self._locked():
-            self._posts.pop(i, None)
-            self.slots[i].renew(self.ctx)
-            self.pool.forget(i)
+        """Worker ``i`` is being restarted: new semaphores, its pending post and state dropped.
+
+        The serving thread does it, and this waits for it, bounded, as for an agent update (see
+        :meth:`apply_agent_update`): dropping the worker's state takes it out of the policy that
+        holds it (``get_sampling_state``, recorded as :attr:`call`), and a call of the policy that
+        does not return must be named, never a hang of the sampler's. :class:`ServerBusy` when the
+        thread has not taken it up within ``timeout`` seconds or a call of the policy it makes has run
+        ``timeout`` seconds; any other error of the policy's is raised here."""
+        self._run_job(_Job(lambda: self._restart(i), None, (i,)))
+
+    def _restart(self, i: int) -> None:
+        self._posts.pop(i, None)
+        self.slots[i].renew(self.ctx)
+        self.pool.forget(i)
 
     def start(self) -> None:
         """Start the serving thread."""
@@ -342,53 +355,66 @@ class ActionServer:
             new = any(isinstance(u, Policy) for u in update)
         else:
             workers, new = list(range(len(self.slots))), isinstance(update, Policy)
-        job = _Update(update, "deepcopy" if new else "set_param_values", workers)
+        job = _Job(lambda: self._update_pool(update), "deepcopy" if new else "set_param_values", workers)
+        return bool(self._run_job(job))
+
+    def _run_job(self, job: _Job) -> Any:
+        """Run ``job`` in the serving thread and wait for it (:meth:`_hand_over`), or here, under the
+        lock, when the thread is not running (not started, or closed); its result, or its error raised."""
         thread = self._thread
-        if thread is None or not thread.is_alive():  # not started (or closed): applied here
+        if thread is None or not thread.is_alive():
             with self._locked():
-                self._apply_update(job)
+                self._do_job(job)
         else:
             self._hand_over(job)
         if job.error is not None:
             raise job.error
-        return job.fresh
+        return job.result
 
-    def _hand_over(self, job: _Update) -> None:
-        """Give ``job`` to the serving thread and wait for it (see :meth:`apply_agent_update`)."""
+    def _hand_over(self, job: _Job) -> None:
+        """Give ``job`` to the serving thread and wait for it, each call of the policy it makes (its own
+        and the pool's moves of slot state within it) ``timeout`` seconds at most, and the time between
+        them as long (:class:`ServerBusy` then)."""
         with self._handoff:
-            self._update = job
+            self._job = job
         self.ring()
         if not job.started.wait(self.timeout):
             with self._handoff:
-                taken = self._update is not job
-                self._update = None
+                taken = self._job is not job
+                self._job = None
             if not taken:  # never taken up: the thread is stuck in another call (or holds its lock)
                 raise ServerBusy(self.call, self.timeout)
             job.started.wait(self.timeout)  # taken just now: started is set at once
-        call = job.call
-        if call is None:  # its call could not even be recorded: the error is the job's
+        if job.what is not None and job.call is None:  # its call could not even be recorded: the error is the job's
             job.done.wait(self.timeout)
             return
+        taken_at = time.monotonic()
         while not job.done.is_set():
             # the job's call, or a move of slot state within it (the thread runs nothing else until done)
-            running = self.call or call
-            left = running.started + self.timeout - time.monotonic()
-            if running.ended is None and left <= 0:
-                raise ServerBusy(running, self.timeout)
+            running = self.call or job.call
+            if running is None:  # between the calls of the policy the job makes (or before the first)
+                last = self.last_call
+                since = max(taken_at, last.ended) if last is not None and last.ended is not None else taken_at
+            else:
+                since = running.started if running.ended is None else running.ended
+            left = since + self.timeout - time.monotonic()
+            if left <= 0:
+                raise ServerBusy(running if running is not None and running.ended is None else None, self.timeout)
             job.done.wait(max(left, 0.01))
 
-    def _take_update(self) -> _Update | None:
+    def _take_job(self) -> _Job | None:
         with self._handoff:
-            job, self._update = self._update, None
+            job, self._job = self._job, None
         return job
 
-    def _apply_update(self, job: _Update) -> None:
-        """Apply ``job`` to the pool (under the lock), recording its call; never raises."""
+    def _do_job(self, job: _Job) -> None:
+        """Run ``job`` (under the lock), recording its call when it is one of the policy's; never raises."""
         call: ServerCall | None = None
         try:
-            call = job.call = self._begin_call(job.what, job.workers)
+            if job.what is not None:
+                call = job.call = self._begin_call(job.what, job.workers)
             job.started.set()
-            job.fresh = self._update_pool(job.update)
+            job.result = job.run()
         except Exception as exc:  # noqa: BLE001 - raised in the sampler's thread
             job.error = exc
         finally:
@@ -523,9 +549,9 @@ class ActionServer:
     def _serve(self) -> None:
         """Collect the posts and answer what can be answered. Every answer is written only if the
         server was not closed while the policy's call ran (see :meth:`close`)."""
-        job = self._take_update()
+        job = self._take_job()
         if job is not None:
-            self._apply_update(job)
+            self._do_job(job)
             if self._stop:
                 return
         posts = self._posts

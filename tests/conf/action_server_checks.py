@@ -1,4 +1,5 @@
-"""What the action-server tests share, for ``tests/parallel/test_action_server_control_calls.py`` and
+"""What the action-server tests share, for ``tests/parallel/test_action_server_control_calls.py``,
+``tests/parallel/test_action_server_restart_hang.py`` and
 ``tests/plugins/samplers/test_action_server_forward_hang.py`` (loaded with
 :func:`corral.testing.modules.import_path`): a sampler's serving thread and its server's semaphores
 after a first ``obtain_samples``, and the checks that none of them, no worker process and no

@@ -19,8 +19,9 @@ that wait counts as neither's lack of progress (the server tells the waiting wor
 this sampler that it is holding it back), so the hung worker alone runs out of ``timeout``, is
 named ("made no progress") and, with ``on_worker_failure=restart``, is the only one restarted. A
 call of the server's policy that does not return within ``timeout`` (a forward pass, most often; or
-a control call: the ``reset`` that rides along with it, a worker's ``seed``, ``get_sampling_state``,
-the agent update's ``set_param_values``) is the server's fault, not that of the workers waiting for
+a control call: the ``reset`` that rides along with it, a worker's ``seed``, ``get_sampling_state``
+(also the one that takes a dead worker's state out before it is restarted), the agent update's
+``set_param_values``) is the server's fault, not that of the workers waiting for
 it: the error (:class:`ServerHung`) names that call, no worker is restarted, and the shutdown does
 not wait for the call (it may return later, or never; see
 :meth:`~corral.parallel.action_server.ActionServer.close`).
