@@ -16,7 +16,7 @@ The workers' policy (its parameters and its exploration state) changes only betw
 ``min_buffer_size`` takes effect at an epoch's end: the policy explores for whole epochs until the
 buffer holds ``max(min_buffer_size, 1)`` transitions, i.e. for the first
 ``ceil(max(min_buffer_size, 1) / trainer.batch_size)`` epochs (:func:`warmup_steps`). Where that
-differs from ``min_buffer_size`` the first :meth:`OffPolicyAlgorithm.sample` of a fresh run says so
+differs from ``min_buffer_size`` a fresh run's first :meth:`OffPolicyAlgorithm.train_once` says so
 in one warning line (:meth:`OffPolicyAlgorithm.warmup_warning`).
 """
 
@@ -158,39 +158,30 @@ class OffPolicyAlgorithm(Algorithm):
         self.env_steps = 0
         self.n_updates = 0
         self._update_credit = 0.0  # fractional gradient steps carried to the next epoch
-        self._warmup_checked = False  # the warm-up warning is given once, before a fresh run's first epoch
+        self._warmup_checked = False  # the warm-up warning is given once, at a fresh run's first epoch
         self.modules: dict[str, nn.Module] = {"policy": policy}  # type: ignore[dict-item]
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
 
     # ------------------------------------------------------------------ the loop
-    def sample(self, itr: int, batch_size: int) -> EpisodeBatch:
-        """Collect the episodes of epoch ``itr``; before a fresh run's first epoch, say in one warning
-        line when ``min_buffer_size`` is not what the epochs of ``batch_size`` steps will do."""
-        if not self._warmup_checked:
-            self._warmup_checked = True
-            message = self.warmup_warning(batch_size) if self.env_steps == 0 else None
-            if message is not None:
-                logger.warning("corral: %s", message)
-        return super().sample(itr, batch_size)
-
-    def warmup_warning(self, batch_size: int) -> str | None:
-        """The warning line when the steps that explore with epochs of ``batch_size`` (``trainer.batch_size``)
-        steps differ from ``algo.min_buffer_size`` (the policy changes only between epochs); None when they agree."""
+    def warmup_warning(self, epoch_steps: int) -> str | None:
+        """The warning line when the steps that explore, with epochs of ``epoch_steps`` steps (the first
+        epoch's, which ``trainer.batch_size`` sets), differ from ``algo.min_buffer_size`` (the workers'
+        policy changes only between epochs); None when they agree."""
         asked = self.min_buffer_size
-        steps = warmup_steps(asked, batch_size)
+        steps = warmup_steps(asked, epoch_steps)
         if steps == max(asked, 1):
             return None
-        epochs = steps // batch_size
-        what = (f"algo.min_buffer_size={asked} counts in whole epochs of trainer.batch_size={batch_size} steps (the "
-                f"workers' policy changes only between epochs), so the first {steps:,} environment steps ({epochs} "
-                f"epoch{'s' if epochs > 1 else ''}) {self.warmup_actions}"
+        epochs = steps // epoch_steps
+        what = (f"algo.min_buffer_size={asked} counts in whole epochs (the workers' policy changes only between "
+                f"epochs, and this run's first epoch collected {epoch_steps:,} steps), so the first {steps:,} "
+                f"environment steps ({epochs} epoch{'s' if epochs > 1 else ''}) {self.warmup_actions}"
                 f"{f', not the first {asked:,}' if asked > 1 else ''}{self.warmup_note(steps)}")
         if asked <= 1:
             return (f"{what}; no update comes before the first epoch ends, so lower trainer.batch_size for fewer, or "
                     f"set algo.min_buffer_size={steps} to ask for what runs")
-        divisor = _largest_divisor(asked, batch_size)
+        divisor = _largest_divisor(asked, epoch_steps)
         exact = f"make trainer.batch_size a divisor of it (trainer.batch_size={divisor}), or " if divisor > 1 else ""
-        return (f"{what}; for {asked:,}, {exact}set algo.min_buffer_size to a multiple of trainer.batch_size "
+        return (f"{what}; for {asked:,}, {exact}set algo.min_buffer_size to a multiple of the epoch's steps "
                 f"({steps} is what runs now)")
 
     def warmup_note(self, steps: int) -> str:
@@ -212,7 +203,14 @@ class OffPolicyAlgorithm(Algorithm):
         return steps
 
     def train_once(self, itr: int, episodes: EpisodeBatch) -> dict[str, float]:
-        """Add ``episodes`` to the replay buffer, then run this epoch's gradient steps."""
+        """Add ``episodes`` to the replay buffer, then run this epoch's gradient steps. A fresh run's
+        first epoch says in one warning line when ``min_buffer_size`` is not what its epochs do
+        (:meth:`warmup_warning`)."""
+        if not self._warmup_checked:
+            self._warmup_checked = True
+            message = self.warmup_warning(len(episodes)) if self.env_steps == 0 and len(episodes) else None
+            if message is not None:
+                logger.warning("corral: %s", message)
         before = self.env_steps
         self.replay_buffer.add(episodes)
         self.env_steps += len(episodes)

@@ -1,6 +1,6 @@
 """SAC's and DQN's ``algo.min_buffer_size`` counts in whole epochs: the workers' policy (and its
 random-action flag or epsilon) changes only between epochs of ``trainer.batch_size`` steps. A value
-that is not a multiple of the batch is one ``corral: warning:`` line before the first epoch, saying
+that is not a multiple of the batch is one ``corral: warning:`` line at the first epoch, saying
 how many steps really act at random and how to get what was asked; a multiple says nothing."""
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ def test_a_min_buffer_size_below_the_batch_is_one_warning_line_and_a_multiple_no
     asked = train(tmp_path / "asked100", *sac_run("algo.min_buffer_size=100"))
     assert asked.returncode == 0, asked.stderr[-3000:]
     assert warning_lines(asked) == [
-        "corral: warning: algo.min_buffer_size=100 counts in whole epochs of trainer.batch_size=1000 steps (the "
-        "workers' policy changes only between epochs), so the first 1,000 environment steps (1 epoch) act uniformly "
+        "corral: warning: algo.min_buffer_size=100 counts in whole epochs (the workers' policy changes only "
+        "between epochs, and this run's first epoch collected 1,000 steps), so the first 1,000 environment steps (1 epoch) act uniformly "
         "at random, not the first 100; for 100, make trainer.batch_size a divisor of it (trainer.batch_size=100), or "
-        "set algo.min_buffer_size to a multiple of trainer.batch_size (1000 is what runs now)"], asked.stderr
+        "set algo.min_buffer_size to a multiple of the epoch's steps (1000 is what runs now)"], asked.stderr
     lines = asked.stderr.splitlines()
     assert lines.index(warning_lines(asked)[0]) < next(i for i, line in enumerate(lines) if "completed" in line)
 
@@ -63,11 +63,11 @@ def test_dqn_names_epsilon_and_the_initial_epsilon_the_first_epoch_cannot_honour
                  "trainer.n_epochs=1", "trainer.max_env_steps=null", "trainer.eval_every=0", "logger=[csv]")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert warning_lines(proc) == [
-        "corral: warning: algo.min_buffer_size=100 counts in whole epochs of trainer.batch_size=500 steps (the "
-        "workers' policy changes only between epochs), so the first 500 environment steps (1 epoch) act at epsilon 1 "
+        "corral: warning: algo.min_buffer_size=100 counts in whole epochs (the workers' policy changes only "
+        "between epochs, and this run's first epoch collected 500 steps), so the first 500 environment steps (1 epoch) act at epsilon 1 "
         "(uniformly random actions), not the first 100, and the epsilon schedule (algo.exploration_initial_eps=0.0) "
         "starts only after them; for 100, make trainer.batch_size a divisor of it (trainer.batch_size=100), or set "
-        "algo.min_buffer_size to a multiple of trainer.batch_size (500 is what runs now)"], proc.stderr
+        "algo.min_buffer_size to a multiple of the epoch's steps (500 is what runs now)"], proc.stderr
 
 
 def test_zero_says_the_first_epoch_always_acts_at_random(tmp_path: Path) -> None:
@@ -76,7 +76,16 @@ def test_zero_says_the_first_epoch_always_acts_at_random(tmp_path: Path) -> None
     proc = train(tmp_path / "run", *sac_run("algo.min_buffer_size=0", "trainer.batch_size=400"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert warning_lines(proc) == [
-        "corral: warning: algo.min_buffer_size=0 counts in whole epochs of trainer.batch_size=400 steps (the "
-        "workers' policy changes only between epochs), so the first 400 environment steps (1 epoch) act uniformly "
+        "corral: warning: algo.min_buffer_size=0 counts in whole epochs (the workers' policy changes only "
+        "between epochs, and this run's first epoch collected 400 steps), so the first 400 environment steps (1 epoch) act uniformly "
         "at random; no update comes before the first epoch ends, so lower trainer.batch_size for fewer, or set "
         "algo.min_buffer_size=400 to ask for what runs"], proc.stderr
+
+
+def test_the_warning_comes_under_running_normalisation_too(tmp_path: Path) -> None:
+    """normalize.obs/reward wrap the algorithm (it must sample through ``Algorithm.sample``): the check
+    lives in the algorithm's own update, so a normalised SAC run trains and says it as well."""
+    proc = train(tmp_path / "run", *sac_run("algo.min_buffer_size=100", "normalize.obs=true", "normalize.reward=true"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(warning_lines(proc)) == 1 and "algo.min_buffer_size=100 counts in whole epochs" in \
+        warning_lines(proc)[0], proc.stderr
