@@ -628,9 +628,9 @@ def test_a_resumes_bad_override_is_one_line_before_the_run_is_touched(tmp_path: 
         ("trainer.batch_size=-5", "trainer.batch_size must be >= 1, got -5"),
         ("algo.learning_rate=0.1", "trainer.resume continues a run with the config it was started with, and these "
                                    "overrides would change it: algo.learning_rate=0.1 (the run has "
-                                   "algo.learning_rate=0.0003). A resume may change trainer.*, the loggers and the "
-                                   "sampler (with the same sampler.n_workers); drop the others, or start a new run "
-                                   "without trainer.resume"),
+                                   "algo.learning_rate=0.0003). A resume may change trainer.*, the loggers, the "
+                                   "sampler (with the same sampler.n_workers) and normalize.update (freeze or thaw "
+                                   "the statistics); drop the others, or start a new run without trainer.resume"),
     ]:
         proc = run([*resume, bad], tmp_path, sites)
         assert proc.returncode == 2, output(proc)

@@ -350,6 +350,10 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
         cfg.trainer.resume = None
         cfg.trainer.trust_snapshot = False  # no resume here; _load_weights hands the trainer's loader --trust
         cfg.sampler = OmegaConf.create({"name": "local", "n_workers": 1})
+        if OmegaConf.select(cfg, "normalize.update") is False:
+            # a resumed run's freeze (normalize.update=false), which a new run may not ask for; evaluation
+            # never updates the statistics whatever the flag, and this build starts from the snapshot's
+            cfg.normalize.update = True
     return cfg, run_env
 
 

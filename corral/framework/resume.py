@@ -12,10 +12,13 @@ A resumed run is one run with one learning curve:
 Either way the rows of epochs after the snapshot are dropped before the run logs them again
 (:meth:`corral.framework.logger.Logger.resume`), so every epoch appears exactly once.
 
-What a resume may change: ``trainer.*`` (e.g. a larger ``trainer.n_epochs``), the loggers, and
-the sampler type and its options as long as ``sampler.n_workers`` stays the same (every sampler
-returns the same episodes for the same seed, worker and number of workers). Any other override
-(``algo=vpg``, ``algo.learning_rate=...``, ``env.*``, ``worker.*``, ``seed``) is an error naming it.
+What a resume may change: ``trainer.*`` (e.g. a larger ``trainer.n_epochs``), the loggers, the
+sampler type and its options as long as ``sampler.n_workers`` stays the same (every sampler
+returns the same episodes for the same seed, worker and number of workers), and
+``normalize.update`` (``false`` freezes the normalisation statistics of the snapshot, ``true``
+lets them update again; the snapshot holds the statistics, the resuming command says whether they
+change). Any other override (``algo=vpg``, ``algo.learning_rate=...``, ``env.*``, ``worker.*``,
+``normalize.obs``, ``seed``) is an error naming it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from corral.framework.shell_words import hydra_override, shell_override, value_o
 
 #: Overrides a resume applies: these groups (and their fields) may change.
 ADJUSTABLE = ("trainer", "logger", "sampler", "hydra")
+#: Single fields of other groups a resume may change: whether the normalisation statistics keep updating.
+ADJUSTABLE_KEYS = ("normalize.update",)
 #: What a branch leaves behind: these entries of the original run directory are not copied.
 NOT_COPIED = ("snapshots", ".hydra", "summary.json", "multirun.yaml", LOCK_FILE)
 
@@ -440,8 +445,8 @@ def _run_of(source: str | os.PathLike) -> Path:
 
 def check_overrides(old: DictConfig, new: DictConfig, overrides: Sequence[str]) -> DictConfig:
     """The config a resumed run trains with: the original ``old`` with this command's adjustable
-    overrides applied (``trainer.*``, ``logger``, the sampler); any other override that would change
-    the run is a :class:`ConfigError` naming it."""
+    overrides applied (``trainer.*``, ``logger``, the sampler, ``normalize.update``); any other
+    override that would change the run is a :class:`ConfigError` naming it."""
     refused: list[str] = []
     explicit = {item.partition("=")[0].lstrip("+~") for item in overrides}
     result = old.copy()
@@ -460,6 +465,9 @@ def check_overrides(old: DictConfig, new: DictConfig, overrides: Sequence[str]) 
                 continue
             if group == "sampler":
                 continue  # below, as a whole
+            if key in ADJUSTABLE_KEYS and _has(old, key) and isinstance(OmegaConf.select(new, key), bool):
+                OmegaConf.update(result, key, OmegaConf.select(new, key))
+                continue
             change = _change(old, new, key)
             if change is not None:
                 refused.append(f"{item} ({change})")
@@ -475,8 +483,9 @@ def check_overrides(old: DictConfig, new: DictConfig, overrides: Sequence[str]) 
     if refused:
         raise ConfigError(
             "trainer.resume continues a run with the config it was started with, and these overrides "
-            f"would change it: {'; '.join(refused)}. A resume may change trainer.*, the loggers and the "
-            "sampler (with the same sampler.n_workers); drop the others, or start a new run without trainer.resume"
+            f"would change it: {'; '.join(refused)}. A resume may change trainer.*, the loggers, the "
+            "sampler (with the same sampler.n_workers) and normalize.update (freeze or thaw the statistics); drop "
+            "the others, or start a new run without trainer.resume"
         )
     return result
 
@@ -515,6 +524,11 @@ def _change(old: DictConfig, new: DictConfig, key: str) -> str | None:
         before = before.get("name") if isinstance(before, DictConfig) else before
         after = after.get("name") if isinstance(after, DictConfig) else after
     return None if before == after else f"the run has {key}={before}"
+
+
+def _has(cfg: DictConfig, key: str) -> bool:
+    """True when ``cfg`` has a value at the dotted ``key`` (a run made before the field existed has none)."""
+    return OmegaConf.select(cfg, key, default=None) is not None
 
 
 def _plain(cfg: DictConfig, key: str) -> Any:

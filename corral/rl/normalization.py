@@ -26,6 +26,11 @@ Where it happens:
   the environment's.
 - The statistics are part of the algorithm's snapshot (``state_dict()["normalization"]``), as
   float64 arrays, so a resumed run continues bit for bit.
+- ``normalize.update=false`` freezes them: :meth:`Normalizer.update` merges nothing. It is for a
+  resumed run (``trainer.resume=<run> normalize.update=false``), which keeps the statistics of the
+  snapshot it continues; the snapshot holds the statistics only, so ``update`` is always the
+  resuming command's. A new run has no statistics to freeze (they would stay at mean 0 and
+  variance 1: nothing normalised), so ``normalize=running`` refuses it before anything starts.
 
 A fragment that continues an episode from an earlier batch (``worker=fragment``) restarts its
 discounted return at 0: the return statistics of a fragment worker are an approximation when its
@@ -74,7 +79,8 @@ class NormalizeConfig:
                                                         help="added to the variances before the square root"))
     update: bool = field(default=True, metadata=check(
         applies_if=(("obs", "==", True), ("reward", "==", True)),
-        help="update the statistics from training episodes (false: keep them frozen)"))
+        help="update the statistics from training episodes (false: keep a resumed run's statistics frozen; "
+             "only with trainer.resume)"))
 
     @property
     def enabled(self) -> bool:
@@ -258,7 +264,8 @@ class Normalizer:
         return {"obs": self.obs_rms.state_dict(), "ret": self.ret_rms.state_dict(), "gamma": self.gamma}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output."""
+        """Restore :meth:`state_dict`'s output: the statistics. The settings (``update`` among them)
+        stay this run's config, so a resume may freeze or thaw them."""
         self.obs_rms.load_state_dict(state["obs"])
         self.ret_rms.load_state_dict(state["ret"])
         self.gamma = float(state["gamma"])
