@@ -82,8 +82,8 @@ def main(argv: Sequence[str] | None = None) -> Any:
         try:
             return _sweep_or_run(multirun=any(a in MULTIRUN_FLAGS for a in args))
         except KeyboardInterrupt:  # Ctrl-C outside a trainer, e.g. in a multirun: the launcher has stopped its jobs
-            multirun = any(a in ("-m", "--multirun") for a in args)
-            note = "; finished jobs keep their summary.json (corral results <sweep dir>)" if multirun else ""
+            multirun = any(a in ("-m", "--multirun") for a in args) or bool(sweep.sweep_dir)
+            note = f"; {sweep.results_note()}" if multirun else ""  # the sweep's directory, when a launcher said it
             print(f"\ncorral: interrupted{note}", file=sys.stderr, flush=True)
             if (line := sweep.unrun_line()) is not None:
                 print(line, file=sys.stderr, flush=True)

@@ -66,6 +66,18 @@ class SweepFollower:
     basic: bool = False  # Hydra's basic sweeper and launcher run the jobs
     jobs: list[SweepJob] = field(default_factory=list)
 
+    def results_note(self) -> str:
+        """What an interrupted sweep's line says of its finished jobs: they keep their ``summary.json``, and
+        the command that lists them, with the sweep's directory as the command gave it (relative to where
+        ``train.py`` was started, quoted for a shell); when this process never learnt the directory (a
+        launcher that does not tell it, :func:`note_sweep_dir`, before a job ran here), the command alone."""
+        if not self.sweep_dir:
+            return "finished jobs keep their summary.json (`corral results` on the sweep's directory lists them)"
+        where = self.sweep_dir
+        if not Path(where).is_absolute() and _resolved(self.cwd) != _resolved(Path.cwd()):
+            where = str(Path(self.cwd, where))  # the shell is where train.py was started: the same directory
+        return f"finished jobs keep their summary.json (`corral results {shlex.quote(where)}` lists each one's status)"
+
     @property
     def interrupted(self) -> bool:
         """True when an interrupt stopped the latest job."""
@@ -118,6 +130,14 @@ class SweepFollower:
             said.append(f"job {last.num}{of} ({plan.label(jobs[last.num])}) left nothing to resume")
         return (f"corral: sweep interrupted: {'; '.join(said)}; run {_numbers(rest)} with "
                 f"{plan.commands(rest, _command_prefix(), Path(self.sweep_dir), self.cwd)}")
+
+
+def _resolved(path: Path) -> Path:
+    """``path`` made absolute, its links followed (as it is when it cannot be)."""
+    try:
+        return path.resolve()
+    except OSError:
+        return path
 
 
 def _numbers(nums: range) -> str:
@@ -331,6 +351,19 @@ def following() -> Iterator[SweepFollower]:
         _follower = previous
 
 
+def note_sweep_dir(sweep_dir: Any, cwd: Any = None) -> None:
+    """Tell the sweep followed in this process (:func:`following`) its directory: ``hydra.sweep.dir`` as
+    the command gave it, relative to ``cwd`` (where ``train.py`` was started; default: the current
+    directory) or absolute. A launcher whose jobs run in other processes (joblib, Ray, submitit) or a
+    sweeper calls it when it launches, so that an interrupted sweep's line names the directory
+    (:meth:`SweepFollower.results_note`); nothing happens outside :func:`following` (a job's process)."""
+    follower = _follower
+    if follower is None or sweep_dir is None or not str(sweep_dir):
+        return
+    follower.sweep_dir = str(sweep_dir)
+    follower.cwd = Path(str(cwd)) if cwd is not None and str(cwd) else Path.cwd()
+
+
 @contextlib.contextmanager
 def running(hydra_config: Any) -> Iterator[SweepJob]:
     """Around one job of ``train.py``: record it when it is a sweep's job run in this process
@@ -358,4 +391,4 @@ def running(hydra_config: Any) -> Iterator[SweepJob]:
 
 
 __all__ = ["BASIC_LAUNCHER", "BASIC_SWEEPER", "SweepFollower", "SweepJob", "SweepPlan", "expand", "following",
-           "read_sweep", "running", "stopped_batches"]
+           "note_sweep_dir", "read_sweep", "running", "stopped_batches"]

@@ -131,6 +131,7 @@ class CorralJoblibLauncher(JoblibLauncher):
         from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_globals
         from joblib.externals.loky import FIRST_COMPLETED, wait
 
+        from corral.framework.sweep_jobs import note_sweep_dir
         from corral.launchers.job_processes import run_in_job_process
         from hydra_plugins.hydra_joblib_launcher._core import execute_job, process_joblib_cfg
 
@@ -139,6 +140,7 @@ class CorralJoblibLauncher(JoblibLauncher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        note_sweep_dir(self.config.hydra.sweep.dir, self.config.hydra.runtime.get("cwd"))  # Ctrl-C's line names it
         settings = dict(self.joblib)
         settings["backend"] = BACKEND
         process_joblib_cfg(settings)

@@ -327,6 +327,7 @@ class CorralOptunaSweeper(Sweeper):
                              "and run the same command again to resume the study") from None
 
     def _sweep(self, arguments: list[str]) -> Any:
+        from corral.framework.sweep_jobs import note_sweep_dir
         from corral.plugins.optuna_pruning import STUDY_ENV, TRIAL_ENV
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
@@ -341,6 +342,8 @@ class CorralOptunaSweeper(Sweeper):
         done = self._recover(study)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        # Ctrl-C's line names it, whichever launcher runs the trials (one that does not say it too)
+        note_sweep_dir(self.config.hydra.sweep.dir, self.config.hydra.runtime.get("cwd"))
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         log.info("Optuna: study %r (%s), %d trial(s) to run, %d at a time; storage %s", study.study_name,
                  ", ".join(d.name.lower() for d in study.directions), max(0, self.n_trials - done), self.n_jobs,

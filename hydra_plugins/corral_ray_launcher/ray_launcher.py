@@ -74,9 +74,11 @@ class CorralRayLauncher(Launcher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Run every job on Ray; return their results in job order."""
+        from corral.framework.sweep_jobs import note_sweep_dir
         from corral.launchers.ray import launch
 
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
+        note_sweep_dir(self.config.hydra.sweep.dir, self.config.hydra.runtime.get("cwd"))  # Ctrl-C's line names it
         started = time.time()
         returns = launch(self.settings, self.hydra_context, self.task_function, self.config, job_overrides,
                          initial_job_idx)

@@ -141,10 +141,13 @@ class _SizedJobs(BaseSubmititLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
         """Submit every job (sized from its own config) and wait for their results, in job order."""
+        from corral.framework.sweep_jobs import note_sweep_dir
+
         assert self.config is not None and self.hydra_context is not None
         fixed = self.params.get("cpus_per_task")
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        note_sweep_dir(self.config.hydra.sweep.dir, self.config.hydra.runtime.get("cwd"))  # Ctrl-C's line names it
         log.info("Submitit '%s' sweep output dir: %s", self._EXECUTOR, sweep_dir)
         groups: dict[int | None, list[int]] = {}
         args = []
