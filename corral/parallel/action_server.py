@@ -31,7 +31,9 @@ runs, for which workers, since when, so that the sampler can name it. The calls 
 :class:`~corral.parallel.slot_state.AgentPool` makes to move slot state from one set of workers to
 another (``get_sampling_state``, ``set_sampling_state``, a queued ``reset``), within a forward pass,
 a ``seed`` or an agent update, are calls of their own there; the call they were made for resumes
-after them, timed afresh. A call that does not return may return at any time later, or never, so
+after them, timed afresh; when one raises, it is recorded for every worker waiting for it
+(:attr:`ActionServer.failed`, before they are answered) and raised as :class:`PolicyCallFailed`,
+which names it. A call that does not return may return at any time later, or never, so
 the thread touches no slot memory once closed (and makes no further call of the policy), and the
 policy never sees slot memory at all (its observations are copies). A thread that does not stop when the server is
 closed is abandoned: the names of its segments and semaphores are removed, but the segments stay
@@ -48,11 +50,13 @@ import threading
 import time
 import traceback
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
 from corral.framework.policy import Policy
+from corral.framework.worker import exception_summary
 from corral.parallel.action_proxy import ProxyEndpoint
 from corral.parallel.action_slot import (
     CALL,
@@ -135,6 +139,31 @@ class ServerBusy(RuntimeError):
         what = f"in the policy's {call.what} for workers {list(call.workers)}" if call is not None else "busy"
         super().__init__(f"the action server's thread has been {what} for more than {timeout:g} s")
         self.call = call
+
+
+@dataclass(frozen=True)
+class PolicyFailure:
+    """A call of the server's policy that moves slot state (``call``: ``get_sampling_state``,
+    ``set_sampling_state`` or a queued ``reset``, for the workers whose rows it moves) raised:
+    ``summary`` (``"RuntimeError: ..."``, one line) and ``traceback`` (where it raised), as text, so
+    that a record kept holds no frame (nor the slot memory a frame may refer to). ``within``: the
+    call it was made for (a forward pass's ``get_actions``, a ``seed``, an agent update's
+    ``deepcopy``...; None when it was made for no call of the policy's: a restarted worker's state
+    going)."""
+
+    call: ServerCall
+    within: ServerCall | None
+    summary: str
+    traceback: str
+
+
+class PolicyCallFailed(RuntimeError):
+    """Raised where a move of slot state's call of the policy raised (``failure`` says which)."""
+
+    def __init__(self, failure: PolicyFailure) -> None:
+        super().__init__(f"the policy's {failure.call.what} for workers {list(failure.call.workers)} raised "
+                         f"{failure.summary}")
+        self.failure = failure
 
 
 class _Job:
@@ -240,6 +269,8 @@ class ActionServer:
     Attributes:
         call: the call of the policy running now (None when none runs); read without the lock.
         last_call: the last call that returned.
+        failed: for each worker, the last move of slot state whose call of the policy raised while the
+            worker waited for it (set before the worker is answered; dropped when it is restarted).
     """
 
     def __init__(self, ctx: Any, n_workers: int, groups: Sequence[Sequence[int]],
@@ -264,6 +295,7 @@ class ActionServer:
         self.n_served_requests = 0
         self.call: ServerCall | None = None
         self.last_call: ServerCall | None = None
+        self.failed: dict[int, PolicyFailure] = {}
         self._stop = False
         self._abandoned = False
         self._thread: threading.Thread | None = None
@@ -316,11 +348,12 @@ class ActionServer:
         holds it (``get_sampling_state``, recorded as :attr:`call`), and a call of the policy that
         does not return must be named, never a hang of the sampler's. :class:`ServerBusy` when the
         thread has not taken it up within ``timeout`` seconds or a call of the policy it makes has run
-        ``timeout`` seconds; any other error of the policy's is raised here."""
+        ``timeout`` seconds; :class:`PolicyCallFailed` when that ``get_sampling_state`` raises."""
         self._run_job(_Job(lambda: self._restart(i), None, (i,)))
 
     def _restart(self, i: int) -> None:
         self._posts.pop(i, None)
+        self.failed.pop(i, None)
         self.slots[i].renew(self.ctx)
         self.pool.forget(i)
 
@@ -343,7 +376,7 @@ class ActionServer:
         parameters, ``deepcopy`` for a new Policy, :attr:`call` while it runs) and this waits for it,
         bounded: :class:`ServerBusy` when the thread has not taken it up within ``timeout`` seconds
         (it is stuck in another call) or its call has run ``timeout`` seconds without returning. The
-        update's own error is raised here."""
+        update's own error is raised here (:class:`PolicyCallFailed` for a move of slot state it made)."""
         if update is None:
             return False
         if isinstance(update, list) and all(u is update[0] for u in update):
@@ -520,14 +553,21 @@ class ActionServer:
     def _inner_call(self, what: str, workers: tuple[int, ...]) -> Iterator[None]:
         """A call the pool makes to move slot state (``what`` for ``workers``) within the call running
         now: recorded as a call of its own (:attr:`call`, waited for by the same workers), after which
-        the call it was made for resumes, timed afresh (each starts with a sign of life). Once the
-        server is closed (a call returned after it), no further call of the policy is made: it raises."""
+        the call it was made for resumes, timed afresh (each starts with a sign of life). A call that
+        raises is recorded (:attr:`failed`) and raised as :class:`PolicyCallFailed`, which names it.
+        Once the server is closed (a call returned after it), no further call of the policy is made:
+        it raises."""
         if self._stop:
             raise RuntimeError("the action server was closed")
         outer = self.call
         inner = self._begin_call(what, workers, waiters=outer.waiters if outer is not None else ())
         try:
             yield
+        except Exception as exc:
+            failure = PolicyFailure(inner, outer, exception_summary(exc),
+                                    "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+            self.failed.update(dict.fromkeys(inner.waiters, failure))
+            raise PolicyCallFailed(failure) from exc
         finally:
             if outer is None:
                 self._end_call(inner)
@@ -717,4 +757,4 @@ class ActionServer:
         return True
 
 
-__all__ = ["ActionServer", "ServerBusy", "ServerCall"]
+__all__ = ["ActionServer", "PolicyCallFailed", "PolicyFailure", "ServerBusy", "ServerCall"]

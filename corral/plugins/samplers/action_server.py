@@ -26,6 +26,13 @@ it: the error (:class:`ServerHung`) names that call, no worker is restarted, and
 not wait for the call (it may return later, or never; see
 :meth:`~corral.parallel.action_server.ActionServer.close`).
 
+Likewise a call of the server's policy that moves workers' slot state in or out of it and raises
+(``get_sampling_state``, ``set_sampling_state``, a queued ``reset``; within a forward pass, a
+worker's ``seed``, an agent update, or a restart, which takes the dead worker's state out) is the
+policy's fault: the error (:class:`ServerPolicyRaised`) is one line naming that call, the workers
+whose rows it moved, what it was made for and the policy's error, with the policy's traceback (as
+for an agent update that raises); no worker is blamed or restarted (each would meet it again).
+
 ``sampler=alternating`` (:mod:`corral.plugins.samplers.alternating`) is this sampler with two
 groups of workers.
 """
@@ -46,7 +53,7 @@ from corral.framework.errors import ConfigError, WorkerError
 from corral.framework.policy import Policy
 from corral.framework.worker import UpdateFailure, WorkerFactory, update_error
 from corral.parallel.action_proxy import PROXY_METHODS, ActionProxy, ServedWorkerFactory
-from corral.parallel.action_server import ActionServer, ServerBusy, ServerCall
+from corral.parallel.action_server import ActionServer, PolicyCallFailed, PolicyFailure, ServerBusy, ServerCall
 from corral.plugins.samplers.multiprocessing import (
     MultiprocessingSampler,
     MultiprocessingSamplerConfig,
@@ -213,10 +220,12 @@ class ActionServerSampler(MultiprocessingSampler):
             old.kill()
             try:
                 self.server.restart_slot(i)
-            except ServerBusy as exc:  # the restart counted by _on_failure does not happen
+            except (ServerBusy, PolicyCallFailed) as exc:  # the restart counted by _on_failure does not happen
                 self._restarts[i] -= 1
                 self.n_restarts -= 1
-                raise _Failure(self._server_hung(exc.call, f"restarting worker {i}")) from None
+                activity = f"restarting worker {i}"
+                raise _Failure(self._server_hung(exc.call, activity) if isinstance(exc, ServerBusy)
+                               else self._policy_raised(exc.failure, activity)) from None
         super()._launch(i)
         self.server.ring()
 
@@ -244,6 +253,9 @@ class ActionServerSampler(MultiprocessingSampler):
         except ServerBusy as exc:
             self.shutdown_worker()
             raise self._server_hung(exc.call, activity) from None
+        except PolicyCallFailed as exc:  # a move of slot state the update made, not the update itself
+            self.shutdown_worker()
+            raise self._policy_raised(exc.failure, activity) from None
         except Exception as exc:  # noqa: BLE001 - the same WorkerError as every sampler's
             tb = traceback.format_exc()
             raise update_error(self.option_name, None, UpdateFailure.of("agent update", exc), tb) from None
@@ -280,15 +292,33 @@ class ActionServerSampler(MultiprocessingSampler):
     def _drain(self, i: int, results: dict[int, Any], activity: str) -> WorkerError | None:
         """The process sampler's, except that a worker whose agent update failed only because its
         proxy's wait for the server ran out (a ``seed`` of the server's policy that does not return)
-        is not at fault: :class:`ServerHung` then, as for any other request the server left unanswered."""
+        is not at fault: :class:`ServerHung` then, as for any other request the server left unanswered.
+        Nor is a worker that reports the failure of a call of the server's policy that moved slot state
+        for it (:class:`ServerPolicyRaised`, raised at once: a restarted worker would meet it again)."""
         try:
-            return super()._drain(i, results, activity)
+            error = super()._drain(i, results, activity)
         except _Failure:
+            raised = self._server_raised(i, activity)
+            if raised is not None:
+                raise _Failure(raised) from None
             if self._gave_up(i):
                 hung = self._blame_server(i, activity, gave_up=True)
                 if isinstance(hung, ServerHung):
                     raise _Failure(hung) from None
             raise
+        if error is not None:
+            raised = self._server_raised(i, activity)
+            if raised is not None:
+                raise _Failure(raised)
+        return error
+
+    def _server_raised(self, i: int, activity: str) -> "ServerPolicyRaised | None":
+        """The error of the call of the server's policy that raised while worker ``i`` waited for it
+        (worker ``i`` reports it as its own failure); None when none did."""
+        failed = self.server.failed.get(i) if self.server is not None else None
+        if failed is None:
+            return None
+        return self._policy_raised(failed, activity)
 
     def _gave_up(self, i: int) -> bool:
         """Whether worker ``i``'s failure is its proxy's wait for the server running out: its slot's
@@ -342,6 +372,21 @@ class ActionServerSampler(MultiprocessingSampler):
             f"policy's {call.what} (what it blocks on: a lock, a device that stopped answering), or raise "
             f"sampler.timeout={self.timeout:g} if its {slow} are this slow")
 
+    def _policy_raised(self, failed: PolicyFailure, activity: str) -> "ServerPolicyRaised":
+        """The one line naming the server's call of the policy that raised (``failed``), with the
+        policy's traceback, as for an agent update that raises."""
+        call, within = failed.call, failed.within
+        made_for = ""
+        if within is not None:
+            made_for = (f", made for a forward pass of {_who(within.workers)}" if within.what == "get_actions"
+                        else f", made for the policy's {within.what} for {_who(within.workers)}")
+        return ServerPolicyRaised(
+            f"{self.option_name} sampler: the action server's call of the policy's {call.what} (for "
+            f"{_who(call.workers)}, on {self.device}{made_for}) raised {failed.summary} while "
+            f"{activity}; the server's policy is at fault, not a worker, so none was restarted; fix the policy's "
+            f"{call.what}, {_MOVES.get(call.what, 'which the server calls to move workers in and out of the policy')}",
+            remote_traceback=failed.traceback)
+
     # ------------------------------------------------------------------ shutdown
     def _shutdown(self) -> None:
         try:
@@ -358,6 +403,26 @@ class ServerHung(WorkerError):
     """A call of the action server's policy (a forward pass, most often) did not return within the
     sampler's ``timeout``: the server is at fault, not the workers waiting for it (``worker_number``
     is None)."""
+
+
+class ServerPolicyRaised(WorkerError):
+    """A call of the action server's policy that moves workers' slot state in or out of it
+    (``get_sampling_state``, ``set_sampling_state``, a queued ``reset``) raised: the server's policy
+    is at fault, not the workers it was made for (``worker_number`` is None); ``remote_traceback``
+    is the policy's."""
+
+
+#: What the server calls each of the policy's methods for when it moves workers' slot state.
+_MOVES = {
+    "get_sampling_state": "which the server calls to take workers' sampling state out of the policy",
+    "set_sampling_state": "which the server calls to put workers' sampling state back into the policy",
+    "reset": "which the server calls to start the new episodes of a worker whose state was out of the policy",
+}
+
+
+def _who(workers: tuple[int, ...]) -> str:
+    """``worker 1`` or ``workers [0, 1]``."""
+    return f"worker {workers[0]}" if len(workers) == 1 else f"workers {list(workers)}"
 
 
 class _WaitForServer(WorkerError):

@@ -1,0 +1,202 @@
+"""A call of the action server's policy that moves workers' slot state, and raises.
+
+The server moves each worker's slot state (noise streams, recurrent state) in and out of the copy of
+the policy that serves it: ``get_sampling_state`` takes the residents' rows out, ``set_sampling_state``
+puts the next set's back, and a ``reset`` queued for a worker whose rows were out is applied once they
+are back in. It does so within a forward pass, a worker's ``seed``, an agent update, and when a dead
+worker is restarted (its rows go). When one of those calls of the policy raises, the policy is at
+fault, not a worker: the sampler raises one line that names the sampler, the call, the workers whose
+rows it moved, what it was made for, the error and what to fix, with the policy's traceback (as for an
+agent update that raises), and restarts no worker. (It once raised the policy's bare ``RuntimeError``
+from a restart, a traceback through corral's internals in ``train.py``; and from a forward pass each
+waiting worker reported the server's traceback as its own failure, was restarted up to
+``sampler.max_restarts`` times, and the last one was blamed.)
+
+Real worker processes (spawn), real CartPole (in which worker 1 kills itself, SIGKILL, at its 40th step
+for the restart); the policy is an MLPPolicy whose chosen method raises when, and only when, the
+chosen function of :class:`~corral.parallel.slot_state.AgentPool` calls it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from corral import ActionServerSampler, AlternatingSampler, EnvFactory, EnvSpec, MLPPolicy, WorkerError
+from corral.parallel.slot_state import AgentPool
+from corral.testing.modules import import_path
+
+TIMEOUT = 2.0
+SUICIDE = "corral.testing.faulty_envs:corral/SuicideCartPole-v1"
+#: ``tests/conf/action_server_checks.py`` (``tests`` is not an importable package).
+checks = import_path(Path(__file__).resolve().parents[2] / "tests" / "conf" / "action_server_checks.py",
+                     "action_server_checks")
+
+#: The server runs a deep copy of the policy: what the test controls lives at module level.
+_fault: dict[str, Any] = {"method": None, "within": None, "raised": 0}
+
+
+def _within(code: CodeType) -> bool:
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _maybe_raise(method: str) -> None:
+    if _fault["method"] == method and _within(_fault["within"]):
+        _fault["raised"] += 1
+        raise RuntimeError(f"boom in {method}")
+
+
+class RaisingPolicy(MLPPolicy):
+    """An MLPPolicy whose ``_fault["method"]`` raises when :class:`AgentPool`'s ``_fault["within"]``
+    calls it (at any other time it works)."""
+
+    def get_sampling_state(self) -> Any:
+        _maybe_raise("get_sampling_state")
+        return super().get_sampling_state()
+
+    def set_sampling_state(self, state: Any) -> None:
+        _maybe_raise("set_sampling_state")
+        super().set_sampling_state(state)
+
+    def reset(self, dones: np.ndarray | None = None) -> None:
+        _maybe_raise("reset")
+        super().reset(dones)
+
+
+@pytest.fixture(autouse=True)
+def leaves_nothing_behind() -> Iterator[None]:
+    """No worker process and no segment of this process's may outlive a test."""
+    yield
+    checks.assert_nothing_left()
+
+
+@pytest.fixture
+def policy() -> Iterator[RaisingPolicy]:
+    _fault.update(method=None, within=None, raised=0)
+    yield RaisingPolicy(EnvSpec.from_env(EnvFactory("CartPole-v1")()), hidden_sizes=(8,))
+    _fault.update(method=None, within=None, raised=0)
+
+
+WHO = r"(worker \d|workers \[\d(, \d)*\])"
+PURPOSE = {
+    "get_sampling_state": "which the server calls to take workers' sampling state out of the policy",
+    "set_sampling_state": "which the server calls to put workers' sampling state back into the policy",
+    "reset": "which the server calls to start the new episodes of a worker whose state was out of the policy",
+}
+
+
+def message(sampler: str, method: str, made_for: str, activity: str) -> re.Pattern[str]:
+    """The one line naming the server's call of the policy's ``method`` that raised."""
+    return re.compile(
+        rf"{sampler} sampler: the action server's call of the policy's {method} \(for {WHO}, on cpu{made_for}\) "
+        rf"raised RuntimeError: boom in {method} while {re.escape(activity)}; the server's policy is at fault, "
+        rf"not a worker, so none was restarted; fix the policy's {method}, {re.escape(PURPOSE[method])}")
+
+
+def run(sampler: ActionServerSampler, policy: RaisingPolicy, agent_update: Any = None) -> BaseException | None:
+    """Sample with ``sampler`` (entered), then with ``agent_update`` when given: what it raised."""
+    try:
+        sampler.obtain_samples(0, 2000, policy.get_param_values())
+        if agent_update is not None:
+            sampler.obtain_samples(1, 2000, agent_update)
+    except Exception as exc:  # noqa: BLE001 - the test looks at whatever it is
+        return exc
+    return None
+
+
+def check_error(error: BaseException | None, pattern: re.Pattern[str], method: str, n_restarts: int,
+                caplog: pytest.LogCaptureFixture, restarting: int) -> None:
+    """``error`` is the one line of ``pattern`` with the policy's traceback; no worker was restarted
+    (``n_restarts``: the sampler's count; ``restarting``: the "restarting it" warnings expected, of the
+    worker that died)."""
+    assert _fault["raised"] >= 1, f"the policy's {method} was never made to raise"
+    assert isinstance(error, WorkerError), f"not a WorkerError naming the call: {error!r}"
+    line = error.message
+    assert pattern.fullmatch(line), line
+    assert "\n" not in line and error.worker_number is None
+    tb = error.remote_traceback or ""
+    assert 'raise RuntimeError(f"boom in {method}")' in tb and tb.rstrip().endswith(f"RuntimeError: boom in {method}"), tb
+    assert Path(__file__).name in (error.traceback_from_caller() or "")
+    warnings = [r.getMessage() for r in caplog.records if "restarting it" in r.getMessage()]
+    assert len(warnings) == restarting, warnings
+    assert n_restarts == 0
+    failed = [r.getMessage() for r in caplog.records if "the action server failed" in r.getMessage()]
+    assert failed == [], failed
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("sampler_class", [ActionServerSampler, AlternatingSampler],
+                         ids=["action_server", "alternating"])
+def test_a_raising_get_sampling_state_while_restarting_a_worker_is_one_line(
+        policy: RaisingPolicy, sampler_class: type[ActionServerSampler], caplog: pytest.LogCaptureFixture) -> None:
+    _fault.update(method="get_sampling_state", within=AgentPool.forget.__code__)
+    env = EnvFactory(SUICIDE, {"fail_at": 40, "only_worker": 1})
+    with caplog.at_level(logging.WARNING), \
+            sampler_class(agents=policy, envs=env, max_episode_length=200, n_workers=2, seed=1, timeout=TIMEOUT,
+                          device="cpu", on_worker_failure="restart") as sampler:
+        error = run(sampler, policy)
+    check_error(error, message(sampler_class.option_name, "get_sampling_state", "", "restarting worker 1"),
+                "get_sampling_state", sampler.n_restarts, caplog, restarting=1)
+
+
+FORWARD = "made for a forward pass of " + WHO
+# (sampler, workers, method that raises, AgentPool's function that calls it, agent update, made for)
+CASES = [
+    (ActionServerSampler, 2, "get_sampling_state", AgentPool.get_actions, None, FORWARD),
+    (AlternatingSampler, 4, "get_sampling_state", AgentPool.get_actions, None, FORWARD),
+    (ActionServerSampler, 2, "set_sampling_state", AgentPool.get_actions, None, FORWARD),
+    (AlternatingSampler, 4, "reset", AgentPool._resident, None, FORWARD),
+    (ActionServerSampler, 2, "get_sampling_state", AgentPool._assign, "per-worker",
+     "made for the policy's set_param_values for " + WHO),
+]
+IDS = ["action_server-forward-get", "alternating-forward-get", "action_server-forward-set",
+       "alternating-forward-queued-reset", "action_server-agent-update"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize(("sampler_class", "n_workers", "method", "within", "update", "made_for"), CASES, ids=IDS)
+def test_a_raising_move_of_slot_state_is_the_policys_one_line_and_restarts_no_worker(
+        policy: RaisingPolicy, sampler_class: type[ActionServerSampler], n_workers: int, method: str, within: Any,
+        update: str | None, made_for: str, caplog: pytest.LogCaptureFixture) -> None:
+    _fault.update(method=method, within=within.__code__)
+    agent_update = [policy.get_param_values() for _ in range(n_workers)] if update == "per-worker" else None
+    with caplog.at_level(logging.WARNING), \
+            sampler_class(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=n_workers,
+                          seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure="restart") as sampler:
+        error = run(sampler, policy, agent_update)
+    check_error(error, message(sampler_class.option_name, method, ", " + made_for, "sampling (obtain_samples)"),
+                method, sampler.n_restarts, caplog, restarting=0)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_raising_move_of_slot_state_within_a_workers_seed_is_the_policys_one_line(
+        policy: RaisingPolicy, caplog: pytest.LogCaptureFixture) -> None:
+    """Each worker seeds its slots when it gets the agent (at the start): the server takes the rows of
+    the worker resident before it out of the policy, and that ``get_sampling_state`` raises."""
+    _fault.update(method="get_sampling_state", within=AgentPool.seed.__code__)
+    error: BaseException | None = None
+    with caplog.at_level(logging.WARNING):
+        try:
+            ActionServerSampler(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=2,
+                                seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure="restart").shutdown_worker()
+        except Exception as exc:  # noqa: BLE001 - the test looks at whatever it is
+            error = exc
+    assert error is not None, "the sampler started although its policy's get_sampling_state raised"
+    # the sampler that could not start restarted nothing (no "restarting it" warning either)
+    check_error(error, message("action_server", "get_sampling_state", r", made for the policy's seed for worker \d",
+                               "starting"), "get_sampling_state", 0, caplog, restarting=0)
