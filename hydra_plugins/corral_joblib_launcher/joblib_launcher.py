@@ -1,10 +1,12 @@
 """Hydra's joblib launcher, with its settings checked before the sweep starts and each job in a worker
 process of its own (``hydra/launcher=joblib``; settings in corral/conf/hydra/launcher/joblib.yaml).
 
-Settings: hydra-joblib-launcher hands them to ``joblib.Parallel`` once the jobs are launched, and
-always with ``backend=loky``: ``n_jobs=0`` was joblib's traceback, and ``backend=threading`` or
-``prefer=threads`` ran the jobs in loky processes without a word. :meth:`CorralJoblibLauncher.check_config`
-refuses such a setting in one line before any job (``corral.framework.precheck.check_sweep_plugins``
+Settings: the launcher uses ``n_jobs``, ``timeout`` and ``verbose``, and runs the jobs in loky worker
+processes whatever ``backend`` says; hydra-joblib-launcher handed the others to ``joblib.Parallel``,
+which the launcher does not use: ``n_jobs=0`` was joblib's traceback, and ``backend=threading``,
+``prefer=threads``, ``batch_size=4`` or ``pre_dispatch=1`` ran the jobs as before without a word.
+:meth:`CorralJoblibLauncher.check_config` refuses such a setting (:data:`UNUSED`: one that differs
+from the preset's value) in one line before any job (``corral.framework.precheck.check_sweep_plugins``
 calls it).
 
 Launch: ``joblib.Parallel`` runs the jobs in one pool of loky worker processes, and a pool whose
@@ -78,6 +80,16 @@ except ImportError:  # hydra-joblib-launcher not installed: the preset says what
 
 #: The backend hydra-joblib-launcher always runs the jobs with (it sets it over the preset's).
 BACKEND = "loky"
+#: ``joblib.Parallel``'s settings that the launcher does not use (it hands each job to a worker process of
+#: its own, one job at a time, and passes no arrays), with the preset's value of each and what it does in
+#: joblib: another value is refused (:meth:`CorralJoblibLauncher.check_config`).
+UNUSED: dict[str, tuple[str | None, str]] = {
+    "pre_dispatch": ("2*n_jobs", "how many jobs joblib queues ahead for its workers"),
+    "batch_size": ("1", "how many jobs joblib hands a worker at once"),
+    "temp_folder": (None, "where joblib memory-maps large numpy arguments"),
+    "max_nbytes": (None, "the size above which joblib memory-maps a numpy argument"),
+    "mmap_mode": ("r", "how joblib opens the numpy arguments it memory-mapped"),
+}
 #: Seconds between the sweep's looks at its running jobs (for ``hydra.launcher.timeout``); a job that
 #: ends or dies is seen at once.
 POLL_S = 1.0
@@ -101,7 +113,8 @@ class CorralJoblibLauncher(JoblibLauncher):
     @classmethod
     def check_config(cls, cfg: Any, overrides: Sequence[str] = ()) -> None:
         """Raise a one-line :class:`ConfigError` for a setting joblib would refuse once the jobs are
-        launched, or one the launcher would ignore (``backend``, ``prefer``, ``require``)."""
+        launched, or one the launcher would ignore (``backend``, ``prefer``, ``require``, and a value of
+        :data:`UNUSED`'s settings other than the preset's)."""
         if not INSTALLED:
             raise ConfigError("hydra/launcher=joblib needs hydra-joblib-launcher: pip install 'corral[sweep]'")
         n_jobs = cfg.get("n_jobs")
@@ -120,9 +133,14 @@ class CorralJoblibLauncher(JoblibLauncher):
         timeout = cfg.get("timeout")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
             raise ConfigError(f"hydra.launcher.timeout must be > 0 seconds or null (no limit), got {timeout!r}")
-        batch = str(cfg.get("batch_size"))  # a string in the launcher's schema: "auto" or a number
-        if batch != "auto" and not (batch.isdigit() and int(batch) >= 1):
-            raise ConfigError(f"hydra.launcher.batch_size must be a whole number >= 1 or auto, got {batch!r}")
+        for key, (preset, what) in UNUSED.items():
+            value = cfg.get(key, preset)
+            if (value is None) != (preset is None) or (value is not None and str(value) != preset):
+                jobs = " (hydra.launcher.n_jobs sets how many jobs run at once)" if key in ("pre_dispatch",
+                                                                                          "batch_size") else ""
+                raise ConfigError(f"hydra.launcher.{key}={value}: the launcher runs each job in a worker process of its "
+                                  f"own, handed one job at a time, and does not use joblib's {key} ({what}), so it "
+                                  f"would not change how the sweep runs; leave it out{jobs}")
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[Any]:
         """Run the jobs, at most ``n_jobs`` at once, each in a worker process of its slot; return their
@@ -133,7 +151,7 @@ class CorralJoblibLauncher(JoblibLauncher):
 
         from corral.framework.sweep_jobs import note_sweep_dir
         from corral.launchers.job_processes import run_in_job_process
-        from hydra_plugins.hydra_joblib_launcher._core import execute_job, process_joblib_cfg
+        from hydra_plugins.hydra_joblib_launcher._core import execute_job
 
         setup_globals()
         assert self.config is not None and self.task_function is not None and self.hydra_context is not None
@@ -141,13 +159,11 @@ class CorralJoblibLauncher(JoblibLauncher):
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         note_sweep_dir(self.config.hydra.sweep.dir, self.config.hydra.runtime.get("cwd"))  # Ctrl-C's line names it
-        settings = dict(self.joblib)
-        settings["backend"] = BACKEND
-        process_joblib_cfg(settings)
+        settings = dict(self.joblib)  # of which n_jobs, timeout and verbose are used (check_config: UNUSED)
         n_slots = max(1, min(workers(int(settings.get("n_jobs") or -1)), len(job_overrides)))
-        # hydra-joblib-launcher's lines, as it logs them (the same settings)
-        log.info("Joblib.Parallel(%s) is launching %d jobs", ",".join(f"{k}={v}" for k, v in settings.items()),
-                 len(job_overrides))
+        # hydra-joblib-launcher's lines, as it logs them, with the settings that apply
+        log.info("Joblib.Parallel(n_jobs=%s,timeout=%s) is launching %d jobs, each in a %s worker process of its "
+                 "own", settings.get("n_jobs"), settings.get("timeout"), len(job_overrides), BACKEND)
         log.info("Launching jobs, sweep output dir : %s", sweep_dir)
         for idx, overrides in enumerate(job_overrides):
             log.info("\t#%d : %s", initial_job_idx + idx, " ".join(filter_overrides(overrides)))
@@ -381,5 +397,5 @@ def exit_code(process: Any, said: str = "") -> int | None:
     return int(found.group(1)) if found else code if isinstance(code, int) else None
 
 
-__all__ = ["BACKEND", "TIMEOUT_GRACE_S", "CorralJoblibLauncher", "JobProcessDied", "Slot", "died", "exit_code", "stop",
-           "workers"]
+__all__ = ["BACKEND", "TIMEOUT_GRACE_S", "UNUSED", "CorralJoblibLauncher", "JobProcessDied", "Slot", "died",
+           "exit_code", "stop", "workers"]

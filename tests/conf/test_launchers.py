@@ -185,7 +185,10 @@ def test_ctrl_c_stops_the_jobs_and_keeps_finished_summaries(tmp_path: Path) -> N
     ("hydra.launcher.prefer=threads", "hydra.launcher.prefer=threads: joblib ignores prefer when the backend is given "
                                       "(the launcher gives loky), so it would not change how the sweep runs; leave it "
                                       "out"),
-    ("hydra.launcher.batch_size=0", "hydra.launcher.batch_size must be a whole number >= 1 or auto, got '0'"),
+    ("hydra.launcher.batch_size=0", "hydra.launcher.batch_size=0: the launcher runs each job in a worker process of "
+                                    "its own, handed one job at a time, and does not use joblib's batch_size (how many "
+                                    "jobs joblib hands a worker at once), so it would not change how the sweep runs; "
+                                    "leave it out (hydra.launcher.n_jobs sets how many jobs run at once)"),
 ], ids=["n_jobs", "backend", "prefer", "batch_size"])
 def test_a_setting_joblib_would_refuse_or_ignore_is_one_line_before_any_job(tmp_path: Path, setting: str,
                                                                             line: str) -> None:
