@@ -33,7 +33,10 @@ another (``get_sampling_state``, ``set_sampling_state``, a queued ``reset``), wi
 a ``seed`` or an agent update, are calls of their own there; the call they were made for resumes
 after them, timed afresh; when one raises, it is recorded for every worker waiting for it
 (:attr:`ActionServer.failed`, before they are answered) and raised as :class:`PolicyCallFailed`,
-which names it. A call that does not return may return at any time later, or never, so
+which names it. So is a forward pass's ``get_actions`` that raises, and a ``seed`` or ``reset`` of
+the policy's that a worker asks for (or whose resets ride along with its forward pass): each
+waiting worker is answered with the error, and :attr:`ActionServer.failed` says that the policy's
+call raised, not the worker. A call that does not return may return at any time later, or never, so
 the thread touches no slot memory once closed (and makes no further call of the policy), and the
 policy never sees slot memory at all (its observations are copies). A thread that does not stop when the server is
 closed is abandoned: the names of its segments and semaphores are removed, but the segments stay
@@ -143,18 +146,27 @@ class ServerBusy(RuntimeError):
 
 @dataclass(frozen=True)
 class PolicyFailure:
-    """A call of the server's policy that moves slot state (``call``: ``get_sampling_state``,
-    ``set_sampling_state`` or a queued ``reset``, for the workers whose rows it moves) raised:
+    """A call of the server's policy raised: one that moves slot state (``moves``; ``call``:
+    ``get_sampling_state``, ``set_sampling_state`` or a queued ``reset``, for the workers whose rows
+    it moves), or one made for workers themselves (``moves`` False: a forward pass's ``get_actions``,
+    a worker's ``seed`` or ``reset``):
     ``summary`` (``"RuntimeError: ..."``, one line) and ``traceback`` (where it raised), as text, so
     that a record kept holds no frame (nor the slot memory a frame may refer to). ``within``: the
     call it was made for (a forward pass's ``get_actions``, a ``seed``, an agent update's
     ``deepcopy``...; None when it was made for no call of the policy's: a restarted worker's state
-    going)."""
+    going; for a worker's own call, what its resets rode along with: a forward pass)."""
 
     call: ServerCall
     within: ServerCall | None
     summary: str
     traceback: str
+    moves: bool = True
+
+    @classmethod
+    def of(cls, call: ServerCall, within: ServerCall | None, exc: BaseException, moves: bool) -> "PolicyFailure":
+        """The record of ``exc``, raised by the policy in ``call``."""
+        return cls(call, within, exception_summary(exc),
+                   "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), moves)
 
 
 class PolicyCallFailed(RuntimeError):
@@ -269,8 +281,9 @@ class ActionServer:
     Attributes:
         call: the call of the policy running now (None when none runs); read without the lock.
         last_call: the last call that returned.
-        failed: for each worker, the last move of slot state whose call of the policy raised while the
-            worker waited for it (set before the worker is answered; dropped when it is restarted).
+        failed: for each worker, the last call of the policy that raised while the worker waited for it
+            (a move of slot state, a forward pass, its own ``seed`` or ``reset``; set before the worker
+            is answered; dropped when it is restarted).
     """
 
     def __init__(self, ctx: Any, n_workers: int, groups: Sequence[Sequence[int]],
@@ -564,8 +577,7 @@ class ActionServer:
         try:
             yield
         except Exception as exc:
-            failure = PolicyFailure(inner, outer, exception_summary(exc),
-                                    "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+            failure = PolicyFailure.of(inner, outer, exc, moves=True)
             self.failed.update(dict.fromkeys(inner.waiters, failure))
             raise PolicyCallFailed(failure) from exc
         finally:
@@ -580,6 +592,20 @@ class ActionServer:
                         self.slots[i].view.header[HELD] += 1
         if self._stop:
             raise RuntimeError("the action server was closed")
+
+    @contextmanager
+    def _policys_own(self, call: ServerCall, within: ServerCall | None = None) -> Iterator[None]:
+        """The policy's own call for workers (``call``: a forward pass, a worker's ``seed`` or
+        ``reset``): when it raises, recorded for every worker waiting for it (:attr:`failed`, before
+        they are answered with the error) and raised on. A move of slot state within it that raised
+        (:class:`PolicyCallFailed`) is recorded already."""
+        try:
+            yield
+        except PolicyCallFailed:
+            raise
+        except Exception as exc:
+            self.failed.update(dict.fromkeys(call.waiters, PolicyFailure.of(call, within, exc, moves=False)))
+            raise
 
     def _end_call(self, call: ServerCall) -> None:
         call.ended = time.monotonic()
@@ -641,14 +667,19 @@ class ActionServer:
                 mask = self._take_reset(view)
                 call = self._begin_call("reset", (i,))
                 try:
-                    self._apply_reset(i, mask)
+                    with self._policys_own(call):
+                        self._apply_reset(i, mask)
                 finally:
                     self._end_call(call)
             elif kind == CALL:
                 method, args = view.read_blob()
                 call = self._begin_call(str(method), (i,))
                 try:
-                    reply = self._control(i, method, args)
+                    if method == "seed":
+                        with self._policys_own(call):
+                            self.pool.seed(i, *args)
+                    else:
+                        reply = self._control(i, method, args)
                 finally:
                     self._end_call(call)
             else:
@@ -687,8 +718,6 @@ class ActionServer:
 
     def _control(self, i: int, method: str, args: tuple) -> Any:
         pool = self.pool
-        if method == "seed":
-            return pool.seed(i, *args)
         if method == "get_sampling_state":
             return pool.get_sampling_state(i)
         if method == "set_sampling_state":
@@ -720,14 +749,16 @@ class ActionServer:
             resetting = [i for i, mask in zip(workers, resets) if mask is not False]
             if resetting:  # the resets that rode along: a call of the policy's reset of their own
                 call = self._begin_call("reset", resetting, waiters=workers)
-                for i, mask in zip(workers, resets):
-                    self._apply_reset(i, mask)
+                with self._policys_own(call, ServerCall("get_actions", workers, call.started)):
+                    for i, mask in zip(workers, resets):
+                        self._apply_reset(i, mask)
                 self._end_call(call)
                 if self._stop:  # closed while the resets ran: no forward pass after them
                     return False
             call = self._begin_call("get_actions", workers)
             t1 = time.perf_counter()
-            results = self.pool.get_actions(workers, observations, deterministic)
+            with self._policys_own(call):
+                results = self.pool.get_actions(workers, observations, deterministic)
             self.forward_s += time.perf_counter() - t1
         except Exception:  # noqa: BLE001 - every waiting worker gets the error
             error = traceback.format_exc()

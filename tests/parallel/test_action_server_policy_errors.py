@@ -1,4 +1,4 @@
-"""A call of the action server's policy that moves workers' slot state, and raises.
+"""A call of the action server's policy that moves workers' slot state, or serves workers, and raises.
 
 The server moves each worker's slot state (noise streams, recurrent state) in and out of the copy of
 the policy that serves it: ``get_sampling_state`` takes the residents' rows out, ``set_sampling_state``
@@ -12,6 +12,11 @@ from a restart, a traceback through corral's internals in ``train.py``; and from
 waiting worker reported the server's traceback as its own failure, was restarted up to
 ``sampler.max_restarts`` times, and the last one was blamed.)
 
+The same holds for the policy's calls made for the workers themselves: a forward pass's
+``get_actions``, and the ``seed`` and ``reset`` a worker asks for (which once got that old treatment:
+"worker 0 (pid ...) raised ActionServerError: the action server failed to serve worker 0: ...",
+restarts, then one worker blamed).
+
 Real worker processes (spawn), real CartPole (in which worker 1 kills itself, SIGKILL, at its 40th step
 for the restart); the policy is an MLPPolicy whose chosen method raises when, and only when, the
 chosen function of :class:`~corral.parallel.slot_state.AgentPool` calls it.
@@ -24,7 +29,7 @@ import re
 import sys
 from pathlib import Path
 from types import CodeType, FrameType
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import pytest
@@ -62,6 +67,14 @@ class RaisingPolicy(MLPPolicy):
     """An MLPPolicy whose ``_fault["method"]`` raises when :class:`AgentPool`'s ``_fault["within"]``
     calls it (at any other time it works)."""
 
+    def get_actions(self, observations: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        _maybe_raise("get_actions")
+        return super().get_actions(observations)
+
+    def seed(self, seeds: Sequence[np.random.SeedSequence]) -> None:
+        _maybe_raise("seed")
+        super().seed(seeds)
+
     def get_sampling_state(self) -> Any:
         _maybe_raise("get_sampling_state")
         return super().get_sampling_state()
@@ -95,14 +108,22 @@ PURPOSE = {
     "set_sampling_state": "which the server calls to put workers' sampling state back into the policy",
     "reset": "which the server calls to start the new episodes of a worker whose state was out of the policy",
 }
+#: What the server calls the policy's methods for that a worker asks for (or a forward pass is).
+SERVES = {
+    "get_actions": "which the server calls for each forward pass of its workers",
+    "seed": "which the server calls when a worker seeds its environments' rows (when it gets the agent)",
+    "reset": "which the server calls when new episodes of a worker's environments start",
+}
 
 
-def message(sampler: str, method: str, made_for: str, activity: str) -> re.Pattern[str]:
-    """The one line naming the server's call of the policy's ``method`` that raised."""
+def message(sampler: str, method: str, made_for: str, activity: str, moves: bool = True) -> re.Pattern[str]:
+    """The one line naming the server's call of the policy's ``method`` that raised (``moves``: one
+    that moves slot state; else one made for the workers themselves)."""
+    purpose = (PURPOSE if moves else SERVES)[method]
     return re.compile(
         rf"{sampler} sampler: the action server's call of the policy's {method} \(for {WHO}, on cpu{made_for}\) "
         rf"raised RuntimeError: boom in {method} while {re.escape(activity)}; the server's policy is at fault, "
-        rf"not a worker, so none was restarted; fix the policy's {method}, {re.escape(PURPOSE[method])}")
+        rf"not a worker, so none was restarted; fix the policy's {method}, {re.escape(purpose)}")
 
 
 def run(sampler: ActionServerSampler, policy: RaisingPolicy, agent_update: Any = None) -> BaseException | None:
@@ -200,3 +221,49 @@ def test_a_raising_move_of_slot_state_within_a_workers_seed_is_the_policys_one_l
     # the sampler that could not start restarted nothing (no "restarting it" warning either)
     check_error(error, message("action_server", "get_sampling_state", r", made for the policy's seed for worker \d",
                                "starting"), "get_sampling_state", 0, caplog, restarting=0)
+
+
+# (sampler, workers, method that raises, AgentPool's function that calls it, made for)
+OWN_CASES = [
+    (ActionServerSampler, 2, "get_actions", AgentPool.get_actions, ""),
+    (AlternatingSampler, 4, "get_actions", AgentPool.get_actions, ""),
+    # a worker's own reset: asked for alone, or riding along with its forward pass
+    (ActionServerSampler, 2, "reset", AgentPool.reset, "(, made for a forward pass of " + WHO + ")?"),
+]
+OWN_IDS = ["action_server-get_actions", "alternating-get_actions", "action_server-workers-reset"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize(("sampler_class", "n_workers", "method", "within", "made_for"), OWN_CASES, ids=OWN_IDS)
+def test_a_raising_forward_pass_or_workers_reset_is_the_policys_one_line_and_restarts_no_worker(
+        policy: RaisingPolicy, sampler_class: type[ActionServerSampler], n_workers: int, method: str, within: Any,
+        made_for: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The forward pass itself (or the reset of a worker's episodes) raises: every worker waiting for it
+    is answered with the error, but the policy is named, at once, and no worker is restarted."""
+    _fault.update(method=method, within=within.__code__)
+    with caplog.at_level(logging.WARNING), \
+            sampler_class(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=n_workers,
+                          seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure="restart") as sampler:
+        error = run(sampler, policy)
+    check_error(error, message(sampler_class.option_name, method, made_for, "sampling (obtain_samples)", moves=False),
+                method, sampler.n_restarts, caplog, restarting=0)
+    assert "ActionServerError" not in str(error), str(error)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_raising_seed_a_worker_asks_for_is_the_policys_one_line(
+        policy: RaisingPolicy, caplog: pytest.LogCaptureFixture) -> None:
+    """Each worker seeds its slots when it gets the agent (at the start): the policy's seed raises."""
+    _fault.update(method="seed", within=AgentPool.seed.__code__)
+    error: BaseException | None = None
+    with caplog.at_level(logging.WARNING):
+        try:
+            ActionServerSampler(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=2,
+                                seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure="restart").shutdown_worker()
+        except Exception as exc:  # noqa: BLE001 - the test looks at whatever it is
+            error = exc
+    assert error is not None, "the sampler started although its policy's seed raised"
+    check_error(error, message("action_server", "seed", "", "starting", moves=False), "seed", 0, caplog,
+                restarting=0)

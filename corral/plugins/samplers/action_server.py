@@ -31,7 +31,10 @@ Likewise a call of the server's policy that moves workers' slot state in or out 
 worker's ``seed``, an agent update, or a restart, which takes the dead worker's state out) is the
 policy's fault: the error (:class:`ServerPolicyRaised`) is one line naming that call, the workers
 whose rows it moved, what it was made for and the policy's error, with the policy's traceback (as
-for an agent update that raises); no worker is blamed or restarted (each would meet it again).
+for an agent update that raises); no worker is blamed or restarted (each would meet it again). So is
+a forward pass whose ``get_actions`` raises, and a ``seed`` or ``reset`` of the policy's that a
+worker asks for and that raises: every worker waiting for it is answered with the error, but the
+policy, not the worker, is named.
 
 ``sampler=alternating`` (:mod:`corral.plugins.samplers.alternating`) is this sampler with two
 groups of workers.
@@ -384,7 +387,7 @@ class ActionServerSampler(MultiprocessingSampler):
             f"{self.option_name} sampler: the action server's call of the policy's {call.what} (for "
             f"{_who(call.workers)}, on {self.device}{made_for}) raised {failed.summary} while "
             f"{activity}; the server's policy is at fault, not a worker, so none was restarted; fix the policy's "
-            f"{call.what}, {_MOVES.get(call.what, 'which the server calls to move workers in and out of the policy')}",
+            f"{call.what}, {_purpose(call.what, failed.moves)}",
             remote_traceback=failed.traceback)
 
     # ------------------------------------------------------------------ shutdown
@@ -406,10 +409,11 @@ class ServerHung(WorkerError):
 
 
 class ServerPolicyRaised(WorkerError):
-    """A call of the action server's policy that moves workers' slot state in or out of it
-    (``get_sampling_state``, ``set_sampling_state``, a queued ``reset``) raised: the server's policy
-    is at fault, not the workers it was made for (``worker_number`` is None); ``remote_traceback``
-    is the policy's."""
+    """A call of the action server's policy raised: a forward pass's ``get_actions``, a ``seed`` or
+    ``reset`` a worker asked for, or a call that moves workers' slot state in or out of it
+    (``get_sampling_state``, ``set_sampling_state``, a queued ``reset``): the server's policy is at
+    fault, not the workers it was made for (``worker_number`` is None); ``remote_traceback`` is the
+    policy's."""
 
 
 #: What the server calls each of the policy's methods for when it moves workers' slot state.
@@ -418,6 +422,21 @@ _MOVES = {
     "set_sampling_state": "which the server calls to put workers' sampling state back into the policy",
     "reset": "which the server calls to start the new episodes of a worker whose state was out of the policy",
 }
+
+
+#: What the server calls each of the policy's methods for when a worker asks for it.
+_SERVES = {
+    "get_actions": "which the server calls for each forward pass of its workers",
+    "seed": "which the server calls when a worker seeds its environments' rows (when it gets the agent)",
+    "reset": "which the server calls when new episodes of a worker's environments start",
+}
+
+
+def _purpose(what: str, moves: bool) -> str:
+    """What the server calls the policy's ``what`` for (``moves``: to move workers' slot state)."""
+    if moves:
+        return _MOVES.get(what, "which the server calls to move workers in and out of the policy")
+    return _SERVES.get(what, "which the server calls for its workers")
 
 
 def _who(workers: tuple[int, ...]) -> str:

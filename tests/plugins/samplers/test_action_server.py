@@ -336,10 +336,22 @@ def test_a_failing_policy_is_reported_with_the_servers_traceback() -> None:
         def get_actions(self, observations: np.ndarray) -> Any:
             raise FloatingPointError("the forward pass blew up")
 
+    # The policy, not a worker, is named, in one line (no worker's "raised ActionServerError"); the
+    # server's traceback of the forward pass travels with it.
     with ActionServerSampler(Broken(), CARTPOLE, **options(), **sampler_options()) as srv:
-        with pytest.raises(WorkerError, match="ActionServerError") as info:
+        with pytest.raises(WorkerError) as info:
             srv.obtain_samples(0, 100, None)
-    assert "the forward pass blew up" in str(info.value)
+    error = info.value
+    line = error.message
+    assert "\n" not in line and error.worker_number is None, line
+    assert line.startswith("action_server sampler: the action server's call of the policy's get_actions (for "), line
+    assert "raised FloatingPointError: the forward pass blew up" in line, line
+    assert "the server's policy is at fault, not a worker, so none was restarted" in line, line
+    assert "ActionServerError" not in str(error), str(error)
+    tb = error.remote_traceback or ""
+    assert 'raise FloatingPointError("the forward pass blew up")' in tb, tb
+    assert "the forward pass blew up" in str(error)
+    assert srv.n_restarts == 0
 
 
 def test_all_workers_dead_is_an_error(policy: MLPPolicy) -> None:
