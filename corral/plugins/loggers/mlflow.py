@@ -11,7 +11,12 @@ algo=ppo,seed=2`` for job 3 of a sweep); tags record the run directory, the job 
 directory. The MLflow run id is kept in ``<run dir>/mlflow_run.json``, so ``trainer.resume=<run dir>``
 continues the same MLflow run (without logging again the epochs it holds); a branch
 (``trainer.resume=<run> hydra.run.dir=<new>``) is an MLflow run of its own, tagged
-``corral.branched_from`` with the original's run id, whose run is left as it was. A tracker failure (server down, disk full) never stops training: it
+``corral.branched_from`` with the original's run id, whose run is left as it was. A resume may
+give the run a new ``run_name`` and new ``tags`` (set on it); MLflow params cannot change, so a
+param the resume changed (``trainer.n_epochs``) keeps its first value and the new one is the tag
+``corral.resumed.<param>``; a run cannot move to another experiment, so a new
+``logger.mlflow.experiment`` is one warning and the run goes on where it is (which
+``mlflow_run.json`` records). A tracker failure (server down, disk full) never stops training: it
 is reported in one ``TrackerWarning`` and the logger goes quiet for the rest of the run.
 """
 
@@ -22,6 +27,7 @@ import os
 import re
 import time
 import urllib.parse
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +35,7 @@ from typing import Any, Iterator, Mapping, Optional
 
 from corral import hookimpl
 from corral.framework.checks import check
-from corral.framework.errors import ConfigError
+from corral.framework.errors import ConfigError, CorralWarning
 from corral.framework.logger import Logger
 from corral.plugins.loggers._tracking import (
     Guard,
@@ -44,6 +50,23 @@ from corral.plugins.loggers._tracking import (
 RUN_FILE = "mlflow_run.json"
 #: MLflow limits: params per batch, length of a param value.
 _PARAM_BATCH, _PARAM_MAX_LEN = 100, 6000
+#: The tag that keeps a param's value on resume (``corral.resumed.trainer.n_epochs``): MLflow params cannot change.
+RESUMED_TAG = "corral.resumed."
+
+
+class ResumeExperimentWarning(CorralWarning):
+    """A resume asked for another MLflow experiment; the run goes on in the one it is in."""
+
+
+def _given_on_command_line(key: str) -> bool:
+    """Whether this Hydra job's overrides set ``key`` (outside Hydra, library use: the config is the caller's, so yes)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = [str(o) for o in HydraConfig.get().overrides.task]
+    except (ImportError, ValueError):
+        return True
+    return any(o.partition("=")[0].lstrip("+~") == key for o in overrides)
 
 
 @dataclass
@@ -207,6 +230,7 @@ class MLflowLogger(Logger):
             previous = previous_run(self.log_dir, RUN_FILE)
             record = previous.record
             run_id = None
+            experiment = self.config.experiment
             if record and record.get("tracking_uri") == uri:
                 try:
                     client.update_run(record["run_id"], status="RUNNING")
@@ -214,7 +238,9 @@ class MLflowLogger(Logger):
                     self.logged_through = previous.logged_through
                 except Exception:  # the old run is gone (another store): start a new one
                     run_id = None
-            if run_id is None:
+            if run_id is not None:
+                experiment = self._continue(client, run_id, cfg)
+            else:
                 tags = {"corral.run_dir": str(self.log_dir.resolve()) if self.log_dir else "",
                         "corral.job_name": job.name, "corral.overrides": job.override_dirname}
                 if job.num is not None:
@@ -231,10 +257,49 @@ class MLflowLogger(Logger):
                 for i in range(0, len(params), _PARAM_BATCH):
                     client.log_batch(run_id, params=params[i:i + _PARAM_BATCH])
             self.client, self.run_id = client, run_id
-            self._record = {"tracking_uri": uri, "experiment": self.config.experiment, "run_id": run_id}
+            self._record = {"tracking_uri": uri, "experiment": experiment, "run_id": run_id}
             if self.logged_through is not None:
                 self._record["logged_through"] = self.logged_through
             write_run_record(self.log_dir, RUN_FILE, self._record)
+
+    def _continue(self, client: Any, run_id: str, cfg: Any) -> str:
+        """Bring the continued MLflow run up to this resume's settings; return the experiment it is in.
+
+        A run cannot move to another experiment: a different ``logger.mlflow.experiment`` given on the
+        command line is one :class:`ResumeExperimentWarning`. A new ``run_name`` and ``tags`` are set on
+        the run. MLflow params cannot change: the resumed value of a changed param goes into the tag
+        ``corral.resumed.<param>`` (the param keeps the first run's value; ``logger.mlflow.experiment``
+        excepted, since the run stays where it is); a param the run lacks is logged."""
+        from mlflow.entities import Param, RunTag
+
+        run = client.get_run(run_id)
+        experiment = str(client.get_experiment(run.info.experiment_id).name)
+        if self.config.experiment != experiment and _given_on_command_line("logger.mlflow.experiment"):
+            warnings.warn(ResumeExperimentWarning(
+                f"logger.mlflow.experiment={self.config.experiment} is ignored: the resumed MLflow run {run_id} "
+                f"is in experiment {experiment!r} and MLflow cannot move a run to another experiment; drop the "
+                f"override to go on there, or start a new run (a new hydra.run.dir, without trainer.resume) "
+                f"to log to {self.config.experiment!r}"), stacklevel=2)
+        if self.config.run_name and self.config.run_name != run.info.run_name:
+            client.update_run(run_id, name=self.config.run_name)
+        have = dict(run.data.tags)
+        tags = {str(k): str(v) for k, v in (self.config.tags or {}).items()}
+        params: list[Param] = []
+        logged = dict(run.data.params)
+        for key, value in flatten(resolved_config(cfg)).items():
+            text = _param_value(value)
+            if key == "logger.mlflow.experiment":
+                continue  # the run stays in its experiment (warned above); a tag would say otherwise
+            if key not in logged:
+                params.append(Param(key, text))
+            elif text != logged[key] or RESUMED_TAG + key in have:
+                tags[RESUMED_TAG + key] = text
+        changed = [RunTag(k, v) for k, v in tags.items() if have.get(k) != v]
+        for i in range(0, len(changed), _PARAM_BATCH):
+            client.log_batch(run_id, tags=changed[i:i + _PARAM_BATCH])
+        for i in range(0, len(params), _PARAM_BATCH):
+            client.log_batch(run_id, params=params[i:i + _PARAM_BATCH])
+        return experiment
 
     # ------------------------------------------------------------------ per epoch
     def log(self, epoch: int, stats: Mapping[str, float]) -> None:
