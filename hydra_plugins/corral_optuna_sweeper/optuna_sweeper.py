@@ -2,7 +2,8 @@
 
 hydra-optuna-sweeper (the last release, 1.2/1.3) requires ``optuna<3``; this sweeper does the same
 job on current Optuna with the same ``params`` syntax (``interval(a, b)``, ``tag(log, interval(a, b))``,
-``int(interval(a, b))``, ``range(a, b, step)``, ``choice(a, b, c)`` or ``a,b,c``), plus:
+``int(interval(a, b))``, ``range(a, b, step)``, ``tag(log, range(a, b))`` (ints, step 1), ``choice(a, b, c)``
+or ``a,b,c``; ``log`` is the one tag it reads, any other is refused), plus:
 
 - persistent studies: with ``storage: sqlite:///optuna.db`` an interrupted search resumes where it
   stopped (``n_trials`` counts the study's finished trials; trials left running by the interrupted
@@ -55,6 +56,7 @@ def _distribution(override: Override) -> Any:
 
     value = override.value()
     key = override.get_key_element()
+    log_scale = _log_tag(value)
     if isinstance(value, ChoiceSweep):
         choices = [x if isinstance(x, (str, int, float, bool)) or x is None else str(x) for x in value.list]
         return d.CategoricalDistribution(choices)
@@ -65,18 +67,37 @@ def _distribution(override: Override) -> Any:
         if not values:
             raise ValueError(f"range({value.start}, {value.stop}, {value.step}) is empty")
         if all(isinstance(v, int) for v in values):
-            return d.IntDistribution(values[0], values[-1], step=int(value.step))
+            if log_scale and value.step != 1:
+                raise ValueError(f"a log-scale range steps by 1 (Optuna's log-scale ints do), got step {value.step}; "
+                                 f"use tag(log, range({value.start}, {value.stop})) or drop the tag")
+            return d.IntDistribution(values[0], values[-1], step=int(value.step), log=log_scale)
+        if log_scale:
+            raise ValueError("a log-scale range is of ints (step 1); for floats use tag(log, interval(a, b))")
         return d.FloatDistribution(float(values[0]), float(values[-1]), step=float(value.step))
     if isinstance(value, IntervalSweep):
         assert value.start is not None and value.end is not None
         if value.start > value.end:
             raise ValueError(f"the interval's low end {value.start} is above its high end {value.end}")
-        log_scale = "log" in value.tags
         if isinstance(value.start, int) and isinstance(value.end, int):
             return d.IntDistribution(value.start, value.end, log=log_scale)
         return d.FloatDistribution(float(value.start), float(value.end), log=log_scale)
     raise ValueError(f"Optuna cannot search over {key} this way (use interval(a, b), tag(log, interval(a, b)), "
                      "range(a, b, step) or choice(a, b, ...))")
+
+
+def _log_tag(value: Any) -> bool:
+    """Whether a sweep is tagged ``log``; a :class:`ValueError` for any other tag, or ``log`` on a
+    choice (Optuna has no log-scale categorical): Optuna would search such a space linearly, the tag
+    dropped in silence."""
+    tags = set(getattr(value, "tags", None) or ())
+    unknown = sorted(tags - {"log"})
+    if unknown:
+        raise ValueError(f"the optuna sweeper knows no tag {', '.join(unknown)}: it knows the tag log only (a "
+                         f"log-scale interval(a, b) or range(a, b)), e.g. tag(log, interval(1e-5, 1e-1))")
+    if tags and isinstance(value, ChoiceSweep):
+        raise ValueError("tag(log, ...) has no meaning for a choice (Optuna picks among the choices as given); "
+                         "use tag(log, interval(a, b)) or drop the tag")
+    return bool(tags)
 
 
 def stored_trials(storage: str, study_name: str) -> int:
@@ -151,6 +172,26 @@ def _space_of(cfg: Any, overrides: Sequence[str]) -> dict[str, Any]:
                         overrides)[0]
 
 
+#: The sweeper's settings (its ``hydra.sweeper`` node's keys besides ``_target_`` and ``_recursive_``).
+SETTINGS = ("direction", "study_name", "storage", "n_trials", "n_jobs", "sampler", "pruner", "prune_on", "params")
+
+
+def _flow(values: Sequence[Any]) -> str:
+    """A list as it is written on the command line: ``[maximize,minimize]``."""
+    return "[" + ",".join(str(v) for v in values) + "]"
+
+
+def _unknown_settings_message(keys: Sequence[str]) -> str:
+    """One line for ``hydra.sweeper`` keys the sweeper does not have (``+hydra.sweeper.n_trial=5``):
+    the keys, the closest setting, and the settings there are."""
+    import difflib
+
+    close = [m[0] for k in keys if (m := difflib.get_close_matches(k, SETTINGS, n=1))]
+    hint = f"; did you mean {', '.join(f'hydra.sweeper.{c}' for c in close)}?" if close else ""
+    return (f"{', '.join(f'hydra.sweeper.{k}' for k in keys)}: the optuna sweeper has no such setting{hint} (its "
+            f"settings: {', '.join(SETTINGS)}; nothing would read it)")
+
+
 class CorralOptunaSweeper(Sweeper):
     """Asks Optuna for ``n_jobs`` trials at a time, launches them as Hydra jobs, tells Optuna their
     results (a job's return value: ``train.py`` returns the run's final evaluation return)."""
@@ -168,6 +209,8 @@ class CorralOptunaSweeper(Sweeper):
         params: Optional[DictConfig] = None,
         **ignored: Any,
     ) -> None:
+        if ignored:
+            raise ConfigError(_unknown_settings_message(list(ignored)))
         self.check_settings({"n_trials": n_trials, "n_jobs": n_jobs, "direction": direction})
         self.direction = direction
         self.study_name = study_name
@@ -184,10 +227,14 @@ class CorralOptunaSweeper(Sweeper):
 
     @classmethod
     def check_config(cls, cfg: Any, overrides: Sequence[str] = ()) -> None:
-        """Raise a one-line :class:`ConfigError` for a setting the study cannot run with, or a search
+        """Raise a one-line :class:`ConfigError` for a key the sweeper does not have (added with ``+``),
+        a setting the study cannot run with, or a search
         space it cannot search (``hydra.sweeper.params`` and the sweeps among ``overrides``, the
         command line's job overrides); called on the composed ``hydra.sweeper`` before the sweep
         starts (``check_sweep_plugins``, which then checks each searched value's ends)."""
+        unknown = [str(k) for k in cfg if str(k) not in SETTINGS and not str(k).startswith("_")]
+        if unknown:
+            raise ConfigError(_unknown_settings_message(unknown))
         cls.check_settings(cfg)
         if not _space_of(cfg, overrides):
             raise ConfigError(_NOTHING_TO_SEARCH)
@@ -219,13 +266,18 @@ class CorralOptunaSweeper(Sweeper):
     @classmethod
     def check_settings(cls, cfg: Any) -> None:
         """Raise a one-line :class:`ConfigError` for ``n_trials``, ``n_jobs`` or ``direction`` out of
-        their range (checked again when Hydra builds the sweeper)."""
+        their range, or several directions (train.py returns one objective); checked again when
+        Hydra builds the sweeper."""
         for key in ("n_trials", "n_jobs"):
             value = cfg.get(key, 1)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"hydra.sweeper.{key} must be an integer >= 1, got {value!r}")
         direction = cfg.get("direction", "maximize")
         directions = list(direction) if isinstance(direction, (list, tuple)) or OmegaConf.is_list(direction) else [direction]
+        if len(directions) > 1:
+            raise ConfigError(f"hydra.sweeper.direction={_flow(directions)}: corral's train.py reports one objective, "
+                              "the run's final evaluation return (eval/return_mean), so Optuna would fail each trial "
+                              "once it has trained; give one direction: maximize (or minimize)")
         if not directions or any(str(d).lower() not in ("maximize", "minimize") for d in directions):
             raise ConfigError(f"hydra.sweeper.direction must be maximize or minimize (train.py's objective is the "
                               f"final evaluation return: maximize), got {direction!r}")
@@ -278,12 +330,12 @@ class CorralOptunaSweeper(Sweeper):
                 # seed and the number of trials so far (a resumed search stays reproducible).
                 spec.seed = int(spec.seed) + resumed
             sampler = instantiate(spec)
-        directions = list(self.direction) if isinstance(self.direction, (list, tuple)) or OmegaConf.is_list(
-            self.direction) else None
+        direction = self.direction  # one (check_settings): a list of one is its direction
+        if isinstance(direction, (list, tuple)) or OmegaConf.is_list(direction):
+            direction = direction[0]
         study = optuna.create_study(
             study_name=self.study_name, storage=self.storage, sampler=sampler, pruner=make_pruner(self.pruner),
-            direction=None if directions else cast(Any, str(self.direction)), directions=directions,
-            load_if_exists=True)
+            direction=cast(Any, str(direction)), load_if_exists=True)
         LIVE_STUDIES[study.study_name] = study
         return study
 
@@ -414,13 +466,8 @@ class CorralOptunaSweeper(Sweeper):
                                  f"and `corral results {sweep_dir}` lists them")
             log.warning("Optuna: no trial completed (%s): no best parameters", what)
             return
-        if len(study.directions) > 1:
-            best = [{"number": t.number, "params": t.params, "values": t.values} for t in study.best_trials]
-            log.info("Best trials (Pareto front): %s", best)
-            results["solutions"] = best
-        else:
-            trial = study.best_trial
-            log.info("Best parameters: %s", trial.params)
-            log.info("Best value: %s (trial %d)", trial.value, trial.number)
-            results.update(best_params=trial.params, best_value=trial.value, best_trial=trial.number)
+        trial = study.best_trial
+        log.info("Best parameters: %s", trial.params)
+        log.info("Best value: %s (trial %d)", trial.value, trial.number)
+        results.update(best_params=trial.params, best_value=trial.value, best_trial=trial.number)
         OmegaConf.save(OmegaConf.create(results), sweep_dir / RESULTS_FILE)
