@@ -9,7 +9,16 @@ size each job from its own composed config instead, as ``hydra/launcher=ray`` do
 - ``sampler=ray``: 1 CPU for the trainer plus ``sampler.n_workers * sampler.num_cpus`` for the
   actors of the Ray runtime the job starts inside its allocation;
 - any other sampler (``multiprocessing``, ``action_server``, ...): ``max(1, sampler.n_workers *
-  sampler.num_cpus)`` CPUs, the worker processes sharing them with the trainer.
+  sampler.num_cpus)`` CPUs, the worker processes sharing them with the trainer;
+- with ``worker=vector worker.backend=async`` (which runs under ``sampler=local`` and ``sampler=ray``,
+  whose workers may start processes): one more CPU per environment process, ``worker.n_envs`` per
+  sampler worker (``1 + n_workers * n_envs`` under ``sampler=local``; 1 CPU had been asked for a job
+  running 8 environment processes).
+
+``tasks_per_node`` and ``nodes`` other than 1 are refused before any job: a corral job is one trainer
+process, and submitit ran every further task as a twin of the job, in its directory (the twin failed,
+the directory in use). ``submitit_local`` leaves ``CUDA_VISIBLE_DEVICES`` as it is unless
+``gpus_per_node`` is given (the preset's ``gpus_per_node: 0`` had hidden every GPU from every job).
 
 Memory follows the CPUs through SLURM's ``mem_per_cpu`` (the preset's ``2G``). Jobs that need the
 same resources go to SLURM together as one job array; jobs needing different ones, as several.
@@ -29,6 +38,16 @@ ran on after the sweep when they did not watch their parent (a simulator server 
 started, say), are ended first: every process whose environment carries the job's
 ``SUBMITIT_LOCAL_JOB_ID`` (:func:`corral.launchers.job_processes.end_leftovers`).
 
+Ctrl-C under ``submitit_local``: submitit starts one job controller process per job (``python -m
+submitit.local._local``), in the sweep's process group, so the terminal's SIGINT reached each controller
+as well as its job; the controller died with a ``KeyboardInterrupt`` traceback printed after corral's
+``corral: interrupted`` line, and on its way out sent its job a second SIGINT (which corral's trainer takes
+as "stop now") and a SIGKILL a second later, whatever the job was still saving. corral has each
+controller run :mod:`corral.launchers.submitit_controller` (:func:`quiet_controllers`): submitit's own
+controller, with SIGINT left to the jobs, which got the same Ctrl-C; it waits for them to stop and save
+as a job that ``train.py`` runs alone does, and ends with them, saying nothing. (submitit's ``LocalJob.cancel()``, a SIGINT to the controller alone, which
+corral never calls, no longer reaches the job; ``kill`` (SIGTERM) on the controller still does.)
+
 Kept import-light: Hydra imports every module under ``hydra_plugins`` when it scans for plugins.
 """
 
@@ -36,8 +55,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import shutil
 import time
+import types
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -61,16 +82,26 @@ SETTING_MINIMUMS = {"timeout_min": 1, "cpus_per_task": 1, "gpus_per_node": 0, "t
 NULLABLE = ("cpus_per_task", "gpus_per_node", "mem_gb", "cpus_per_gpu", "gpus_per_task")
 
 
+def env_processes(job_cfg: DictConfig | dict) -> int:
+    """The environment processes one sampler worker of a job starts: ``worker.n_envs`` under
+    ``worker=vector worker.backend=async`` (one process per environment), else 0."""
+    worker = OmegaConf.select(OmegaConf.create(job_cfg), "worker") or {}
+    if str(worker.get("name", "")) != "vector" or str(worker.get("backend", "")) != "async":
+        return 0
+    return int(worker.get("n_envs", 1) or 1)
+
+
 def job_cpus(job_cfg: DictConfig | dict) -> int:
     """The CPUs one job needs, from its composed config (see the module docstring)."""
     sampler = OmegaConf.select(OmegaConf.create(job_cfg), "sampler") or {}
     name = str(sampler.get("name", "local"))
     n_workers = int(sampler.get("n_workers", 1) or 1)
     per_worker = float(sampler.get("num_cpus") if sampler.get("num_cpus") is not None else 1.0)
+    envs = env_processes(job_cfg)  # only samplers whose workers may start processes run async's
     if name == "local":
-        return DRIVER_CPUS
+        return DRIVER_CPUS + n_workers * envs
     if name == "ray":
-        return DRIVER_CPUS + math.ceil(n_workers * per_worker)
+        return DRIVER_CPUS + math.ceil(n_workers * (per_worker + envs))
     return max(DRIVER_CPUS, math.ceil(n_workers * per_worker))
 
 
@@ -104,6 +135,12 @@ class _SizedJobs(BaseSubmititLauncher):
             raise ConfigError(f"{option} submits each job to SLURM, and this machine has no `srun` on PATH: run the "
                               "sweep on a SLURM login node, or rehearse it here with hydra/launcher=submitit_local")
         check_minimums(cfg, "hydra.launcher", SETTING_MINIMUMS, nullable=NULLABLE)
+        for key in ("tasks_per_node", "nodes"):  # each task would run the whole job again, in its directory
+            if cfg.get(key, 1) not in (1, None):
+                raise ConfigError(f"hydra.launcher.{key}={cfg.get(key)}: a corral job is one trainer process, and "
+                                  "every further task would run the same job in the same directory; keep it 1 and "
+                                  "give a job more worker processes (e.g. sampler=multiprocessing sampler.n_workers=N) "
+                                  "or run more jobs")
 
     def _executor(self, cpus: int | None) -> Any:
         """A submitit executor with this preset's parameters and ``cpus_per_task=cpus``."""
@@ -112,12 +149,16 @@ class _SizedJobs(BaseSubmititLauncher):
         params = dict(self.params)
         if cpus is not None:
             params["cpus_per_task"] = cpus
+        if self._EXECUTOR == "local" and params.get("gpus_per_node") is None:
+            params.pop("gpus_per_node", None)  # not asked for: the job sees this machine's GPUs
         init = {"folder": params.pop("submitit_folder")}
         if "max_num_timeout" in params:
             init[f"{self._EXECUTOR}_max_num_timeout"] = params.pop("max_num_timeout")
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, **init)
         shared = set(OmegaConf.structured(BaseQueueConf).keys())
         executor.update_parameters(**{k if k in shared else f"{self._EXECUTOR}_{k}": v for k, v in params.items()})
+        if self._EXECUTOR == "local":
+            quiet_controllers(executor._executor)
         return executor
 
     def checkpoint(self, sweep_overrides: list[str], job_dir_key: str, job_num: int, job_id: str,
@@ -207,6 +248,55 @@ def end_local_leftovers(job: Any, run_dir: Path) -> set[int]:
                          [pid] if pid is not None else [])
 
 
+#: The module each ``submitit_local`` job's controller runs instead of submitit's ``submitit.local._local``.
+QUIET_CONTROLLER = "corral.launchers.submitit_controller"
+#: What submitit's executor runs its controllers with (``python -m <it> <folder>``).
+SUBMITIT_CONTROLLER = "submitit.local._local"
+
+
+def quiet_controllers(executor: Any) -> None:
+    """Make submitit's ``LocalExecutor`` ``executor`` start each job's controller as
+    :data:`QUIET_CONTROLLER` (see the module docstring and :mod:`corral.launchers.submitit_controller`),
+    and leave ``CUDA_VISIBLE_DEVICES`` as the sweep has it when ``gpus_per_node`` was not asked for.
+    submitit still builds the controller's command and environment; only its process start is seen to."""
+    submit = executor._submit_command
+
+    def submit_quietly(command: str) -> Any:
+        from submitit.local import local
+
+        keep_gpus = executor.parameters.get("gpus_per_node") is None
+        real = local.subprocess
+        local.subprocess = types.SimpleNamespace(  # the name submitit's start_controller starts it through
+            Popen=lambda cmd, **kwargs: real.Popen(_quiet_command(cmd), **_visible_gpus(kwargs, keep_gpus)))
+        try:
+            return submit(command)
+        finally:
+            local.subprocess = real
+
+    executor._submit_command = submit_quietly
+
+
+def _quiet_command(cmd: Any) -> Any:
+    """submitit's controller command (a list, or a shell line after ``setup`` lines) with
+    :data:`QUIET_CONTROLLER` in place of :data:`SUBMITIT_CONTROLLER`."""
+    if isinstance(cmd, str):
+        return cmd.replace(f" -m {SUBMITIT_CONTROLLER} ", f" -m {QUIET_CONTROLLER} ")
+    return [QUIET_CONTROLLER if part == SUBMITIT_CONTROLLER else part for part in cmd]
+
+
+def _visible_gpus(kwargs: dict[str, Any], keep: bool) -> dict[str, Any]:
+    """``kwargs`` of the controller's start, its ``CUDA_VISIBLE_DEVICES`` the sweep's own when ``keep``
+    (submitit sets it to the GPUs asked for: none, an empty list, when ``gpus_per_node`` is not given)."""
+    if not keep or kwargs.get("env") is None:
+        return kwargs
+    env = dict(kwargs["env"])
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    else:
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+    return {**kwargs, "env": env}
+
+
 def job_state_words(job: Any) -> str:
     """What submitit (and SLURM) say about a job that ended without a result: its state, and for
     SLURM's out-of-memory state what to ask for."""
@@ -233,4 +323,5 @@ class CorralSlurmLauncher(_SizedJobs):
     _EXECUTOR = "slurm"
 
 
-__all__ = ["CorralLocalLauncher", "CorralSlurmLauncher", "end_local_leftovers", "job_cpus", "job_state_words"]
+__all__ = ["QUIET_CONTROLLER", "CorralLocalLauncher", "CorralSlurmLauncher", "end_local_leftovers", "job_cpus",
+           "job_state_words", "quiet_controllers"]
