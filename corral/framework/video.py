@@ -12,6 +12,7 @@ the first evaluation episode) runs its workers on them. :func:`read_video_frames
 from __future__ import annotations
 
 import errno
+import gc
 import io
 import os
 import re
@@ -22,6 +23,7 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.wrappers import RecordVideo
 
 from corral.framework.env import EnvFactory, make_env
 from corral.framework.errors import ConfigError
@@ -53,15 +55,45 @@ class RecordedEnvFactory(EnvFactory):
     def __call__(self) -> gym.Env:
         """A fresh recording environment (the next slot)."""
         require_video()
-        from gymnasium.wrappers import RecordVideo
-
         env = _rgb_array_env(self.fn, self.kwargs)
         slot = self._made
         self._made += 1
         with warnings.catch_warnings():  # the folder is shared by every slot, and may hold earlier videos
             warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")
-            return RecordVideo(env, self.video_folder, episode_trigger=_always,
-                               name_prefix=f"{self.name_prefix}-w{self.worker}-s{slot}", disable_logger=True)
+            return _WholeEpisodeVideo(env, self.video_folder, episode_trigger=_always, disable_logger=True,
+                                      name_prefix=f"{self.name_prefix}-w{self.worker}-s{slot}")
+
+
+class _WholeEpisodeVideo(RecordVideo):  # type: ignore[misc]
+    """gymnasium's ``RecordVideo``, writing each frame it captured once, in order.
+
+    RecordVideo captures the reset frame and one frame per step (``N + 1`` for an episode of ``N``
+    steps, ended by termination or truncation alike), but hands them to moviepy's ``ImageSequenceClip``,
+    which writes ``int(duration * fps)`` frames of a ``duration`` summed from ``1 / fps`` per frame (one
+    short for most lengths: the episode's last frame lost) and finds the frame for each time against
+    float32 start times (with numpy 2, some frames shown twice and the next one skipped: at
+    CartPole's 50 fps, frame 118 twice and no frame 124). Here the frames go to moviepy's ffmpeg writer
+    as they are (the same encoder and settings ``write_videofile`` uses): the video holds all ``N + 1``."""
+
+    def stop_recording(self) -> None:
+        """Write the captured frames, each once, to ``{video_folder}/{video name}.mp4``."""
+        frames, self.recorded_frames = self.recorded_frames, []
+        if frames:
+            _write_mp4(os.path.join(self.video_folder, f"{self._video_name}.mp4"), frames, self.frames_per_sec)
+        self.recording = False
+        self._video_name = None
+        if self.gc_trigger and self.gc_trigger(self.episode_id):  # as RecordVideo does after a video
+            gc.collect()
+
+
+def _write_mp4(path: str, frames: list[Any], fps: float) -> None:
+    """``frames`` (``[H, W, 3+]`` arrays) as an H.264 MP4 at ``fps``, one video frame per frame."""
+    from moviepy.video.io.ffmpeg_writer import FFMPEG_VideoWriter
+
+    height, width = np.shape(frames[0])[:2]
+    with FFMPEG_VideoWriter(path, (width, height), fps, codec="libx264", preset="medium") as writer:
+        for frame in frames:
+            writer.write_frame(np.ascontiguousarray(np.asarray(frame)[:, :, :3], dtype=np.uint8))
 
 
 def recording_envs(env: Any, video_folder: str | Path, n_workers: int = 1, name_prefix: str = "eval") -> Any:

@@ -297,13 +297,12 @@ def _recorded_evaluation(tmp_path: Path, worker: str, worker_args: dict[str, Any
 
 def _assert_only_these_videos(tmp_path: Path, names: list[str], lengths: list[int]) -> None:
     """``tmp_path`` holds exactly the videos ``names``, of episodes of ``lengths``: one frame after the
-    reset and one per step (moviepy's writer can lose the last frame of a clip to rounding: n / fps
-    seconds, floored back to frames)."""
+    reset and one per step, each written once (corral.framework.video)."""
     from corral.framework.evaluation import read_video_frames
 
     assert sorted(p.name for p in tmp_path.glob("*.mp4")) == sorted(names)
     for name, length in zip(names, lengths):
-        assert length <= len(read_video_frames(tmp_path / name)) <= length + 1, name
+        assert len(read_video_frames(tmp_path / name)) == length + 1, name
 
 
 def test_fragment_worker_videos_are_the_episodes_taken(tmp_path: Path) -> None:
