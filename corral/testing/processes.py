@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -213,7 +214,26 @@ def file_size_limit(limit: int) -> Any:
     return apply
 
 
+def lines_read_in_background(proc: subprocess.Popen) -> tuple[list[str], threading.Thread]:
+    """A list that a daemon thread fills with ``proc``'s output lines (its text ``stdout``, line ends
+    stripped) as they come, and the thread (join it, bounded, once ``proc`` has ended). A stream closed
+    under the thread (the session stopped after a failed test) ends it quietly."""
+    lines: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                lines.append(line.rstrip("\n"))
+        except (OSError, ValueError):
+            pass
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return lines, reader
+
+
 __all__ = ["child_processes", "cmdline", "default_signal_dispositions", "descendants", "file_size_limit",
-           "interruptible", "process_alive",
+           "interruptible", "lines_read_in_background", "process_alive",
            "proc_stat", "remove_shm_of", "session_left", "session_processes", "shm_entries", "started_session", "stop_session",
            "wait_for_path", "wait_gone"]

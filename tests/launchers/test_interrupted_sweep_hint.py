@@ -14,14 +14,13 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from corral.framework.sweep_jobs import SweepFollower
-from corral.testing.processes import default_signal_dispositions, started_session
+from corral.testing.processes import default_signal_dispositions, lines_read_in_background, started_session
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "train.py"
@@ -55,21 +54,10 @@ def _interrupted_sweep(tmp_path: Path, overrides: list[str], saved_job: str, fin
     summary.json and job ``saved_job`` a saved epoch, SIGINT to the session's process group. The sweep's
     output lines; its exit status must be 130."""
     sweep_dir = tmp_path / NAME
-    lines: list[str] = []
     cmd = [sys.executable, str(TRAIN), "-m", *overrides, f'hydra.sweep.dir="{NAME}"']
     with started_session(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
-
-        def read() -> None:
-            assert proc.stdout is not None
-            try:
-                for line in proc.stdout:
-                    lines.append(line.rstrip("\n"))
-            except (OSError, ValueError):  # closed when the session is stopped after a failed test
-                pass
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
+        lines, reader = lines_read_in_background(proc)
 
         def saved() -> bool:
             try:

@@ -16,13 +16,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from corral.testing.processes import cmdline, session_left, started_session
+from corral.testing.processes import cmdline, lines_read_in_background, session_left, started_session
 
 pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
 pytest.importorskip("submitit")
@@ -42,20 +41,9 @@ def _interrupted(tmp_path: Path, overrides: list[str]) -> tuple[list[str], str, 
     sweep = tmp_path / "sweep"
     cmd = [sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=submitit_local", *RUN, *overrides,
            f"hydra.sweep.dir={sweep}"]
-    lines: list[str] = []
     with started_session(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
-
-        def read() -> None:
-            assert proc.stdout is not None
-            try:
-                for line in proc.stdout:
-                    lines.append(line.rstrip("\n"))
-            except (OSError, ValueError):  # closed when the session is stopped after a failed test
-                pass
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
+        lines, reader = lines_read_in_background(proc)
         progress = sweep / "0" / "progress.csv"
         deadline = time.monotonic() + WAIT_S
         while not (progress.is_file() and len(progress.read_text().splitlines()) >= 2):
