@@ -308,12 +308,15 @@ def build_vector_env(source: Any, *, backend: str, n_envs: int, max_episode_leng
     finally:
         probe.close()
     limit = min_limit(max_episode_length, own_limit)
+    # A recording source records slot j as slot j: counting the environments it makes numbered every
+    # async process after the one AsyncVectorEnv makes here first (each process a copy: all slot 1).
+    sources = [source.for_slot(j) if isinstance(source, RecordedEnvFactory) else source for j in range(n_envs)]
     if backend == "async":
         import os
 
-        fns = [functools.partial(_async_env, source, limit, os.getpid()) for _ in range(n_envs)]
+        fns = [functools.partial(_async_env, s, limit, os.getpid()) for s in sources]
     else:
-        fns = [functools.partial(_limited_env, source, limit) for _ in range(n_envs)]
+        fns = [functools.partial(_limited_env, s, limit) for s in sources]
     if backend == "sync":
         venv = gym.vector.SyncVectorEnv(fns, copy=False, autoreset_mode=mode)
     else:

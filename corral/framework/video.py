@@ -17,7 +17,7 @@ import io
 import os
 import re
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -44,19 +44,26 @@ class RecordedEnvFactory(EnvFactory):
     to MP4 files in ``video_folder`` through gymnasium's ``RecordVideo``.
 
     ``fn`` is the run's environment (an EnvFactory, a callable or a live Env). Slot ``j`` of worker
-    ``w`` writes ``{name_prefix}-w{w}-s{j}-episode-{k}.mp4`` for its ``k``-th episode.
+    ``w`` writes ``{name_prefix}-w{w}-s{j}-episode-{k}.mp4`` for its ``k``-th episode. ``slot`` fixes
+    the slot (:meth:`for_slot`; a VectorEnv's slot ``j``, made in a process of its own under
+    ``worker.backend=async``); None: each environment made is the next slot.
     """
 
     video_folder: str = "videos"
     name_prefix: str = "eval"
     worker: int = 0
+    slot: int | None = None
     _made: int = field(default=0, repr=False)
 
+    def for_slot(self, slot: int) -> RecordedEnvFactory:
+        """This recipe for slot ``slot`` only: every environment it makes records as that slot."""
+        return replace(self, slot=slot)
+
     def __call__(self) -> gym.Env:
-        """A fresh recording environment (the next slot)."""
+        """A fresh recording environment (the fixed slot, else the next one)."""
         require_video()
         env = _rgb_array_env(self.fn, self.kwargs)
-        slot = self._made
+        slot = self._made if self.slot is None else self.slot
         self._made += 1
         with warnings.catch_warnings():  # the folder is shared by every slot, and may hold earlier videos
             warnings.filterwarnings("ignore", message=".*Overwriting existing videos.*")

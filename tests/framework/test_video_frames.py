@@ -35,7 +35,11 @@ TRUNCATE_AT = 210
 BALANCES = [0.0, 0.0, 1.0, 1.0]
 FALLS = [0.0, 0.0, 0.0, 1.0]
 
-WORKERS = [("default", {}), ("vec", {"n_envs": 2}), ("vector", {"n_envs": 2, "backend": "sync"})]
+#: ``vector-async``: each environment in its own process (before: both processes recorded as slot 1, so
+#: one slot's videos overwrote the other's and slot 0 had none).
+WORKERS = [("default", {}), ("vec", {"n_envs": 2}), ("vector", {"n_envs": 2, "backend": "sync"}),
+           ("vector", {"n_envs": 2, "backend": "async"})]
+IDS = ["default", "vec", "vector", "vector-async"]
 
 
 def _policy(env: EnvFactory, weights: list[float]) -> Any:
@@ -92,7 +96,7 @@ def test_gymnasium_record_video_captures_the_reset_frame_and_one_per_step(tmp_pa
 
 
 @pytest.mark.parametrize("ending", ["truncated", "terminated"])
-@pytest.mark.parametrize(("worker", "worker_args"), WORKERS, ids=[w for w, _ in WORKERS])
+@pytest.mark.parametrize(("worker", "worker_args"), WORKERS, ids=IDS)
 def test_every_episode_video_has_one_frame_per_state(tmp_path: Path, worker: str, worker_args: dict[str, Any],
                                                      ending: str) -> None:
     """Each episode's MP4 decodes to ``length + 1`` frames, whether it ended by termination or
@@ -105,6 +109,8 @@ def test_every_episode_video_has_one_frame_per_state(tmp_path: Path, worker: str
         assert any(n >= 207 for n in lengths) and max(lengths) < 500, lengths  # lengths the old writer cut short
     videos = recorded_videos(tmp_path)
     assert len(videos) == 4, videos
+    if worker != "default":  # two slots, two episodes each: each slot's own videos
+        assert [v.name for v in videos] == [f"eval-w0-s{s}-episode-{e}.mp4" for s in (0, 1) for e in (0, 1)]
     frames = sorted(len(read_video_frames(v)) for v in videos)  # slot order, not the episodes' order
     assert frames == sorted(n + 1 for n in lengths), (frames, lengths)
 
@@ -166,7 +172,7 @@ def _counter_frame(t: int) -> np.ndarray:
     return frame
 
 
-@pytest.mark.parametrize(("worker", "worker_args"), WORKERS, ids=[w for w, _ in WORKERS])
+@pytest.mark.parametrize(("worker", "worker_args"), WORKERS, ids=IDS)
 def test_each_state_is_shown_once_in_order(tmp_path: Path, worker: str, worker_args: dict[str, Any]) -> None:
     """Decoded frame ``k`` is the state after step ``k``, for every ``k``: no frame twice, none skipped
     (before: frames 118 and 143 twice, 124 and 149 never, in a 150-step episode at 50 fps)."""
