@@ -148,6 +148,9 @@ def test_python_api_is_the_command(cartpole_run: Path, tmp_path: Path) -> None:
     ("logger=[wandb]", "logger=[wandb] would not change the evaluation"),
     ("worker=vec", "worker=vec: corral eval cannot change the run's worker option (it was trained with worker=default)"),
     ("algo=vpg", "algo=vpg: corral eval cannot change the run's algo option (it was trained with algo=ppo)"),
+    # the run's own option: said as that, not as a change to train a run with (the line contradicted itself)
+    ("worker=default", "worker=default: the run was trained with worker=default already, and corral eval evaluates with "
+                       "the run's own worker; leave it out (worker.* changes its settings)"),
     ("env.id=CartPole-v0", "env.id=CartPole-v0: use --env-id CartPole-v0"),
 ])
 def test_an_override_that_would_not_change_the_evaluation_is_refused(cartpole_run: Path, override: str,

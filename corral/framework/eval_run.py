@@ -264,6 +264,10 @@ def check_eval_override(override: str, cfg: Any) -> None:
         raise ConfigError(f"{override}: corral eval takes its sampler from its own options, not the run's: give "
                           f"{flag} {value}")
     current = cfg[key].get("name") if "." not in key and key in cfg and hasattr(cfg[key], "keys") else None
+    if current is not None and str(current) == value:
+        raise ConfigError(f"{override}: the run was trained with {key}={current} already, and corral eval evaluates "
+                          f"with the run's own {key}; leave it out"
+                          + (" (worker.* changes its settings)" if key == "worker" else ""))
     if current is not None:
         raise ConfigError(f"{override}: corral eval cannot change the run's {key} option (it was trained with "
                           f"{key}={current}); evaluate with its own, or train a run with {key}={value}")
