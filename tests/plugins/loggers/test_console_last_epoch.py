@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from corral.testing.processes import default_signal_dispositions
+
 TRAIN = Path(__file__).resolve().parents[3] / "train.py"
 TINY = ["trainer.batch_size=200", "trainer.eval_every=0", "trainer.progress=false", "logger=[console,csv]"]
 
@@ -40,7 +42,8 @@ def test_an_interrupted_run_prints_its_last_committed_epoch(tmp_path: Path) -> N
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, str(TRAIN), "logger.console.every=1000", "trainer.n_epochs=1000", *TINY,
                              f"hydra.run.dir={run_dir}"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_signal_dispositions)  # the suite may run detached: SIGINT ignored
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and proc.poll() is None:
