@@ -14,7 +14,9 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+import pytest
 
 from corral.parallel.shared_memory import segment_prefix
 
@@ -61,3 +63,12 @@ def assert_nothing_left(timeout: float = 10.0) -> None:
     assert children == [], f"worker processes still running: {children}"
     segments = our_segments()
     assert segments == set(), f"segments still named in {SHM}: {sorted(segments)}"
+
+
+@pytest.fixture(autouse=True)
+def leaves_nothing_behind() -> Iterator[None]:
+    """No worker process and no segment of this process's may outlive a test (a test module takes it
+    with ``leaves_nothing_behind = checks.leaves_nothing_behind``)."""
+    yield
+    assert_nothing_left()
+

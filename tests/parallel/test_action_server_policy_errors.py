@@ -88,11 +88,7 @@ class RaisingPolicy(MLPPolicy):
         super().reset(dones)
 
 
-@pytest.fixture(autouse=True)
-def leaves_nothing_behind() -> Iterator[None]:
-    """No worker process and no segment of this process's may outlive a test."""
-    yield
-    checks.assert_nothing_left()
+leaves_nothing_behind = checks.leaves_nothing_behind  # autouse: no process or segment outlives a test
 
 
 @pytest.fixture
@@ -203,6 +199,18 @@ def test_a_raising_move_of_slot_state_is_the_policys_one_line_and_restarts_no_wo
                 method, sampler.n_restarts, caplog, restarting=0)
 
 
+def start_error(policy: RaisingPolicy, caplog: pytest.LogCaptureFixture) -> BaseException | None:
+    """Start (and shut down) a two-worker action server sampler over ``policy``; the error its start
+    raised, if any, with its warnings in ``caplog``."""
+    with caplog.at_level(logging.WARNING):
+        try:
+            ActionServerSampler(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=2,
+                                seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure="restart").shutdown_worker()
+        except Exception as exc:  # noqa: BLE001 - the test looks at whatever it is
+            return exc
+    return None
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_raising_move_of_slot_state_within_a_workers_seed_is_the_policys_one_line(
@@ -210,13 +218,7 @@ def test_a_raising_move_of_slot_state_within_a_workers_seed_is_the_policys_one_l
     """Each worker seeds its slots when it gets the agent (at the start): the server takes the rows of
     the worker resident before it out of the policy, and that ``get_sampling_state`` raises."""
     _fault.update(method="get_sampling_state", within=AgentPool.seed.__code__)
-    error: BaseException | None = None
-    with caplog.at_level(logging.WARNING):
-        try:
-            ActionServerSampler(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=2,
-                                seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure="restart").shutdown_worker()
-        except Exception as exc:  # noqa: BLE001 - the test looks at whatever it is
-            error = exc
+    error = start_error(policy, caplog)
     assert error is not None, "the sampler started although its policy's get_sampling_state raised"
     # the sampler that could not start restarted nothing (no "restarting it" warning either)
     check_error(error, message("action_server", "get_sampling_state", r", made for the policy's seed for worker \d",
@@ -257,13 +259,7 @@ def test_a_raising_seed_a_worker_asks_for_is_the_policys_one_line(
         policy: RaisingPolicy, caplog: pytest.LogCaptureFixture) -> None:
     """Each worker seeds its slots when it gets the agent (at the start): the policy's seed raises."""
     _fault.update(method="seed", within=AgentPool.seed.__code__)
-    error: BaseException | None = None
-    with caplog.at_level(logging.WARNING):
-        try:
-            ActionServerSampler(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=2,
-                                seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure="restart").shutdown_worker()
-        except Exception as exc:  # noqa: BLE001 - the test looks at whatever it is
-            error = exc
+    error = start_error(policy, caplog)
     assert error is not None, "the sampler started although its policy's seed raised"
     check_error(error, message("action_server", "seed", "", "starting", moves=False), "seed", 0, caplog,
                 restarting=0)

@@ -73,11 +73,7 @@ class RestartHangingPolicy(MLPPolicy):
         return super().get_sampling_state()
 
 
-@pytest.fixture(autouse=True)
-def leaves_nothing_behind() -> Iterator[None]:
-    """No worker process and no segment of this process's may outlive a test."""
-    yield
-    checks.assert_nothing_left()
+leaves_nothing_behind = checks.leaves_nothing_behind  # autouse: no process or segment outlives a test
 
 
 @pytest.fixture

@@ -60,13 +60,15 @@ class ResumeExperimentWarning(CorralWarning):
 
 def _given_on_command_line(key: str) -> bool:
     """Whether this Hydra job's overrides set ``key`` (outside Hydra, library use: the config is the caller's, so yes)."""
+    from corral.framework.precheck import given_keys
+
     try:
         from hydra.core.hydra_config import HydraConfig
 
         overrides = [str(o) for o in HydraConfig.get().overrides.task]
     except (ImportError, ValueError):
         return True
-    return any(o.partition("=")[0].lstrip("+~") == key for o in overrides)
+    return key in given_keys(overrides)
 
 
 @dataclass
