@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any, Sequence
 
 from corral.framework.arguments import CommandParser
@@ -14,11 +16,11 @@ commands:
   train [overrides...]      train; the same as `python train.py [overrides...]`
   plugins [--json] [--check]
                             list every registered component and any plugin that failed to load
-  results <dir> [<dir> ...] [--json] [--ignore KEY ...]
+  results <dir> [<dir> ...] [--json] [--ignore [KEY ...]] [--only KEY=VAL ...]
                             a table of run or sweep directories: one row per group of the swept
                             keys, mean ± std across seeds
-  plot <dir> [<dir> ...] [-o OUT.png] [--metric COLUMN] [--ignore KEY ...] [--legend N]
-                            learning curves (mean and spread across seeds, one line per group)
+  plot <dir> [<dir> ...] [-o OUT.png] [--metric COLUMN] [--ignore [KEY ...]] [--only KEY=VAL ...]
+       [--legend N]         learning curves (mean and spread across seeds, one line per group)
   eval <run dir | snapshot> [overrides...] [--episodes N] [--stochastic] [--seed S] [--video DIR]
        [--env-id ID] [--sampler NAME] [--n-workers N] [--trust]
                             evaluate a trained run: mean ± std of return and length, eval.json
@@ -174,13 +176,18 @@ def plugins_command(argv: Sequence[str]) -> int:
 
 
 def _checked_ignore(command: str, roots: list[str], given: list[str] | None) -> list[str]:
-    """``--ignore``'s keys (``seed`` when not given); a given key that no run under ``roots``
-    overrides is one warning line, since it would merge nothing (a typo of a swept key)."""
+    """``--ignore``'s keys (``seed`` when not given; none for ``--ignore`` alone); a given key that no run
+    under ``roots`` overrides is one warning line, since it would merge nothing (a typo of a swept key),
+    and a key that is a directory is an error (it was meant as one of ``roots``)."""
     if given is None:
         return ["seed"]
     from corral.results.table import unused_ignore_keys
 
     unused, overridden = unused_ignore_keys(roots, given)
+    for key in unused:
+        if Path(key).is_dir():
+            raise ValueError(f"--ignore took the directory {key} as an override key; give the directories before "
+                             f"--ignore (corral {command} {' '.join(dict.fromkeys([*roots, key]))} --ignore ...)")
     for key in unused:
         print(f"corral {command}: warning: --ignore {key}: no run under {', '.join(roots)} overrides {key}, so it "
               f"merges nothing (the runs override: {', '.join(overridden) or 'nothing'}); check the spelling",
@@ -188,58 +195,144 @@ def _checked_ignore(command: str, roots: list[str], given: list[str] | None) -> 
     return given
 
 
+def _checked_only(command: str, roots: list[str], given: list[str] | None) -> dict[str, list[str]]:
+    """``--only``'s ``{key: [values]}`` (empty when not given); an item that is a directory rather than
+    ``KEY=VAL`` is an error that says to give the directories first."""
+    from corral.results.select import parse_only
+
+    for item in given or []:
+        if "=" not in item and Path(item).is_dir():
+            raise ValueError(f"--only took the directory {item} as KEY=VAL; give the directories before --only "
+                             f"(corral {command} {' '.join(dict.fromkeys([*roots, item]))} --only KEY=VAL ...)")
+    return parse_only(given or [])
+
+
+def _checked_dirs(parser: CommandParser, command: str, opts: argparse.Namespace) -> None:
+    """Exit with the parser's error when no directory is given; raise ValueError when an option took
+    them (``corral plot --ignore seed sweep``: ``--ignore`` took ``sweep`` as a key)."""
+    if opts.dirs:
+        return
+    for option in ("ignore", "only"):
+        taken = [item for item in getattr(opts, option) or [] if Path(item).is_dir()]
+        if taken:
+            raise ValueError(f"no directory given: --{option} took {' '.join(taken)} as its own; give the directories "
+                             f"first (corral {command} {' '.join(taken)} --{option} ...)")
+    parser.error("the following arguments are required: dir")
+
+
+def _selection_lines(ignore: list[str], only: dict[str, list[str]], kept: int, total: int, what: str) -> list[str]:
+    """The lines ``corral results`` and ``corral plot`` print above their output when the runs are not
+    all of them grouped as by default: which ``--only`` runs are kept, and that ``--ignore`` alone merges
+    no key, not even ``seed`` (``what``: ``row`` or ``line``)."""
+    from corral.results.select import describe
+
+    lines = []
+    if only:
+        lines.append(f"only {describe(only)}: {kept} of {total} run(s)")
+    if not ignore:
+        lines.append(f"merged: no key (--ignore with no keys), not even seed: runs that differ in seed are "
+                     f"separate {what}s")
+    return lines
+
+
+class _Once(argparse.Action):
+    """An option that takes one value and may be given once: a second one is an error, not a silent
+    replacement of the first (``-o a.png -o b.png``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        """Keep ``values``; a second time, exit with the parser's one-line error."""
+        before = getattr(namespace, self.dest, None)
+        if before is not None:
+            parser.error(f"{option_string} given twice ({before}, then {values}); give it once")
+        setattr(namespace, self.dest, values)
+
+
 #: How ``corral results`` and ``corral plot`` take their directories.
 DIRS_HELP = ("run directories or multirun (sweep) directories; runs with the same overrides (apart from the "
              "--ignore keys) are one group, whichever directory holds them")
+#: ``--ignore``'s help, for both commands (``what``: ``group`` or ``line``).
+IGNORE_HELP = ("override keys merged within a {what} (default: seed); --ignore with no keys merges none, not even "
+               "seed (a {what} per seed); may be given more than once")
+#: ``--only``'s help, for both commands.
+ONLY_HELP = ("keep only the runs whose overrides have these values: several values of one key keep runs with any "
+             "of them, several keys runs with all (--only algo=ppo algo=vpg seed=1); a number matches the same "
+             "number (1e-3 = 0.001); a key or value no run has is an error that lists what the runs have")
+
+
+def _results_parser(prog: str, description: str, what: str) -> CommandParser:
+    """The parser of ``corral results`` / ``corral plot``: their directories, ``--ignore`` and ``--only``."""
+    parser = CommandParser(prog=prog, description=description)
+    parser.add_argument("dirs", nargs="*", metavar="dir", help=DIRS_HELP)
+    parser.add_argument("--ignore", nargs="*", action="extend", metavar="KEY", help=IGNORE_HELP.format(what=what))
+    parser.add_argument("--only", nargs="+", action="extend", metavar="KEY=VAL", help=ONLY_HELP)
+    return parser
 
 
 def results_command(argv: Sequence[str]) -> int:
     """``corral results <dir> [<dir> ...]``: the grouped table of every run under run or multirun directories."""
-    parser = CommandParser(prog="corral results", description="Summarise the runs under one or more directories.")
-    parser.add_argument("dirs", nargs="+", metavar="dir", help=DIRS_HELP)
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--ignore", nargs="*", help="override keys merged within a group (default: seed)")
+    parser = _results_parser("corral results", "Summarise the runs under one or more directories.", "group")
+    parser.add_argument("--json", action="store_true",
+                        help="machine-readable output (with the keys merged, \"ignore\", and the --only selection)")
     opts = parser.parse_args(list(argv))
+    _checked_dirs(parser, "results", opts)
     opts.ignore = _checked_ignore("results", opts.dirs, opts.ignore)
+    only = _checked_only("results", opts.dirs, opts.only)
 
+    from corral.results.select import select_runs
     from corral.results.summary import find_runs_under
-    from corral.results.table import results_for_dir
+    from corral.results.table import found_runs_table
 
-    table = results_for_dir(opts.dirs, ignore=opts.ignore)
+    found = find_runs_under(opts.dirs)
+    kept = select_runs(found, only)
+    table = found_runs_table(kept, ignore=opts.ignore)
     where = ", ".join(opts.dirs)
+    if only:
+        where += f" with --only {' '.join(opts.only)}"
     if not table.rows and not table.skipped:
         raise FileNotFoundError(f"no completed run (a directory with summary.json) under {where}")
     if opts.json:
-        print(json.dumps(table.to_json(), indent=2))
+        print(json.dumps({**table.to_json(), "ignore": opts.ignore, "only": only}, indent=2))
     else:  # with no completed run, no empty table: the runs that are not, and why
+        for line in _selection_lines(opts.ignore, only, len(kept.runs) + len(kept.unfinished),
+                                     len(found.runs) + len(found.unfinished), "row"):
+            print(line)
         print(table.format() if table.rows else "\n".join(f"skipped: {s}" for s in table.skipped))
     if not table.rows:  # every job failed, or an interrupted sweep before its first job finished
-        what = find_runs_under(opts.dirs).status_counts()
-        print(f"corral results: error: no completed run under {where} ({what}; listed above)", file=sys.stderr)
+        print(f"corral results: error: no completed run under {where} ({kept.status_counts()}; listed above)",
+              file=sys.stderr)
         return 2
     return 0
 
 
 def plot_command(argv: Sequence[str]) -> int:
     """``corral plot <dir> [<dir> ...]``: learning curves of the runs under directories as an image."""
-    parser = CommandParser(prog="corral plot",
-                           description="Plot learning curves of the runs under one or more directories.")
-    parser.add_argument("dirs", nargs="+", metavar="dir", help=DIRS_HELP)
-    parser.add_argument("-o", "--out", help="image to write (default, for one directory: <dir>/learning_curves.png)")
-    parser.add_argument("--metric", help="progress.csv column (default: eval/return_mean if every run evaluated "
-                                         "at least twice, else train/return_mean)")
-    parser.add_argument("--ignore", nargs="*", help="override keys merged within a line (default: seed)")
-    parser.add_argument("--legend", type=int, metavar="N",
+    parser = _results_parser("corral plot", "Plot learning curves of the runs under one or more directories.",
+                             "line")
+    parser.add_argument("-o", "--out", action=_Once,
+                        help="image to write: a file (.png, .svg, .pdf, ...; .png is added to a name without a "
+                             "suffix) or a directory (default, for one directory: <dir>/learning_curves.png)")
+    parser.add_argument("--metric", action=_Once,
+                        help="progress.csv column (default: eval/return_mean if every run evaluated "
+                             "at least twice, else train/return_mean)")
+    parser.add_argument("--legend", type=int, metavar="N", action=_Once,
                         help="name at most N groups (1 to 20) in the legend, the first ones listed; the others are "
-                             "drawn in gray behind one '+K more' entry (default 10)")
+                             "drawn in gray behind one '+K more' entry (default 10). Long labels are wrapped or "
+                             "shortened there; the lines printed give them whole")
     opts = parser.parse_args(list(argv))
+    _checked_dirs(parser, "plot", opts)
     opts.ignore = _checked_ignore("plot", opts.dirs, opts.ignore)
+    only = _checked_only("plot", opts.dirs, opts.only)
 
-    from corral.results.plot import plot_dir
+    from corral.results.plot import check_legend, plot_dir
     from corral.results.table import format_mean_std, mean_std
 
-    result = plot_dir(opts.dirs, out=opts.out, metric=opts.metric, ignore=opts.ignore,
+    if opts.legend is not None:
+        check_legend(opts.legend)
+    result = plot_dir(opts.dirs, out=opts.out, metric=opts.metric, ignore=opts.ignore, only=only,
                       **({} if opts.legend is None else {"legend": opts.legend}))
+    for line in _selection_lines(opts.ignore, only, result.n_kept, result.n_found, "line"):
+        print(line)
     for c in result.curves:
         # each run's own final value, as `corral results` averages them (the line ends at the shortest run's end)
         mean, std = mean_std(c.finals) or (float(c.mean[-1]), float(c.std[-1]))

@@ -19,6 +19,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from corral.results.labels import legend_labels
+from corral.results.select import Only, describe, select_runs
 from corral.results.summary import Roots, RunRecord, check_root, find_runs_under, root_paths
 from corral.results.table import group_runs
 from corral.results.writable import directory_problem, write_atomically
@@ -116,6 +118,9 @@ class PlotResult:
     #: When the legend names only some lines: one line that says so and how to narrow the plot
     #: (what ``corral plot`` prints as ``legend: ...``); empty when it names them all.
     legend_note: str = ""
+    #: The runs and unfinished job directories found under the directories, and of them those ``--only`` kept.
+    n_found: int = 0
+    n_kept: int = 0
 
 
 def mean_curve(label: str, series: Sequence[tuple[np.ndarray, np.ndarray]], runs: Sequence[str] = ()) -> Curve | None:
@@ -272,8 +277,9 @@ def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = ""
 
     The legend names the first ``legend`` curves, each in its own colour; any further curve is still
     drawn, as a thin gray line without its band, and one legend entry ``+K more (gray)`` stands for
-    them all. Up to ten entries sit inside the axes as before; a longer legend goes to the right of
-    them, and the figure grows to hold it, so it is never cut off.
+    them all. Long labels are wrapped, and very long ones shortened (:func:`corral.results.labels.legend_labels`).
+    Up to ten entries sit inside the axes as before, where they fit; a longer legend, or one wider or
+    taller than the axes, goes to the right of them, and the figure grows to hold it, so it is never cut off.
     """
     check_legend(legend)
     matplotlib = _matplotlib()
@@ -283,12 +289,13 @@ def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = ""
     from matplotlib.lines import Line2D
 
     named, others = list(curves[:legend]), list(curves[legend:])
+    labels = legend_labels([f"{c.label} (n={c.n_runs})" for c in named])
     fig, ax = plt.subplots(figsize=(7, 4))
     try:
         handles: list[Any] = []
-        for c, color in zip(named, legend_colors(len(named), beside_gray=bool(others))):
+        for c, color, label in zip(named, legend_colors(len(named), beside_gray=bool(others)), labels):
             marker = "o" if c.x.size < 3 else None
-            (line,) = ax.plot(c.x, c.mean, marker=marker, color=color, label=f"{c.label} (n={c.n_runs})")
+            (line,) = ax.plot(c.x, c.mean, marker=marker, color=color, label=label)
             handles.append(line)
             if c.n_runs > 1:
                 ax.fill_between(c.x, c.mean - c.std, c.mean + c.std, color=color, alpha=0.2, linewidth=0)
@@ -307,14 +314,14 @@ def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = ""
         if title:
             ax.set_title(title)
         ax.grid(alpha=0.3)
-        if len(handles) <= 10:  # as it always was: inside, where it hides the fewest lines
-            if handles:
-                ax.legend(handles=handles, fontsize="small")
-        else:  # beside the axes, which keep their size: the figure widens (and heightens) by the legend's size
-            box = ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1),
-                            borderaxespad=0).get_window_extent()
-            width, height = fig.get_size_inches()
-            fig.set_size_inches(width + box.width / fig.dpi + 0.2, max(height, box.height / fig.dpi + 1.2))
+        if 0 < len(handles) <= 10:  # as it always was: inside, where it hides the fewest lines, if it fits there
+            inside = ax.legend(handles=handles, fontsize="small")
+            fig.tight_layout()
+            if not _within(inside.get_window_extent(), ax.get_window_extent()):  # wider or taller than the axes
+                inside.remove()
+                _legend_beside(fig, ax, handles)
+        elif handles:
+            _legend_beside(fig, ax, handles)
         fig.tight_layout()
         # tight_layout leaves a placeholder layout engine, for which savefig draws the whole figure once
         # more before it draws it into the file; the layout is done, so no engine: one draw
@@ -328,12 +335,27 @@ def draw(curves: Sequence[Curve], path: str | Path, metric: str, title: str = ""
     return n_lines
 
 
+def _within(inner: Any, outer: Any, slack: float = 0.5) -> bool:
+    """Whether the box ``inner`` lies inside the box ``outer`` (display units; ``slack`` for rounding)."""
+    return (inner.x0 >= outer.x0 - slack and inner.y0 >= outer.y0 - slack and inner.x1 <= outer.x1 + slack
+            and inner.y1 <= outer.y1 + slack)
+
+
+def _legend_beside(fig: Any, ax: Any, handles: Sequence[Any]) -> None:
+    """The legend of ``handles`` to the right of ``ax``, which keeps its size: the figure widens (and
+    heightens) by the legend's size."""
+    box = ax.legend(handles=handles, fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1),
+                    borderaxespad=0).get_window_extent()
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(width + box.width / fig.dpi + 0.2, max(height, box.height / fig.dpi + 1.2))
+
+
 def output_path(out: str | Path | None, roots: Sequence[Path]) -> Path:
     """Where ``corral plot -o OUT`` writes: ``OUT`` itself, ``OUT/learning_curves.png`` when ``OUT`` is a
     directory (or ends with a slash), ``OUT.png`` when it has no suffix (what matplotlib would
     write); without ``-o``, ``<root>/learning_curves.png`` for one directory ``roots``. Raises
     ValueError, naming the reason, when its directory cannot be created, matplotlib writes no such
-    file type (``-o curves.txt``), or several directories are plotted without ``-o`` (no one of them
+    file type (``-o curves.txt``) or cannot here (``-o curves.pgf`` without its TeX program), or several directories are plotted without ``-o`` (no one of them
     is the plot's home)."""
     _matplotlib()
     from matplotlib.backend_bases import FigureCanvasBase
@@ -353,6 +375,13 @@ def output_path(out: str | Path | None, roots: Sequence[Path]) -> Path:
     if path.suffix[1:].lower() not in formats:
         raise ValueError(f"-o {out}: matplotlib writes no {path.suffix} files; give -o a name ending in .png, .svg or "
                          f".pdf (it also writes {', '.join('.' + f for f in sorted(formats) if f not in ('png', 'svg', 'pdf'))})")
+    if path.suffix.lower() == ".pgf":  # matplotlib writes PGF through a TeX program it starts
+        import shutil
+
+        tex = str(_matplotlib().rcParams["pgf.texsystem"])
+        if shutil.which(tex) is None:
+            raise ValueError(f"-o {out}: matplotlib writes .pgf files with {tex}, which is not installed here; install "
+                             "it, or give -o a name ending in .pdf or .svg")
     if (problem := directory_problem(path.absolute().parent)) is not None:
         raise ValueError(f"cannot write {path}: {problem}; give -o a file in a directory you can write to")
     return path
@@ -367,32 +396,41 @@ def legend_note(curves: Sequence[Curve], runs: Sequence[RunRecord], ignore: Sequ
     """The line ``corral plot`` prints when its legend names only the first ``legend`` of ``curves``
     (empty when it names them all): how many are gray, and how to see the ones wanted: ``--legend``
     up to :data:`LEGEND_LIMIT`, ``--ignore`` with the swept key whose values merged leave the fewest
-    lines (when more than one key is swept), or only some runs' directories."""
+    lines (when more than one key is swept), or ``--only`` some values of a swept key."""
     if len(curves) <= legend:
         return ""
     from corral.results.table import swept_keys
 
     keys = swept_keys(runs, ignore)
+    dicts = [r.override_dict() for r in runs]
     ways = [f"--legend {LEGEND_LIMIT} names up to {LEGEND_LIMIT}"] if legend < LEGEND_LIMIT else []
     if len(keys) > 1:  # merging the only swept key would leave one line of every run
-        dicts = [r.override_dict() for r in runs]
         left = {k: len({tuple(d.get(o, "-") for o in keys if o != k) for d in dicts}) for k in keys}
         key = min(keys, key=lambda k: left[k])
         ways.append(f"--ignore {' '.join([*ignore, key])} merges the values of {key} into one line "
                     f"({left[key]} line(s); swept: {', '.join(keys)})")
-    ways.append("plot only some runs' directories (corral plot DIR/0 DIR/3 ... -o OUT.png)")
+    if keys:  # two values of the swept key of the most values, as an example: keeping a few of them leaves the fewest
+        values = {k: list(dict.fromkeys(d[k] for d in dicts if k in d)) for k in keys}
+        many = max(keys, key=lambda k: len(values[k]))
+        ways.append(f"--only {' '.join(shlex.quote(f'{many}={v}') for v in values[many][:2])} ... keeps the runs "
+                    f"with those values of {many}")
+    else:
+        ways.append("plot only some runs' directories (corral plot DIR/0 DIR/3 ... -o OUT.png)")
     how = "; ".join(ways[:-1]) + "; or " + ways[-1] if len(ways) > 1 else ways[0]
     return (f"the legend names the first {legend} of {len(curves)} lines (listed above in that order); the other "
             f"{len(curves) - legend} are drawn in gray, without their std band. To see others: {how}")
 
 
 def plot_dir(roots: Roots, out: str | Path | None = None, metric: str | None = None,
-             ignore: Iterable[str] = ("seed",), title: str | None = None, legend: int = LEGEND_MAX) -> PlotResult:
+             ignore: Iterable[str] = ("seed",), title: str | None = None, legend: int = LEGEND_MAX,
+             only: Only | None = None) -> PlotResult:
     """Learning curves of every completed run under ``roots`` (a run or a multirun directory, or
     several: runs with the same overrides make one line whichever directory holds them) as an image.
 
     ``out``: see :func:`output_path`; ``metric`` defaults to :func:`choose_metric`; ``legend``: how
-    many groups the legend names (see :func:`draw`, :func:`legend_note`).
+    many groups the legend names (see :func:`draw`, :func:`legend_note`); ``only``: just the runs
+    :func:`corral.results.select.select_runs` keeps (a key or value no run has raises ``ValueError``),
+    named in the default title.
     """
     check_legend(legend)
     ignore = list(ignore)
@@ -403,13 +441,17 @@ def plot_dir(roots: Roots, out: str | Path | None = None, metric: str | None = N
     for root in given:  # a directory that is not there, or a file: said as such, before -o is looked at
         check_root(root)
     path = output_path(out, given)  # a file that cannot be written: before the runs are read
-    found = find_runs_under(given)
+    everything = find_runs_under(given)
+    found = select_runs(everything, only or {})
+    where = f"{found.where} with --only {describe(only)}" if only else found.where
     runs = found.completed
     skipped = found.skipped()
     if not runs:
         counts = found.status_counts()
-        left = f" ({counts}; `corral results {' '.join(shlex.quote(str(g)) for g in given)}` lists them)" if counts else ""
-        raise FileNotFoundError(f"no completed run (a directory with summary.json) under {found.where}{left}")
+        command = " ".join(shlex.quote(str(g)) for g in given) + (
+            " --only " + " ".join(shlex.quote(f"{k}={v}") for k, vs in only.items() for v in vs) if only else "")
+        left = f" ({counts}; `corral results {command}` lists them)" if counts else ""
+        raise FileNotFoundError(f"no completed run (a directory with summary.json) under {where}{left}")
     metric = metric or choose_metric(runs)
     problems: dict[str, str] = {}
     curves = learning_curves(runs, metric, ignore, problems)
@@ -418,13 +460,16 @@ def plot_dir(roots: Roots, out: str | Path | None = None, metric: str | None = N
     if not curves and problems:  # the runs that have the metric could not be read: not a missing column
         first, why = next(iter(problems.items()))
         more = f" (and {len(problems) - 1} more run(s))" if len(problems) > 1 else ""
-        raise ValueError(f"no curve of {metric} under {found.where}: {first} ({why}){more}; repair or move the file")
+        raise ValueError(f"no curve of {metric} under {where}: {first} ({why}){more}; repair or move the file")
     if not curves:
-        raise ValueError(f"no run under {found.where} has {metric!r} in its progress.csv{columns_hint(runs, metric)}")
-    n_lines = draw(curves, path, metric, title if title is not None else found.where, legend)
+        raise ValueError(f"no run under {where} has {metric!r} in its progress.csv{columns_hint(runs, metric)}")
+    default_title = f"{found.where} (only {describe(only)})" if only else found.where
+    n_lines = draw(curves, path, metric, title if title is not None else default_title, legend)
     drawn_runs = [r for r in runs if str(r.path) in drawn]
     return PlotResult(path=path, metric=metric, curves=curves, n_lines=n_lines, skipped=skipped,
-                      named=min(legend, len(curves)), legend_note=legend_note(curves, drawn_runs, ignore, legend))
+                      named=min(legend, len(curves)), legend_note=legend_note(curves, drawn_runs, ignore, legend),
+                      n_found=len(everything.runs) + len(everything.unfinished),
+                      n_kept=len(found.runs) + len(found.unfinished))
 
 
 __all__ = ["Curve", "DEFAULT_PNG", "LEGEND_LIMIT", "LEGEND_MAX", "OTHERS_COLOR", "PlotResult", "SUMMARY_FINALS",

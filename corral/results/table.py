@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from corral.results.summary import Roots, RunRecord, find_runs_under, unfinished_record, why_not_completed
+from corral.results.select import Only, select_runs
+from corral.results.summary import FoundRuns, Roots, RunRecord, find_runs_under, unfinished_record, why_not_completed
 
 #: Summary fields shown by default: (field, column title).
 DEFAULT_METRICS: tuple[tuple[str, str], ...] = (
@@ -197,15 +198,21 @@ def results_table(
     return ResultsTable(keys=keys, metrics=list(metrics), rows=rows, skipped=skipped)
 
 
-def results_for_dir(roots: Roots, ignore: Iterable[str] = ("seed",)) -> ResultsTable:
+def results_for_dir(roots: Roots, ignore: Iterable[str] = ("seed",), only: Only | None = None) -> ResultsTable:
     """The results table of every run under ``roots`` (a run or sweep directory, or several: runs with
     the same overrides form one group whichever directory holds them), with unfinished job
-    directories listed as skipped."""
-    found = find_runs_under(roots)
+    directories listed as skipped; ``only``: just the runs :func:`corral.results.select.select_runs`
+    keeps (a key or value no run has raises ``ValueError``)."""
+    return found_runs_table(select_runs(find_runs_under(roots), only or {}), ignore)
+
+
+def found_runs_table(found: FoundRuns, ignore: Iterable[str] = ("seed",)) -> ResultsTable:
+    """The results table of the runs ``found`` (:func:`corral.results.summary.find_runs_under`), with its
+    runs that did not complete and its unfinished job directories listed as skipped."""
     table = results_table(found.runs, ignore=ignore, unfinished=[unfinished_record(p) for p in found.unfinished])
     table.skipped = found.skipped()
     return table
 
 
-__all__ = ["DEFAULT_METRICS", "Group", "ResultsTable", "format_mean_std", "format_number", "group_runs", "mean_std",
-           "results_for_dir", "results_table", "swept_keys", "unused_ignore_keys"]
+__all__ = ["DEFAULT_METRICS", "Group", "ResultsTable", "format_mean_std", "format_number", "found_runs_table",
+           "group_runs", "mean_std", "results_for_dir", "results_table", "swept_keys", "unused_ignore_keys"]

@@ -228,8 +228,8 @@ def test_a_sweep_of_many_groups_keeps_its_legend_on_the_image(tmp_path: Path, mo
     assert [line for line in out if line.startswith("legend: ")] == [
         "legend: the legend names the first 10 of 60 lines (listed above in that order); the other 50 are drawn in "
         "gray, without their std band. To see others: --legend 20 names up to 20; --ignore seed algo.lr merges the "
-        "values of algo.lr into one line (2 line(s); swept: algo, algo.lr); or plot only some runs' directories "
-        "(corral plot DIR/0 DIR/3 ... -o OUT.png)"]
+        "values of algo.lr into one line (2 line(s); swept: algo, algo.lr); or --only algo.lr=0 algo.lr=1 ... keeps "
+        "the runs with those values of algo.lr"]
 
 
 def test_legend_names_as_many_groups_as_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
