@@ -33,10 +33,12 @@ another (``get_sampling_state``, ``set_sampling_state``, a queued ``reset``), wi
 a ``seed`` or an agent update, are calls of their own there; the call they were made for resumes
 after them, timed afresh; when one raises, it is recorded for every worker waiting for it
 (:attr:`ActionServer.failed`, before they are answered) and raised as :class:`PolicyCallFailed`,
-which names it. So is a forward pass's ``get_actions`` that raises, and a ``seed`` or ``reset`` of
-the policy's that a worker asks for (or whose resets ride along with its forward pass): each
-waiting worker is answered with the error, and :attr:`ActionServer.failed` says that the policy's
-call raised, not the worker. A call that does not return may return at any time later, or never, so
+which names it. So is a forward pass's ``get_actions`` that raises, and a call of the policy's that
+a worker asks for (``seed``, ``reset``, whose resets may ride along with its forward pass,
+``get_sampling_state``, ``get_param_values``, ``set_param_values``; a worker's
+``set_sampling_state`` reaches the policy only by moves of slot state): each waiting worker is
+answered with the error, and :attr:`ActionServer.failed` says that the policy's call raised, not
+the worker. A call that does not return may return at any time later, or never, so
 the thread touches no slot memory once closed (and makes no further call of the policy), and the
 policy never sees slot memory at all (its observations are copies). A thread that does not stop when the server is
 closed is abandoned: the names of its segments and semaphores are removed, but the segments stay
@@ -90,6 +92,13 @@ _IDLE_S = 0.2
 _HOLD_EVERY_S = 0.1
 #: Seconds :meth:`ActionServer.close` waits for a thread whose call has already run ``timeout`` seconds.
 _STUCK_JOIN_S = 0.5
+
+#: The control calls a worker's proxy makes (its ``CALL`` requests).
+_SERVED = frozenset({"seed", "get_sampling_state", "set_sampling_state", "get_param_values", "set_param_values"})
+#: Those that call the policy's method of the same name for the worker: when it raises, the policy is at
+#: fault (:attr:`ActionServer.failed`). A worker's ``set_sampling_state`` calls none of its own: the rows it
+#: sets are stored, and reach the policy by moves of slot state (each recorded when it raises).
+_POLICYS_OWN = frozenset({"seed", "get_sampling_state", "get_param_values", "set_param_values"})
 
 #: What abandoned servers leave mapped (their segments' SharedMemory objects): a thread stuck in a call
 #: may still read or write it, so it is never unmapped (see :func:`_keep_mapped`).
@@ -149,7 +158,7 @@ class PolicyFailure:
     """A call of the server's policy raised: one that moves slot state (``moves``; ``call``:
     ``get_sampling_state``, ``set_sampling_state`` or a queued ``reset``, for the workers whose rows
     it moves), or one made for workers themselves (``moves`` False: a forward pass's ``get_actions``,
-    a worker's ``seed`` or ``reset``):
+    a worker's ``seed``, ``reset``, ``get_sampling_state``, ``get_param_values`` or ``set_param_values``):
     ``summary`` (``"RuntimeError: ..."``, one line) and ``traceback`` (where it raised), as text, so
     that a record kept holds no frame (nor the slot memory a frame may refer to). ``within``: the
     call it was made for (a forward pass's ``get_actions``, a ``seed``, an agent update's
@@ -282,7 +291,8 @@ class ActionServer:
         call: the call of the policy running now (None when none runs); read without the lock.
         last_call: the last call that returned.
         failed: for each worker, the last call of the policy that raised while the worker waited for it
-            (a move of slot state, a forward pass, its own ``seed`` or ``reset``; set before the worker
+            (a move of slot state, a forward pass, a control call of its own: ``seed``, ``reset``,
+            ``get_sampling_state``, ``get_param_values``, ``set_param_values``; set before the worker
             is answered; dropped when it is restarted).
     """
 
@@ -595,10 +605,10 @@ class ActionServer:
 
     @contextmanager
     def _policys_own(self, call: ServerCall, within: ServerCall | None = None) -> Iterator[None]:
-        """The policy's own call for workers (``call``: a forward pass, a worker's ``seed`` or
-        ``reset``): when it raises, recorded for every worker waiting for it (:attr:`failed`, before
-        they are answered with the error) and raised on. A move of slot state within it that raised
-        (:class:`PolicyCallFailed`) is recorded already."""
+        """The policy's own call for workers (``call``: a forward pass, or a control call a worker asks
+        for, such as ``seed`` or ``reset``): when it raises, recorded for every worker waiting for it
+        (:attr:`failed`, before they are answered with the error) and raised on. A move of slot state
+        within it that raised (:class:`PolicyCallFailed`) is recorded already."""
         try:
             yield
         except PolicyCallFailed:
@@ -673,12 +683,14 @@ class ActionServer:
                     self._end_call(call)
             elif kind == CALL:
                 method, args = view.read_blob()
+                if method not in _SERVED:
+                    raise ValueError(f"the action server does not serve {method!r}")
                 call = self._begin_call(str(method), (i,))
                 try:
-                    if method == "seed":
+                    if method in _POLICYS_OWN:
                         with self._policys_own(call):
-                            self.pool.seed(i, *args)
-                    else:
+                            reply = self._control(i, method, args)
+                    else:  # its calls of the policy are moves of slot state, recorded each on its own
                         reply = self._control(i, method, args)
                 finally:
                     self._end_call(call)
@@ -718,6 +730,8 @@ class ActionServer:
 
     def _control(self, i: int, method: str, args: tuple) -> Any:
         pool = self.pool
+        if method == "seed":
+            return pool.seed(i, *args)
         if method == "get_sampling_state":
             return pool.get_sampling_state(i)
         if method == "set_sampling_state":

@@ -15,7 +15,10 @@ waiting worker reported the server's traceback as its own failure, was restarted
 The same holds for the policy's calls made for the workers themselves: a forward pass's
 ``get_actions``, and the ``seed`` and ``reset`` a worker asks for (which once got that old treatment:
 "worker 0 (pid ...) raised ActionServerError: the action server failed to serve worker 0: ...",
-restarts, then one worker blamed).
+restarts, then one worker blamed); and for the control calls a worker makes of its agent that reach
+the server's policy on its behalf: ``get_sampling_state`` (the sampler's ``state_dict``),
+``get_param_values`` and ``set_param_values`` (a user's worker may ask for them), which kept that
+old treatment longer.
 
 Real worker processes (spawn), real CartPole (in which worker 1 kills itself, SIGKILL, at its 40th step
 for the restart); the policy is an MLPPolicy whose chosen method raises when, and only when, the
@@ -36,6 +39,7 @@ import pytest
 
 from corral import ActionServerSampler, AlternatingSampler, EnvFactory, EnvSpec, MLPPolicy, WorkerError
 from corral.parallel.slot_state import AgentPool
+from corral.plugins.workers.default import DefaultWorker
 from corral.testing.modules import import_path
 
 TIMEOUT = 2.0
@@ -45,20 +49,21 @@ checks = import_path(Path(__file__).resolve().parents[2] / "tests" / "conf" / "a
                      "action_server_checks")
 
 #: The server runs a deep copy of the policy: what the test controls lives at module level.
-_fault: dict[str, Any] = {"method": None, "within": None, "raised": 0}
+_fault: dict[str, Any] = {"method": None, "within": None, "direct": False, "raised": 0}
 
 
-def _within(code: CodeType) -> bool:
-    frame: FrameType | None = sys._getframe(2)
+def _within(code: CodeType, direct: bool) -> bool:
+    """Whether the policy's method was called within ``code`` (``direct``: by ``code`` itself)."""
+    frame: FrameType | None = sys._getframe(3)
     while frame is not None:
         if frame.f_code is code:
             return True
-        frame = frame.f_back
+        frame = None if direct else frame.f_back
     return False
 
 
 def _maybe_raise(method: str) -> None:
-    if _fault["method"] == method and _within(_fault["within"]):
+    if _fault["method"] == method and _within(_fault["within"], _fault["direct"]):
         _fault["raised"] += 1
         raise RuntimeError(f"boom in {method}")
 
@@ -87,15 +92,23 @@ class RaisingPolicy(MLPPolicy):
         _maybe_raise("reset")
         super().reset(dones)
 
+    def get_param_values(self) -> dict[str, np.ndarray]:
+        _maybe_raise("get_param_values")
+        return super().get_param_values()
+
+    def set_param_values(self, params: dict[str, np.ndarray]) -> None:
+        _maybe_raise("set_param_values")
+        super().set_param_values(params)
+
 
 leaves_nothing_behind = checks.leaves_nothing_behind  # autouse: no process or segment outlives a test
 
 
 @pytest.fixture
 def policy() -> Iterator[RaisingPolicy]:
-    _fault.update(method=None, within=None, raised=0)
+    _fault.update(method=None, within=None, direct=False, raised=0)
     yield RaisingPolicy(EnvSpec.from_env(EnvFactory("CartPole-v1")()), hidden_sizes=(8,))
-    _fault.update(method=None, within=None, raised=0)
+    _fault.update(method=None, within=None, direct=False, raised=0)
 
 
 WHO = r"(worker \d|workers \[\d(, \d)*\])"
@@ -109,6 +122,10 @@ SERVES = {
     "get_actions": "which the server calls for each forward pass of its workers",
     "seed": "which the server calls when a worker seeds its environments' rows (when it gets the agent)",
     "reset": "which the server calls when new episodes of a worker's environments start",
+    "get_sampling_state": "which the server calls when a worker asks its agent for its sampling state "
+                          "(to save it)",
+    "get_param_values": "which the server calls when a worker asks its agent for its parameters",
+    "set_param_values": "which the server calls when a worker sets its agent's parameters",
 }
 
 
@@ -263,3 +280,85 @@ def test_a_raising_seed_a_worker_asks_for_is_the_policys_one_line(
     assert error is not None, "the sampler started although its policy's seed raised"
     check_error(error, message("action_server", "seed", "", "starting", moves=False), "seed", 0, caplog,
                 restarting=0)
+
+
+# ---------------------------------------------------------------------- a worker's own control calls
+class AskingWorker(DefaultWorker):
+    """A worker that asks its agent for its parameters before each rollout and sets them back, as a
+    user's worker may (to check them for NaN, say): control calls the proxy forwards to the server's
+    policy on this worker's behalf."""
+
+    def rollout(self, *, min_steps: int | None = None, n_episodes: int | None = None) -> Any:
+        if self.agent is not None:
+            self.agent.set_param_values(self.agent.get_param_values())
+        return super().rollout(min_steps=min_steps, n_episodes=n_episodes)
+
+
+def save_state(sampler: ActionServerSampler, policy: RaisingPolicy) -> BaseException | None:
+    """Sample, then save the sampler's state (each worker asks its agent for its sampling state)."""
+    try:
+        sampler.obtain_samples(0, 400, policy.get_param_values())
+        sampler.state_dict()
+    except Exception as exc:  # noqa: BLE001 - the test looks at whatever it is
+        return exc
+    return None
+
+
+def save_and_restore_state(sampler: ActionServerSampler, policy: RaisingPolicy) -> BaseException | None:
+    """Sample, save the sampler's state and restore it (each worker sets its agent's sampling state)."""
+    try:
+        sampler.obtain_samples(0, 400, policy.get_param_values())
+        sampler.load_state_dict(sampler.state_dict())
+    except Exception as exc:  # noqa: BLE001 - the test looks at whatever it is
+        return exc
+    return None
+
+
+def sample_once(sampler: ActionServerSampler, policy: RaisingPolicy) -> BaseException | None:
+    return run(sampler, policy)
+
+
+SAVING, RESTORING = "saving its sampling state (state_dict)", "restoring its sampling state (load_state_dict)"
+# (sampler, the method that raises, AgentPool's function that calls it (itself: direct), the worker class,
+# what the test does, the activity, what it was made for, whether it moves slot state)
+WORKER_CALL_CASES = [
+    (ActionServerSampler, "get_sampling_state", AgentPool.get_sampling_state, True, DefaultWorker, save_state,
+     SAVING, "", False),
+    (AlternatingSampler, "get_sampling_state", AgentPool.get_sampling_state, True, DefaultWorker, save_state,
+     SAVING, "", False),
+    (ActionServerSampler, "get_param_values", AgentPool.get_param_values, True, AskingWorker, sample_once,
+     "sampling (obtain_samples)", "", False),
+    (AlternatingSampler, "get_param_values", AgentPool.get_param_values, True, AskingWorker, sample_once,
+     "sampling (obtain_samples)", "", False),
+    (ActionServerSampler, "set_param_values", AgentPool.set_per_worker, False, AskingWorker, sample_once,
+     "sampling (obtain_samples)", "", False),
+    # a worker's set_sampling_state reaches the policy through the move of the rows resident before it
+    (ActionServerSampler, "get_sampling_state", AgentPool.set_sampling_state, False, DefaultWorker,
+     save_and_restore_state, RESTORING, r", made for the policy's set_sampling_state for worker \d", True),
+]
+WORKER_CALL_IDS = ["action_server-get_sampling_state", "alternating-get_sampling_state",
+                   "action_server-get_param_values", "alternating-get_param_values",
+                   "action_server-set_param_values", "action_server-set_sampling_state-move"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize(("sampler_class", "method", "within", "direct", "worker_class", "act", "activity", "made_for",
+                          "moves"), WORKER_CALL_CASES, ids=WORKER_CALL_IDS)
+def test_a_raising_control_call_a_worker_asks_for_is_the_policys_one_line_and_restarts_no_worker(
+        policy: RaisingPolicy, sampler_class: type[ActionServerSampler], method: str, within: Any, direct: bool,
+        worker_class: type, act: Any, activity: str, made_for: str, moves: bool,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A worker's own ``get_sampling_state`` (the sampler's state_dict), ``get_param_values`` or
+    ``set_param_values`` that raises in the server's policy: the policy is named, at once, and no worker is
+    restarted (it was: "worker 0 (pid ...) raised ActionServerError: the action server failed to serve
+    worker 0: ...", then restarts that failed alike, then that worker blamed)."""
+    _fault.update(method=method, within=within.__code__, direct=direct)
+    with caplog.at_level(logging.WARNING), \
+            sampler_class(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=2,
+                          seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure="restart",
+                          worker_class=worker_class) as sampler:
+        error = act(sampler, policy)
+    check_error(error, message(sampler_class.option_name, method, made_for, activity, moves=moves), method,
+                sampler.n_restarts, caplog, restarting=0)
+    assert "ActionServerError" not in str(error), str(error)

@@ -32,9 +32,10 @@ worker's ``seed``, an agent update, or a restart, which takes the dead worker's 
 policy's fault: the error (:class:`ServerPolicyRaised`) is one line naming that call, the workers
 whose rows it moved, what it was made for and the policy's error, with the policy's traceback (as
 for an agent update that raises); no worker is blamed or restarted (each would meet it again). So is
-a forward pass whose ``get_actions`` raises, and a ``seed`` or ``reset`` of the policy's that a
-worker asks for and that raises: every worker waiting for it is answered with the error, but the
-policy, not the worker, is named.
+a forward pass whose ``get_actions`` raises, and a call of the policy's that a worker asks for and
+that raises (``seed``, ``reset``, ``get_sampling_state`` when the sampler's state is saved, or a
+user's worker asking its agent for ``get_param_values`` / ``set_param_values``): every worker
+waiting for it is answered with the error, but the policy, not the worker, is named.
 
 ``sampler=alternating`` (:mod:`corral.plugins.samplers.alternating`) is this sampler with two
 groups of workers.
@@ -409,8 +410,9 @@ class ServerHung(WorkerError):
 
 
 class ServerPolicyRaised(WorkerError):
-    """A call of the action server's policy raised: a forward pass's ``get_actions``, a ``seed`` or
-    ``reset`` a worker asked for, or a call that moves workers' slot state in or out of it
+    """A call of the action server's policy raised: a forward pass's ``get_actions``, a control call a
+    worker asked for (``seed``, ``reset``, ``get_sampling_state``, ``get_param_values``,
+    ``set_param_values``), or a call that moves workers' slot state in or out of it
     (``get_sampling_state``, ``set_sampling_state``, a queued ``reset``): the server's policy is at
     fault, not the workers it was made for (``worker_number`` is None); ``remote_traceback`` is the
     policy's."""
@@ -429,6 +431,9 @@ _SERVES = {
     "get_actions": "which the server calls for each forward pass of its workers",
     "seed": "which the server calls when a worker seeds its environments' rows (when it gets the agent)",
     "reset": "which the server calls when new episodes of a worker's environments start",
+    "get_sampling_state": "which the server calls when a worker asks its agent for its sampling state (to save it)",
+    "get_param_values": "which the server calls when a worker asks its agent for its parameters",
+    "set_param_values": "which the server calls when a worker sets its agent's parameters",
 }
 
 
