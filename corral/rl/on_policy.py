@@ -57,17 +57,24 @@ class OnPolicyAlgorithm(Algorithm):
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self._warned_minibatch: set[str] = set()
 
-    def minibatch_starts(self, setting: str, size: int, n: int) -> range:
+    def minibatch_starts(self, setting: str, size: int, n: int, *, trials: int | None = None) -> range:
         """Where the minibatches of ``size`` steps (``algo.<setting>``) start in a batch of ``n`` steps.
+
+        With ``trials`` (RL2, whose minibatches are whole trials), the batch's ``n`` steps are that many
+        trials and the range is over trials: each minibatch is ``size`` steps rounded to whole trials of
+        the batch's mean trial length (at least one trial); its ``step`` is the trials per minibatch.
 
         A ``size`` above ``n`` makes every gradient step use the whole batch: the run says so once, in
         one line, since the value asked for is not what the update does."""
         if size > n and setting not in self._warned_minibatch:
             self._warned_minibatch.add(setting)
-            logger.warning("corral: algo.%s=%d is larger than the batch of %d steps this update learns from, so "
+            whole = "" if trials is None else f" ({trials} trials)"
+            logger.warning("corral: algo.%s=%d is larger than the batch of %d steps%s this update learns from, so "
                            "each gradient step uses the whole batch; lower algo.%s or raise trainer.batch_size",
-                           setting, size, n, setting)
-        return range(0, n, size)
+                           setting, size, n, whole, setting)
+        if trials is None:
+            return range(0, n, size)
+        return range(0, trials, max(1, round(size / (n / trials))))
 
     def values(self, observations: torch.Tensor) -> torch.Tensor:
         """V(s) for a batch of observations."""

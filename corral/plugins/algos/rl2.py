@@ -45,7 +45,8 @@ from corral.rl.returns import gae
 class RL2PPOConfig(PPOConfig):
     """PPO hyperparameters plus the meta-RL task split and meta-evaluation settings."""
 
-    minibatch_size: int = field(default=1000, metadata=check(ge=2, help="steps per gradient step, rounded to whole trials"))
+    minibatch_size: int = field(default=1000, metadata=check(
+        ge=2, help="steps per gradient step, rounded to whole trials of the batch's mean length (at least one)"))
     vf_hidden_sizes: list[int] = field(
         default_factory=lambda: [64, 64], metadata=check(ge=1, help="value network: GRU width, then MLP head widths")
     )
@@ -186,16 +187,18 @@ class RL2PPO(PPO):
         }
 
     def train_once(self, itr: int, episodes: EpisodeBatch) -> dict[str, float]:
-        """``n_epochs`` passes of PPO over shuffled minibatches of whole trials."""
+        """``n_epochs`` passes of PPO over shuffled minibatches of whole trials (``minibatch_size`` steps
+        rounded to whole trials; one ``corral: warning:`` line when it is more than the batch's steps)."""
         c = self.config
         data = self.process(episodes)
         n = episodes.n_episodes
-        per_batch = max(1, round(c.minibatch_size / (len(episodes) / n)))
+        starts = self.minibatch_starts("minibatch_size", c.minibatch_size, len(episodes), trials=n)
+        per_batch = starts.step  # trials per minibatch
         stats: dict[str, list[float]] = {}
         for _ in range(c.n_epochs):
             order = torch.from_numpy(self.rng.permutation(n))
             stop = False
-            for start in range(0, n, per_batch):
+            for start in starts:
                 idx = order[start : start + per_batch]
                 mask = data["valid"][idx]
                 log_prob, entropy = self.policy.log_prob_entropy_sequences(  # type: ignore[attr-defined]

@@ -12,6 +12,14 @@ Read top to bottom: hyperparameters, the conjugate-gradient solver, then ``train
    ``max_backtracks`` failures the policy is left unchanged);
 5. ``vf_epochs`` passes of Adam minibatch steps fitting the value network to the GAE returns.
 
+What it logs: ``loss/policy`` is minus the surrogate at the parameters the update ends with (after
+the accepted step; at the old parameters when the line search kept them), i.e. what the step achieved:
+at the old parameters the ratio is 1, so the surrogate there is just the mean of the advantages (0
+when they are standardised) and says nothing. ``trpo/improvement`` is the surrogate's gain from the
+step, so ``loss/policy`` is ``-(mean advantage + trpo/improvement)``: ``-trpo/improvement`` with
+standardised advantages. ``loss/value`` is the plain mean squared error (no 0.5) of the last value-function
+minibatch, ``loss/entropy`` the mean entropy of the policy that collected the batch.
+
 Hyperparameters mirror sb3-contrib's ``TRPO`` (its defaults, its names in brackets):
 ``max_kl`` [target_kl] 0.01, ``cg_iters`` [cg_max_steps] 15, ``cg_damping`` [cg_damping] 0.1,
 ``backtrack_ratio`` [line_search_shrinking_factor] 0.8, ``max_backtracks`` [line_search_max_iter]
@@ -116,7 +124,11 @@ class TRPO(OnPolicyAlgorithm):
 
     def policy_step(self, observations: torch.Tensor, actions: torch.Tensor, old_log_prob: torch.Tensor,
                     advantages: torch.Tensor) -> dict[str, float]:
-        """One natural-gradient step with a backtracking line search inside the trust region."""
+        """One natural-gradient step with a backtracking line search inside the trust region.
+
+        Returns ``loss/policy`` (minus the surrogate at the parameters it leaves: the accepted step's,
+        or the old ones when no try was accepted) and the ``trpo/*`` line-search statistics, with
+        ``trpo/improvement`` the surrogate's gain over the old parameters (0 without a step)."""
         c = self.config
         params = [p for p in self.policy.parameters() if p.requires_grad]  # type: ignore[attr-defined]
         with torch.no_grad():
@@ -141,12 +153,12 @@ class TRPO(OnPolicyAlgorithm):
         direction = conjugate_gradient(fisher_vector, grad, c.cg_iters)
         shs = 0.5 * torch.dot(direction, fisher_vector(direction))
         old_params = _flat([p.detach() for p in params]).clone()
-        stats = {"trpo/kl": 0.0, "trpo/step_fraction": 0.0, "trpo/line_search_tries": float(c.max_backtracks),
-                 "trpo/improvement": 0.0}
+        old_objective = objective.item()
+        stats = {"loss/policy": -old_objective, "trpo/kl": 0.0, "trpo/step_fraction": 0.0,
+                 "trpo/line_search_tries": float(c.max_backtracks), "trpo/improvement": 0.0}
         if not (torch.isfinite(shs) and shs > 0):
             return stats
         full_step = torch.sqrt(2 * c.max_kl / shs) * direction
-        old_objective = objective.item()
         for i in range(c.max_backtracks):
             fraction = c.backtrack_ratio**i
             _assign(params, old_params + fraction * full_step)
@@ -155,13 +167,14 @@ class TRPO(OnPolicyAlgorithm):
                 kl = mean_kl().item()
             improvement = new_objective - old_objective
             if math.isfinite(kl) and kl <= c.max_kl and improvement > 0:
-                return {"trpo/kl": kl, "trpo/step_fraction": fraction, "trpo/line_search_tries": float(i + 1),
-                        "trpo/improvement": improvement}
+                return {"loss/policy": -new_objective, "trpo/kl": kl, "trpo/step_fraction": fraction,
+                        "trpo/line_search_tries": float(i + 1), "trpo/improvement": improvement}
         _assign(params, old_params)
         return stats
 
     def fit_value_function(self, observations: torch.Tensor, returns: torch.Tensor) -> float:
-        """``vf_epochs`` passes of shuffled minibatch Adam steps on the squared error; the last loss."""
+        """``vf_epochs`` passes of shuffled minibatch Adam steps on the squared error; the last minibatch's
+        mean squared error (no 0.5, unlike VPG's and PPO's ``loss/value``)."""
         c = self.config
         optimizer = self.optimizers["vf"]
         n = observations.shape[0]
@@ -177,18 +190,18 @@ class TRPO(OnPolicyAlgorithm):
         return loss.item()
 
     def train_once(self, itr: int, episodes: EpisodeBatch) -> dict[str, float]:
-        """A trust-region policy step, then the value-function fit."""
+        """A trust-region policy step, then the value-function fit (the logged values: module docstring)."""
         data = self.process(episodes)
         adv = data["advantages"]
         if self.config.normalize_advantages and adv.numel() > 1:
             adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         obs, actions = data["observations"], data["actions"]
         with torch.no_grad():
-            objective_log_prob, entropy = self.policy.log_prob_entropy(obs, actions)  # type: ignore[attr-defined]
+            entropy = self.policy.log_prob_entropy(obs, actions)[1]  # type: ignore[attr-defined]
         stats = self.policy_step(obs, actions, data["old_log_prob"], adv)
         vf_loss = self.fit_value_function(obs, data["returns"])
         return {
-            "loss/policy": -float((torch.exp(objective_log_prob - data["old_log_prob"]) * adv).mean()),
+            "loss/policy": stats.pop("loss/policy"),
             "loss/value": vf_loss,
             "loss/entropy": float(entropy.mean()),
             **stats,

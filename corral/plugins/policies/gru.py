@@ -43,7 +43,8 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 class GRUPolicyConfig:
     """Settings of the GRU policy."""
 
-    hidden_size: int = field(default=64, metadata=check(ge=1, help="GRU hidden-state width"))
+    hidden_size: int = field(default=64, metadata=check(
+        ge=1, help="the policy's GRU hidden-state width (algo=rl2_ppo's value network: algo.vf_hidden_sizes)"))
     init_log_std: float = field(default=0.0, metadata=check(help="initial log standard deviation (Box actions only)"))
 
 

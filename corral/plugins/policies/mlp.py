@@ -36,8 +36,11 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 class MLPPolicyConfig:
     """Settings of the MLP policy."""
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=check(ge=1, help="hidden layer widths"))
-    activation: str = field(default="tanh", metadata=check(choices=tuple(networks.ACTIVATIONS), help="tanh, relu, elu, gelu or silu"))
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=check(
+        ge=1, help="this policy's hidden layer widths (the value network's: algo.vf_hidden_sizes)"))
+    activation: str = field(default="tanh", metadata=check(
+        choices=tuple(networks.ACTIVATIONS),
+        help="activation of this policy's hidden layers only; the value network of algo=ppo, vpg and trpo is always tanh"))
     init_log_std: float = field(default=0.0, metadata=check(help="initial log standard deviation (Box actions only)"))
 
 

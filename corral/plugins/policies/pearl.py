@@ -46,11 +46,14 @@ Z_NOISE_BRANCH = 2
 class PEARLPolicyConfig:
     """Settings of PEARL's agent (the paper's widths: actor 3 x 300, encoder 3 x 200, 5 latent dims)."""
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [300, 300, 300], metadata=check(ge=1, help="actor widths"))
+    hidden_sizes: list[int] = field(default_factory=lambda: [300, 300, 300], metadata=check(
+        ge=1, help="actor widths (algo=pearl's Q networks: algo.qf_hidden_sizes)"))
     encoder_hidden_sizes: list[int] = field(default_factory=lambda: [200, 200, 200],
                                             metadata=check(ge=1, help="context encoder widths"))
     latent_size: int = field(default=5, metadata=check(ge=1, help="dimensions of the latent task variable z"))
-    activation: str = field(default="relu", metadata=check(choices=tuple(ACTIVATIONS), help="tanh, relu, elu, gelu or silu"))
+    activation: str = field(default="relu", metadata=check(
+        choices=tuple(ACTIVATIONS),
+        help="activation of the actor and the context encoder (algo=pearl's Q networks are always relu)"))
     log_std_min: float = field(default=-20.0, metadata=check(lt_field="log_std_max", help="lower clip of the actor's log standard deviation"))
     log_std_max: float = field(default=2.0, metadata=check(help="upper clip of the actor's log standard deviation"))
 

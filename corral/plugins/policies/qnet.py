@@ -39,8 +39,10 @@ from corral.rl.networks import activation as activation_class
 class QNetworkPolicyConfig:
     """Settings of the Q-network (SB3's DQN default is ``net_arch=[64, 64]``, ReLU)."""
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=check(ge=1, help="hidden layer widths"))
-    activation: str = field(default="relu", metadata=check(choices=tuple(ACTIVATIONS), help="tanh, relu, elu, gelu or silu"))
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=check(
+        ge=1, help="Q network widths (DQN's target network is a copy of it)"))
+    activation: str = field(default="relu", metadata=check(
+        choices=tuple(ACTIVATIONS), help="Q network activation (DQN's target network is a copy of it)"))
     dueling: bool = field(default=False, metadata={"help": "dueling head: Q = V + A - mean(A)"})
 
 

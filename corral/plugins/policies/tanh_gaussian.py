@@ -42,8 +42,10 @@ _LOG_2 = math.log(2.0)
 class TanhGaussianPolicyConfig:
     """Settings of the tanh-Gaussian policy (SB3's SAC actor: ``net_arch=[256, 256]``, ReLU)."""
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256], metadata=check(ge=1, help="hidden layer widths"))
-    activation: str = field(default="relu", metadata=check(choices=tuple(ACTIVATIONS), help="tanh, relu, elu, gelu or silu"))
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256], metadata=check(
+        ge=1, help="actor widths (SAC's Q networks: algo.qf_hidden_sizes)"))
+    activation: str = field(default="relu", metadata=check(
+        choices=tuple(ACTIVATIONS), help="actor activation only (SAC's Q networks: algo.qf_activation)"))
     log_std_min: float = field(default=-20.0, metadata=check(lt_field="log_std_max", help="lower clip of the log standard deviation"))
     log_std_max: float = field(default=2.0, metadata=check(help="upper clip of the log standard deviation"))
 

@@ -81,6 +81,23 @@ def test_state_dict_round_trip_trains_identically() -> None:
         second.close()
 
 
+@pytest.mark.parametrize("minibatch_size, per_epoch", [(100, 3), (160, 2), (100000, 1)])
+def test_minibatches_are_minibatch_size_steps_rounded_to_whole_trials(minibatch_size: int, per_epoch: int) -> None:
+    """A minibatch is ``algo.minibatch_size`` steps rounded to whole trials of the batch's mean length;
+    above the batch's steps every gradient step uses the whole batch (Adam counts the steps taken)."""
+    run = make_run(f"algo.minibatch_size={minibatch_size}")
+    try:
+        batch = run.algo.sample(0, 200)
+        n_steps, n_trials = len(batch), batch.n_episodes
+        starts = run.algo.minibatch_starts("minibatch_size", minibatch_size, n_steps, trials=n_trials)
+        assert len(starts) == per_epoch and starts.step == max(1, round(minibatch_size / (n_steps / n_trials)))
+        run.algo.train_once(0, batch)
+        steps = {int(s["step"]) for s in run.algo.optimizers["adam"].state.values()}
+        assert steps == {2 * per_epoch}  # algo.n_epochs=2
+    finally:
+        run.close()
+
+
 def test_meta_evaluate_reports_an_adaptation_curve_on_held_out_tasks() -> None:
     run = make_run()
     try:
@@ -118,6 +135,21 @@ def test_train_py_end_to_end_logs_adaptation_curves_and_resumes_exactly(tmp_path
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     last = read_rows(tmp_path / "resumed" / "progress.csv")[-1]
     assert {k: v for k, v in last.items() if v} == {k: v for k, v in rows[2].items() if v}
+
+
+def test_a_minibatch_larger_than_the_batch_is_one_warning_line(tmp_path: Path) -> None:
+    """``algo.minibatch_size`` above the batch's steps says so once, in steps and trials, as PPO's does
+    (it was silent: 2,500 and 100,000 gave the same progress.csv)."""
+    small = [o for o in SMALL if not o.startswith("algo.minibatch_size=")]
+    cmd = [sys.executable, str(ROOT / "train.py"), *small, "algo.minibatch_size=100000", "trainer.n_epochs=2",
+           "trainer.progress=false", f"hydra.run.dir={tmp_path / 'run'}"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
+    assert warnings == [
+        "corral: warning: algo.minibatch_size=100000 is larger than the batch of 208 steps (52 trials) this update "
+        "learns from, so each gradient step uses the whole batch; lower algo.minibatch_size or raise "
+        "trainer.batch_size"], proc.stderr[-3000:]
 
 
 def test_short_training_learns_to_beat_random_pulls() -> None:

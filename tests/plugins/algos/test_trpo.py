@@ -73,6 +73,23 @@ def test_gaussian_policy_step_stays_inside_max_kl(corral_build: Callable[..., An
     assert not torch.equal(log_std, run.algo.policy.log_std.detach()), "log_std is a policy parameter too"
 
 
+def test_loss_policy_is_the_surrogate_after_the_accepted_step(corral_build: Callable[..., Any]) -> None:
+    """``loss/policy`` is minus the surrogate ``mean(pi/pi_old * A)`` at the parameters the step left,
+    so it says what the step achieved (it was the surrogate at the old parameters: ratio 1, about 0)."""
+    run, episodes = _batch(corral_build)
+    algo: TRPO = run.algo
+    data = algo.process(episodes)  # before the update: the value function the advantages come from
+    adv = (data["advantages"] - data["advantages"].mean()) / (data["advantages"].std() + 1e-8)
+    stats = algo.train_once(0, episodes)
+    with torch.no_grad():
+        log_prob = algo.policy.log_prob_entropy(data["observations"], data["actions"])[0]
+        after = float((torch.exp(log_prob - data["old_log_prob"]) * adv).mean())
+    assert stats["trpo/step_fraction"] > 0, "the line search accepted a step"
+    assert stats["loss/policy"] == pytest.approx(-after, rel=1e-4)
+    assert stats["loss/policy"] < -1e-3, "the accepted step improved the surrogate, and the column shows it"
+    assert stats["loss/policy"] == pytest.approx(-stats["trpo/improvement"], abs=1e-6)  # standardised: mean(A) = 0
+
+
 def test_bad_hyperparameters_are_config_errors() -> None:
     with pytest.raises(ConfigError, match="algo.max_kl"):
         TRPOConfig(max_kl=0)
@@ -127,6 +144,13 @@ def test_train_py_runs_the_trpo_cartpole_preset(full_run: Path) -> None:
         assert got[-1][key] != "", key
     assert got[1]["eval/return_mean"] != ""
     assert all(float(r["trpo/kl"]) <= 0.01 for r in got)
+
+
+def test_the_loss_policy_column_is_what_each_step_achieved(full_run: Path) -> None:
+    """progress.csv's ``loss/policy`` is ``-trpo/improvement`` (standardised advantages), not about 0."""
+    for r in rows(full_run):
+        assert float(r["loss/policy"]) == pytest.approx(-float(r["trpo/improvement"]), abs=1e-6), r
+        assert float(r["trpo/step_fraction"]) == 0 or float(r["loss/policy"]) < -1e-4, r
 
 
 def test_resume_continues_bit_for_bit(full_run: Path, tmp_path: Path) -> None:
