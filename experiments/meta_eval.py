@@ -217,7 +217,7 @@ def bandit_section(name: str, runs: list[dict[str, Any]], seed: int, out: Path) 
     curves: dict[str, np.ndarray] = {}
     verdicts = []
     for r in runs:
-        pulls_per_episode = int(r["cfg"].env.n_pulls)
+        pulls_per_episode = int(r["cfg"].env.n_pulls or r["cfg"].env.max_episode_length or 1)
         per_trial = r["returns"].shape[1] * pulls_per_episode
         rng = np.random.default_rng(seed)
         probs = [np.asarray(r["tasks"][int(i)]["probs"]) for i in r["task_ids"]]

@@ -144,6 +144,8 @@ def precheck(args: Sequence[str]) -> None:
         GlobalHydra.instance().clear()
     if resuming:  # the run's own config, with what this command may change (it refuses any other override)
         cfg = resumed_config(cfg, [o for o in overrides if _composes_job(o)])
+    else:
+        check_episode_length_source(overrides, cfg)
     validate(cfg)  # every value, and whether the choices fit together (the plugins' corral_validate_config)
     _print_warnings(repeated + sweep_only_warnings(overrides))
     warn_ignored(cfg, given_keys(overrides))
@@ -476,6 +478,8 @@ def check_sweep_jobs(overrides: Sequence[str], hydra_cfg: Any, options_of: Any,
         where = f" (the sweep's job {' '.join(job)}; no job has started)" if job else " (no job of the sweep has started)"
         try:
             cfg = compose(config_name=CONFIG_NAME, overrides=[*fixed, *job])
+            if resolve is None:
+                check_episode_length_source([*fixed, *job], cfg)
             validate(resolve(cfg, [*fixed, *job]) if resolve is not None else cfg)
         except (HydraException, OmegaConfBaseException) as exc:
             raise ConfigError(f"{composition_error(exc, [*fixed, *job])}{where}") from None
@@ -922,6 +926,34 @@ def check_preset_fits(overrides: Sequence[str], cfg: Any, compose_job: Callable[
                       f"({dropped}), or use a preset made for it (`corral plugins` lists each option's settings)")
 
 
+def check_episode_length_source(overrides: Sequence[str], cfg: Any) -> None:
+    """Raise one :class:`ConfigError` line for ``env.max_episode_length`` given on the command line where
+    a preset (not the command line) set the environment option's own length field to another value
+    (``experiment=rl2_bandits env.max_episode_length=20``: the preset sets ``env.n_pulls=1``): the line
+    names what the command line gave and where the other value came from, where the config's own check
+    would name a value the user never typed. The field is the option config's ``episode_length_field``
+    (:class:`~corral.meta.task_envs.TaskEnvConfig`); with the field not set, ``env.max_episode_length``
+    sets the length, and with both given the config's own check names them."""
+    from corral.framework.plugins import get_plugin_manager
+
+    given = given_keys(overrides)
+    env = cfg.get("env")
+    if "env.max_episode_length" not in given or not hasattr(env, "get"):
+        return
+    entry = get_plugin_manager().registry.entries.get(("env", str(env.get("name"))))
+    own = getattr(getattr(entry, "config", None), "episode_length_field", None)
+    if own is None or f"env.{own}" in given:
+        return
+    value, length = env.get(own), env.get("max_episode_length")
+    if value is None or length is None or int(value) == int(length):
+        return
+    presets = [o.split("=", 1)[1] for o in overrides if _key(o) == "experiment" and "=" in o and not o.startswith("~")]
+    source = f"experiment={presets[0]}" if len(presets) == 1 else "the composed config (a preset)"
+    what = getattr(getattr(entry, "config", None), "episode_length_what", "the episode length")
+    raise ConfigError(f"env.max_episode_length={length}: {source} sets env.{own}={value}, which sets {what}; give "
+                      f"env.{own}={length} instead of env.max_episode_length")
+
+
 def check_group_additions(overrides: Sequence[str]) -> None:
     """Raise a one-line :class:`ConfigError` for an option added to a group (``+logger=[tensorboard]``)
     beside an override that chooses that group's options (``logger=[csv]``): Hydra keeps the chosen
@@ -1226,4 +1258,4 @@ def type_message(override: str, reason: str) -> str:
     return f"{override}: {key} takes {wanted}, not {shown}{hint}"
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "MODE_FLAGS", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_flags", "added_group_message", "check_choices", "check_bool_values", "check_keys_given", "check_one_preset", "check_deletions", "check_group_additions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_preset_fits", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "no_addition_warnings", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "shape_message", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "MODE_FLAGS", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_flags", "added_group_message", "check_choices", "check_bool_values", "check_keys_given", "check_one_preset", "check_deletions", "check_episode_length_source", "check_group_additions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_preset_fits", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "no_addition_warnings", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "shape_message", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]

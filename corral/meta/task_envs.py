@@ -25,9 +25,10 @@ class TaskEnvConfig:
                           "worker=rl2 needs it (the rl2_* presets set it)"},
     )
 
-    #: The option's own field that sets the episode length (bandits' ``n_pulls``), if it has one: an
-    #: ``env.max_episode_length`` that differs from it is a ConfigError naming both (checked before
-    #: anything is built), rather than one of the two being silently dropped.
+    #: The option's own field that sets the episode length (bandits' ``n_pulls``), if it has one. It
+    #: defaults to None, so a config tells it given from not: not given, ``env.max_episode_length``
+    #: sets the length; given, an ``env.max_episode_length`` that differs from it is a ConfigError
+    #: naming both (checked before anything is built), rather than one of the two being silently dropped.
     episode_length_field: ClassVar[str | None] = None
     #: What that field sets, for the message (``"a bandit episode's length"``).
     episode_length_what: ClassVar[str] = "the episode length"

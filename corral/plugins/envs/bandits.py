@@ -3,13 +3,16 @@
 A task is one bandit: ``n_arms`` success probabilities drawn uniformly from [0, 1]. Pulling arm
 ``a`` pays 1 with probability ``p[a]``, else 0. An episode is ``n_pulls`` pulls (default 1: with
 ``worker=rl2 worker.n_episodes_per_trial=10`` a trial is 10 pulls on one bandit, each pull one
-episode, so the adaptation curve shows the reward of every pull). The observation is constant.
+episode, so the adaptation curve shows the reward of every pull). ``env.max_episode_length``, the
+episode length of every meta-RL environment, sets it as well when ``env.n_pulls`` is not given
+(``env.n_pulls`` is null unless given, so the two are told apart); given both, they must agree.
+The observation is constant.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 import gymnasium as gym
 import numpy as np
@@ -70,19 +73,26 @@ class BanditsEnvConfig(TaskEnvConfig):
     """Multi-armed Bernoulli bandits."""
 
     n_arms: int = field(default=5, metadata=check(ge=1, help="arms per bandit (k)"))
-    n_pulls: int = field(default=1, metadata=check(
-        ge=1, help="pulls per episode, which sets a bandit episode's length (env.max_episode_length may only repeat "
-                   "it); with worker=rl2 a trial is n_pulls * worker.n_episodes_per_trial pulls"))
+    n_pulls: Optional[int] = field(default=None, metadata=check(
+        ge=1, help="pulls per episode, a bandit episode's length (null, the default: env.max_episode_length when "
+                   "given, else 1; given both, they must agree); with worker=rl2 a trial is n_pulls * "
+                   "worker.n_episodes_per_trial pulls"))
 
     episode_length_field: ClassVar[str | None] = "n_pulls"
     episode_length_what: ClassVar[str] = "a bandit episode's length (pulls per episode)"
 
 
+def pulls_per_episode(config: BanditsEnvConfig) -> int:
+    """A bandit episode's length: ``env.n_pulls`` when given, else ``env.max_episode_length`` when
+    given, else 1 (the config's own check refuses the two given with different values)."""
+    return int(config.n_pulls or config.max_episode_length or 1)
+
+
 def build_bandits(config: BanditsEnvConfig) -> EnvFactory:
     """A picklable factory for the configured bandits."""
-    if config.n_pulls < 1:
+    if config.n_pulls is not None and config.n_pulls < 1:
         raise ConfigError(f"env.n_pulls must be >= 1, got {config.n_pulls}")
-    return task_env_factory(f"{__name__}:BernoulliBanditEnv", config, config.n_pulls, n_arms=config.n_arms)
+    return task_env_factory(f"{__name__}:BernoulliBanditEnv", config, pulls_per_episode(config), n_arms=config.n_arms)
 
 
 @hookimpl

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -10,6 +15,8 @@ from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
 from corral.framework.plugins import get_registry
 from corral.plugins.envs.bandits import BernoulliBanditEnv
+
+TRAIN = Path(__file__).resolve().parents[3] / "train.py"
 
 
 def build(**fields):
@@ -45,3 +52,48 @@ def test_sample_tasks_is_seeded_and_set_task_validates() -> None:
         env.set_task({"probs": [0.5, 0.5]})
     with pytest.raises(ConfigError, match="n_arms"):
         BernoulliBanditEnv(n_arms=1)
+
+
+def test_n_pulls_not_given_lets_max_episode_length_set_the_length() -> None:
+    """``env.n_pulls`` is null unless given, so ``env.max_episode_length`` alone sets a bandit episode's
+    length (it was refused: the default n_pulls=1 "disagreed" with it), and neither given is 1 pull."""
+    assert EnvSpec.from_env(build(max_episode_length=4)).max_episode_length == 4
+    assert EnvSpec.from_env(build()).max_episode_length == 1
+    assert EnvSpec.from_env(build(n_pulls=3, max_episode_length=3)).max_episode_length == 3
+    with pytest.raises(ConfigError, match=r"^env.n_pulls=1 and env.max_episode_length=4 disagree"):
+        build(n_pulls=1, max_episode_length=4)  # given both, a given n_pulls=1 is not taken for the default
+
+
+def test_train_py_with_only_max_episode_length_runs_episodes_of_that_many_pulls(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, str(TRAIN), "env=bandits", "env.max_episode_length=20", "trainer.n_epochs=1",
+         "trainer.batch_size=100", "trainer.eval_every=0", "trainer.progress=false", "logger=[csv]",
+         f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "corral: warning" not in proc.stderr and "corral: error" not in proc.stderr, proc.stderr
+    with open(run_dir / "progress.csv", newline="") as f:
+        assert [float(r["train/episode_length"]) for r in csv.DictReader(f)] == [20.0]
+
+
+def test_max_episode_length_against_a_preset_s_n_pulls_names_the_preset(tmp_path: Path) -> None:
+    """``experiment=rl2_bandits`` sets ``env.n_pulls=1``: ``env.max_episode_length=20`` on the command line is
+    one line that names what the user gave and where n_pulls=1 came from, for a run and a sweep's job."""
+    from corral.framework.entry import prepare
+    from corral.framework.precheck import precheck
+
+    line = ("env.max_episode_length=20: experiment=rl2_bandits sets env.n_pulls=1, which sets a bandit episode's "
+            "length (pulls per episode); give env.n_pulls=20 instead of env.max_episode_length")
+    with pytest.raises(ConfigError) as info:
+        precheck(prepare(["experiment=rl2_bandits", "env.max_episode_length=20", f"hydra.run.dir={tmp_path / 'run'}"]))
+    assert str(info.value) == line
+    with pytest.raises(ConfigError) as info:
+        precheck(prepare(["-m", "experiment=rl2_bandits", "env.max_episode_length=1,20",
+                          f"hydra.sweep.dir={tmp_path / 'sweep'}"]))
+    assert str(info.value) == f"{line} (the sweep's job env.max_episode_length=20; no job has started)"
+    precheck(prepare(["experiment=rl2_bandits", "env.max_episode_length=1", f"hydra.run.dir={tmp_path / 'run'}"]))
+    precheck(prepare(["experiment=rl2_bandits", "env.n_pulls=20", "env.max_episode_length=20",
+                      f"hydra.run.dir={tmp_path / 'run'}"]))
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
