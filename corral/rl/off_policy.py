@@ -7,8 +7,9 @@ The loop, one trainer epoch at a time::
 
 ``train_once`` adds every step of the batch to the replay buffer (whole episodes from the
 ``default``/``vec`` workers or fragments from the ``fragment`` worker alike), then, once the
-buffer holds ``min_buffer_size`` transitions, runs ``utd_ratio`` gradient steps per new
-environment step (or a fixed ``gradient_steps`` per epoch). Until then the agent update asks the
+buffer holds ``min_buffer_size`` transitions (None, the default: :data:`DEFAULT_MIN_BUFFER_SIZE`),
+runs ``utd_ratio`` gradient steps per new environment step (or a fixed ``gradient_steps`` per
+epoch). Until then the agent update asks the
 policy to explore (uniform random actions for SAC, epsilon = 1 for DQN), with noise drawn from
 the policy's per-slot streams, so the same seed gives the same episodes whatever the sampler.
 
@@ -16,8 +17,11 @@ The workers' policy (its parameters and its exploration state) changes only betw
 ``min_buffer_size`` takes effect at an epoch's end: the policy explores for whole epochs until the
 buffer holds ``max(min_buffer_size, 1)`` transitions, i.e. for the first
 ``ceil(max(min_buffer_size, 1) / trainer.batch_size)`` epochs (:func:`warmup_steps`). Where that
-differs from ``min_buffer_size`` a fresh run's first :meth:`OffPolicyAlgorithm.train_once` says so
-in one warning line (:meth:`OffPolicyAlgorithm.warmup_warning`).
+differs from a given ``min_buffer_size`` a fresh run's first :meth:`OffPolicyAlgorithm.train_once` says
+so in one warning line (:meth:`OffPolicyAlgorithm.warmup_warning`). The default, None, is SB3's
+``learning_starts`` (:data:`DEFAULT_MIN_BUFFER_SIZE`) rounded up to whole epochs, the same steps as
+a given 100, and says nothing: the user did not ask for 100 exactly (with any ``trainer.batch_size``
+of 100 or more it is the first epoch, which always explores).
 """
 
 from __future__ import annotations
@@ -66,10 +70,22 @@ def gradient_steps_due(credit: float, n_new: int, utd_ratio: float, fixed: int |
     return steps, credit - steps
 
 
-def warmup_steps(min_buffer_size: int, batch_size: int) -> int:
+#: What ``algo.min_buffer_size`` null (the default) stands for: SB3's ``learning_starts`` default,
+#: rounded up to whole epochs like any value (and, not given by the user, never warned about).
+DEFAULT_MIN_BUFFER_SIZE = 100
+
+
+def effective_min_buffer_size(min_buffer_size: int | None) -> int:
+    """The transitions before gradient steps start: ``min_buffer_size``, or
+    :data:`DEFAULT_MIN_BUFFER_SIZE` for None; at least 1 (the first epoch always explores)."""
+    return max(DEFAULT_MIN_BUFFER_SIZE if min_buffer_size is None else min_buffer_size, 1)
+
+
+def warmup_steps(min_buffer_size: int | None, batch_size: int) -> int:
     """Environment steps that explore before the first learned policy acts, with epochs of
-    ``batch_size`` steps: whole epochs until the buffer holds ``max(min_buffer_size, 1)`` transitions."""
-    return math.ceil(max(min_buffer_size, 1) / batch_size) * batch_size
+    ``batch_size`` steps: whole epochs until the buffer holds :func:`effective_min_buffer_size`
+    transitions."""
+    return math.ceil(effective_min_buffer_size(min_buffer_size) / batch_size) * batch_size
 
 
 def _largest_divisor(n: int, at_most: int) -> int:
@@ -128,18 +144,19 @@ class OffPolicyAlgorithm(Algorithm):
         *,
         seed: int,
         buffer_size: int,
-        min_buffer_size: int,
+        min_buffer_size: int | None,
         batch_size: int,
         utd_ratio: float,
         gradient_steps: int | None,
     ) -> None:
         if batch_size < 1:
             raise ConfigError(f"algo.batch_size must be >= 1, got {batch_size}")
-        if min_buffer_size < 0:
+        if min_buffer_size is not None and min_buffer_size < 0:
             raise ConfigError(f"algo.min_buffer_size must be >= 0, got {min_buffer_size}")
-        if buffer_size < max(min_buffer_size, 1):
+        if buffer_size < effective_min_buffer_size(min_buffer_size):
             raise ConfigError(
-                f"algo.buffer_size ({buffer_size}) must be at least algo.min_buffer_size ({min_buffer_size})"
+                f"algo.buffer_size ({buffer_size}) must be at least algo.min_buffer_size "
+                f"({effective_min_buffer_size(min_buffer_size)}{' (null)' if min_buffer_size is None else ''})"
             )
         if gradient_steps is None and not utd_ratio > 0:
             raise ConfigError(f"algo.utd_ratio must be > 0 (or set algo.gradient_steps), got {utd_ratio}")
@@ -149,7 +166,8 @@ class OffPolicyAlgorithm(Algorithm):
         self.policy = policy
         self.sampler = sampler
         self.batch_size = int(batch_size)
-        self.min_buffer_size = int(min_buffer_size)
+        #: Transitions before gradient steps start; None: :data:`DEFAULT_MIN_BUFFER_SIZE`, not warned about.
+        self.min_buffer_size = None if min_buffer_size is None else int(min_buffer_size)
         self.utd_ratio = float(utd_ratio)
         self.gradient_steps = gradient_steps
         root = np.random.SeedSequence(seed)
@@ -165,9 +183,12 @@ class OffPolicyAlgorithm(Algorithm):
     # ------------------------------------------------------------------ the loop
     def warmup_warning(self, epoch_steps: int) -> str | None:
         """The warning line when the steps that explore, with epochs of ``epoch_steps`` steps (the first
-        epoch's, which ``trainer.batch_size`` sets), differ from ``algo.min_buffer_size`` (the workers'
-        policy changes only between epochs); None when they agree."""
+        epoch's, which ``trainer.batch_size`` sets), differ from a given ``algo.min_buffer_size`` (the
+        workers' policy changes only between epochs); None when they agree, and for the default (None),
+        which asks for the first epoch, what runs."""
         asked = self.min_buffer_size
+        if asked is None:
+            return None
         steps = warmup_steps(asked, epoch_steps)
         if steps == max(asked, 1):
             return None
@@ -191,8 +212,8 @@ class OffPolicyAlgorithm(Algorithm):
 
     @property
     def learning_started(self) -> bool:
-        """True once the buffer holds ``min_buffer_size`` transitions (gradient steps run)."""
-        return len(self.replay_buffer) >= max(self.min_buffer_size, 1)
+        """True once the buffer holds :func:`effective_min_buffer_size` transitions (gradient steps run)."""
+        return len(self.replay_buffer) >= effective_min_buffer_size(self.min_buffer_size)
 
     def n_gradient_steps(self, n_new: int) -> int:
         """Gradient steps for ``n_new`` fresh environment steps (0 before learning starts)."""
@@ -204,7 +225,7 @@ class OffPolicyAlgorithm(Algorithm):
 
     def train_once(self, itr: int, episodes: EpisodeBatch) -> dict[str, float]:
         """Add ``episodes`` to the replay buffer, then run this epoch's gradient steps. A fresh run's
-        first epoch says in one warning line when ``min_buffer_size`` is not what its epochs do
+        first epoch says in one warning line when a given ``min_buffer_size`` is not what its epochs do
         (:meth:`warmup_warning`)."""
         if not self._warmup_checked:
             self._warmup_checked = True
@@ -278,6 +299,6 @@ class OffPolicyAlgorithm(Algorithm):
 
 
 __all__ = [
-    "BUFFER_BRANCH", "TORCH_BRANCH", "OffPolicyAlgorithm", "gradient_steps_due", "load_networks_state",
-    "networks_state", "polyak_update", "warmup_steps",
+    "BUFFER_BRANCH", "DEFAULT_MIN_BUFFER_SIZE", "TORCH_BRANCH", "OffPolicyAlgorithm", "effective_min_buffer_size",
+    "gradient_steps_due", "load_networks_state", "networks_state", "polyak_update", "warmup_steps",
 ]

@@ -169,7 +169,9 @@ def _off_policy_kwargs(name: str, algo: Mapping[str, Any], policy: Mapping[str, 
         gradient_steps = max(int(round(float(algo["utd_ratio"]) * row_every)), 1)
     kwargs: dict[str, Any] = {
         "gamma": algo["discount"], "learning_rate": algo["learning_rate"], "buffer_size": algo["buffer_size"],
-        "learning_starts": algo["min_buffer_size"], "batch_size": algo["batch_size"], "tau": algo["tau"],
+        # min_buffer_size null: SB3's own default, 100 (corral rounds it up to whole epochs, as any value)
+        "learning_starts": 100 if algo["min_buffer_size"] is None else algo["min_buffer_size"],
+        "batch_size": algo["batch_size"], "tau": algo["tau"],
         "train_freq": (steps_per_env, "step"), "gradient_steps": int(gradient_steps),
         "target_update_interval": algo["target_update_interval"],
     }

@@ -36,8 +36,8 @@ class DQNConfig:
     """DQN hyperparameters. Defaults mirror Stable-Baselines3's ``DQN``:
 
     ``learning_rate`` = SB3 ``learning_rate`` (1e-4), ``buffer_size`` = ``buffer_size`` (1e6),
-    ``min_buffer_size`` = ``learning_starts`` (100), ``batch_size`` = ``batch_size`` (32), ``tau`` =
-    ``tau`` (1.0), ``discount`` = ``gamma`` (0.99), ``utd_ratio`` = ``gradient_steps / train_freq``
+    ``min_buffer_size`` ~ ``learning_starts`` (100; see below), ``batch_size`` = ``batch_size`` (32),
+    ``tau`` = ``tau`` (1.0), ``discount`` = ``gamma`` (0.99), ``utd_ratio`` = ``gradient_steps / train_freq``
     (1 / 4), ``gradient_steps`` ~ ``gradient_steps`` per epoch, ``target_update_interval`` =
     ``target_update_interval`` (10,000 environment steps), ``exploration_initial_eps`` /
     ``exploration_final_eps`` = the same names (1.0 / 0.05), ``exploration_steps`` =
@@ -47,14 +47,16 @@ class DQNConfig:
     One difference stays: ``policy=qnet`` initialises its layers orthogonally (``corral.rl.networks.mlp``),
     SB3 keeps PyTorch's default ``nn.Linear`` initialisation. And the workers' policy (its epsilon too)
     changes once per epoch (``trainer.batch_size`` steps), so ``min_buffer_size`` rounds up to whole
-    epochs at epsilon 1 (a run says so when it is not a multiple of the batch).
+    epochs at epsilon 1 (a run says so when a given value is not a multiple of the batch). Its default,
+    null, stands for SB3's 100 rounded up the same way, without the warning (the user did not ask for
+    100 exactly): the first epoch with any ``trainer.batch_size`` of 100 or more.
     """
 
     discount: float = field(default=0.99, metadata=check(ge=0, le=1, help="discount factor gamma"))
     learning_rate: float = field(default=1e-4, metadata=check(gt=0, help="Adam learning rate"))
     buffer_size: int = field(default=1_000_000, metadata=check(ge=1, help="replay buffer capacity (transitions)"))
-    min_buffer_size: int = field(
-        default=100, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (epsilon = 1) before gradient steps start; whole epochs of trainer.batch_size steps, rounded up")
+    min_buffer_size: Optional[int] = field(
+        default=None, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (epsilon = 1) before gradient steps start, in whole epochs of trainer.batch_size steps, rounded up (a run says so when it is not a multiple); null, the default: SB3's learning_starts of 100, rounded up the same way, without the warning")
     )
     batch_size: int = field(default=32, metadata=check(ge=1, help="transitions per gradient step"))
     utd_ratio: float = field(default=0.25, metadata=check(gt=0, applies_if=("gradient_steps", "==", None),

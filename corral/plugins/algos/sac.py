@@ -38,24 +38,26 @@ class SACConfig:
     """SAC hyperparameters. Defaults mirror Stable-Baselines3's ``SAC``:
 
     ``learning_rate`` = SB3 ``learning_rate`` (3e-4, one rate for actor, critics and temperature),
-    ``buffer_size`` = ``buffer_size`` (1e6), ``min_buffer_size`` = ``learning_starts`` (100; before it
-    the policy acts uniformly at random and no gradient step runs), ``batch_size`` = ``batch_size``
-    (256), ``tau`` = ``tau`` (0.005), ``discount`` = ``gamma`` (0.99), ``utd_ratio`` = ``gradient_steps
+    ``buffer_size`` = ``buffer_size`` (1e6), ``min_buffer_size`` ~ ``learning_starts`` (100; before it
+    the policy acts uniformly at random and no gradient step runs; see below), ``batch_size`` =
+    ``batch_size`` (256), ``tau`` = ``tau`` (0.005), ``discount`` = ``gamma`` (0.99), ``utd_ratio`` = ``gradient_steps
     / train_freq`` (1 / 1), ``gradient_steps`` (a fixed count per epoch instead) ~ ``gradient_steps``,
     ``target_update_interval`` = ``target_update_interval`` (1), ``auto_entropy`` + ``initial_alpha`` =
     ``ent_coef="auto"`` (starting at 1.0), ``target_entropy`` = ``target_entropy`` ("auto" = -dim(A)),
     ``qf_hidden_sizes`` = ``net_arch`` (256, 256; the actor's widths are ``policy.hidden_sizes``).
     What differs by design: corral's trainer updates the workers' policy once per epoch
     (``trainer.batch_size`` environment steps) instead of after every step, so ``min_buffer_size``
-    rounds up to whole epochs of random actions (a run says so when it is not a multiple of the batch).
+    rounds up to whole epochs of random actions (a run says so when a given value is not a multiple of
+    the batch). Its default, null, stands for SB3's 100 rounded up the same way, without the warning
+    (the user did not ask for 100 exactly): the first epoch with any ``trainer.batch_size`` of 100 or more.
     """
 
     discount: float = field(default=0.99, metadata=check(ge=0, le=1, help="discount factor gamma"))
     tau: float = field(default=0.005, metadata=check(gt=0, le=1, help="Polyak coefficient of the target Q networks"))
     learning_rate: float = field(default=3e-4, metadata=check(gt=0, help="Adam learning rate (actor, critics, temperature)"))
     buffer_size: int = field(default=1_000_000, metadata=check(ge=1, help="replay buffer capacity (transitions)"))
-    min_buffer_size: int = field(
-        default=100, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (uniformly random actions) before gradient steps start; whole epochs of trainer.batch_size steps, rounded up")
+    min_buffer_size: Optional[int] = field(
+        default=None, metadata=check(ge=0, le_field="buffer_size", help="transitions collected (uniformly random actions) before gradient steps start, in whole epochs of trainer.batch_size steps, rounded up (a run says so when it is not a multiple); null, the default: SB3's learning_starts of 100, rounded up the same way, without the warning")
     )
     batch_size: int = field(default=256, metadata=check(ge=1, help="transitions per gradient step"))
     utd_ratio: float = field(default=1.0, metadata=check(gt=0, applies_if=("gradient_steps", "==", None),
