@@ -42,6 +42,10 @@ class Logger(ABC):
         ``path`` in ``<run dir>/videos``. Called right after :meth:`log` on epochs that recorded
         one (the path is also ``trainer.last_video`` in ``corral_epoch_end``). Default: nothing."""
 
+    def flush(self) -> None:
+        """Write now anything held back (a line the console logger skips under ``every``): the
+        trainer calls it when the run is interrupted, before the line that says so. Default: nothing."""
+
     def close(self) -> None:
         """Flush and release files."""
 

@@ -319,6 +319,7 @@ class Trainer:
             message = self.interrupt_message(terminated)
             # An epoch that was not committed is not part of the run: its counters go back.
             self.epoch, self.total_env_steps = self._committed
+            self._write_held_lines()  # the last epoch's line comes before the line that says the run stopped
             print(f"\n{job_prefix()}{message}", file=sys.stderr, flush=True)  # [job N] in a multirun
             run_log(self.log_dir).info(message)
             raise TrainingInterrupted(self.snapshot_path(), 143 if terminated else 130) from None
@@ -340,6 +341,20 @@ class Trainer:
                     if error is not None:
                         self.shutdown(quiet=True)  # the error that stops the run is the one to report
         return self.last_stats
+
+    def _write_held_lines(self) -> None:
+        """Have every logger that holds a line back write it now: the console logger under
+        ``logger.console.every`` holds the last epoch's line until it closes, which is after the
+        interrupted line. A logger's optional ``flush()`` does it; one that fails here is left to its
+        ``close``, so the interrupt is what the run reports."""
+        for logger in self.loggers:
+            flush = getattr(logger, "flush", None)
+            if not callable(flush):
+                continue
+            try:
+                flush()
+            except Exception as exc:  # noqa: BLE001 - the interrupt is the run's news; close() tries again
+                logging.getLogger(__name__).debug("logger=%s could not flush: %s", _logger_name(logger), exc)
 
     def _has_unsaved_epochs(self) -> bool:
         """True when committed epochs are not in a snapshot yet (``trainer.snapshot_every`` > 1 or 0)."""

@@ -31,8 +31,9 @@ class ConsoleLogger(Logger):
         self.prefix = prefix
         #: The same lines go to ``<log_dir>/corral.log``.
         self.log_dir = log_dir
-        #: The line of the last epoch logged, while ``every`` skipped it: :meth:`close` prints it, so
-        #: the run's last epoch (completed, interrupted or failed) always has its line, once.
+        #: The line of the last epoch logged, while ``every`` skipped it: :meth:`flush` (on an interrupt,
+        #: before the trainer's line that says so) or :meth:`close` prints it, so the run's last epoch
+        #: (completed, interrupted or failed) always has its line, once, before the run's last words.
         self._unprinted: str | None = None
 
     def log(self, epoch: int, stats: Mapping[str, float]) -> None:
@@ -44,11 +45,16 @@ class ConsoleLogger(Logger):
         self._unprinted = None
         self._print(line)
 
+    def flush(self) -> None:
+        """Print the last epoch's line now if ``every`` skipped it (the run is stopping: the trainer
+        calls this before it prints that the run was interrupted)."""
+        if self._unprinted is not None:
+            self._print(self._unprinted)
+            self._unprinted = None  # printed: close() does not print it again
+
     def close(self) -> None:
         """Print the last epoch's line if ``every`` skipped it (the run ends there)."""
-        line, self._unprinted = self._unprinted, None
-        if line is not None:
-            self._print(line)
+        self.flush()
 
     def format_line(self, epoch: int, stats: Mapping[str, float]) -> str:
         """The line of ``epoch``: steps, train return, episode length, eval return, speed, losses."""

@@ -38,11 +38,13 @@ def test_the_last_epoch_is_printed_once(tmp_path: Path, every: int, printed: lis
     assert printed_epochs(proc.stdout) == printed, proc.stdout
 
 
-def test_an_interrupted_run_prints_its_last_committed_epoch(tmp_path: Path) -> None:
+def test_an_interrupted_run_prints_its_last_committed_epoch_before_the_interrupted_line(tmp_path: Path) -> None:
+    """stdout and stderr in one pipe, in the order a terminal shows them: the last epoch's line (held back
+    by ``every``) comes before the trainer's ``corral: interrupted ...`` line, not after it."""
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, str(TRAIN), "logger.console.every=1000", "trainer.n_epochs=1000", *TINY,
                              f"hydra.run.dir={run_dir}"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             preexec_fn=default_signal_dispositions)  # the suite may run detached: SIGINT ignored
     try:
         deadline = time.monotonic() + 120
@@ -52,11 +54,16 @@ def test_an_interrupted_run_prints_its_last_committed_epoch(tmp_path: Path) -> N
                 break
             time.sleep(0.1)
         os.kill(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 130, err[-2000:]
+    assert proc.returncode == 130, out[-2000:]
     last = committed_epochs(run_dir)[-1]
     assert last >= 1 and printed_epochs(out) == [0, last], out
+    lines = out.splitlines()
+    interrupted = [i for i, line in enumerate(lines) if line.startswith("corral: interrupted")]
+    last_line = [i for i, line in enumerate(lines) if re.match(rf"epoch +{last} \|", line)]
+    # the trainer's line ("... while training epoch N ...; resume with ..."), then the run's summary line
+    assert len(interrupted) == 2 and len(last_line) == 1 and last_line[0] < interrupted[0], out
