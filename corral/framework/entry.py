@@ -81,13 +81,17 @@ def main(argv: Sequence[str] | None = None) -> Any:
     with following() as sweep:
         try:
             return _sweep_or_run(multirun=any(a in MULTIRUN_FLAGS for a in args))
-        except KeyboardInterrupt:  # Ctrl-C outside a trainer, e.g. in a multirun: the launcher has stopped its jobs
+        except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) outside a trainer, e.g. in a multirun: the launcher
+            # has stopped its jobs
+            from corral.framework.interrupts import Terminated
+
             multirun = any(a in ("-m", "--multirun") for a in args) or bool(sweep.sweep_dir)
             note = f"; {sweep.results_note()}" if multirun else ""  # the sweep's directory, when a launcher said it
-            print(f"\ncorral: interrupted{note}", file=sys.stderr, flush=True)
+            by = " by SIGTERM" if isinstance(exc, Terminated) else ""
+            print(f"\ncorral: interrupted{by}{note}", file=sys.stderr, flush=True)
             if (line := sweep.unrun_line()) is not None:
                 print(line, file=sys.stderr, flush=True)
-            raise SystemExit(130) from None
+            raise SystemExit(143 if by else 130) from None  # as a run stopped by SIGTERM / Ctrl-C exits
         except SystemExit:  # an interrupted job's exit status (130, 143) ends the sweep
             if sweep.interrupted and (line := sweep.unrun_line()) is not None:
                 print(line, file=sys.stderr, flush=True)

@@ -8,6 +8,13 @@ boundary (:meth:`StopRequest.check`); it commits each epoch inside
 epochs are not in a snapshot yet it runs the epoch inside :func:`finish_epoch_on_interrupt`, so a
 first signal lets the epoch finish and be saved. Outside the main thread each of them does nothing
 (signal handlers can only be installed there).
+
+One stop, sent twice, counts once: a scheduler that stops a job sends SIGTERM to every process of it
+(``kill -TERM -<pgid>``, systemd's control group), and a launcher that passes a SIGTERM to its sweep
+on to the jobs (``hydra/launcher=joblib``) sends each job one more. So a SIGTERM that arrives within
+:data:`SAME_SIGTERM_WINDOW_S` seconds of the SIGTERM these handlers last acted on is dropped
+(:func:`repeated_sigterm`): it is the same request, and does not count as the "second signal" that
+stops at once. A SIGTERM sent again later does; Ctrl-C (SIGINT) is never dropped.
 """
 
 from __future__ import annotations
@@ -16,10 +23,43 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from corral.framework.errors import raised_within
+
+#: Seconds after a SIGTERM that these handlers acted on within which another SIGTERM is the same request
+#: sent twice (a scheduler's to every process, and a launcher's passed on), and is dropped.
+SAME_SIGTERM_WINDOW_S = 1.5
+
+_sigterm_taken_at: list[float] = []  # when the handlers here last acted on a SIGTERM (monotonic; none yet)
+
+
+def repeated_sigterm(signum: int) -> bool:
+    """True when ``signum`` is a SIGTERM that arrived within :data:`SAME_SIGTERM_WINDOW_S` seconds of the
+    SIGTERM the handlers of this module last acted on: the same stop, sent twice, to be dropped. Else
+    False, and a SIGTERM is recorded as acted on now. Called once for each signal a handler here gets."""
+    if signum != signal.SIGTERM:
+        return False
+    now = time.monotonic()
+    if _sigterm_taken_at and now - _sigterm_taken_at[0] < SAME_SIGTERM_WINDOW_S:
+        return True
+    _sigterm_taken_at[:] = [now]
+    return False
+
+
+def _dropping_repeats(take: Callable[[int, Any], None]) -> Callable[[int, Any], None]:
+    """The signal handler to install for ``take``: it drops a repeated SIGTERM (:func:`repeated_sigterm`)
+    and hands every other signal to ``take``, which it keeps as its ``take`` attribute, for a block that
+    held a signal back and hands it on when it ends (that signal was counted when it arrived)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        if not repeated_sigterm(signum):
+            take(signum, frame)
+
+    handler.take = take  # type: ignore[attr-defined]
+    return handler
 
 
 class Terminated(KeyboardInterrupt):
@@ -52,7 +92,8 @@ def catch_stop_signals() -> Iterator[StopRequest]:
     scheduler's preemption takes Ctrl-C's path (snapshot, sampler shut down, a clear line), and
     Ctrl-C raises KeyboardInterrupt as before (through the handler that was installed). Either
     signal is also recorded in the :class:`StopRequest` the block gets, so a stop the code under it
-    swallowed is not lost. A SIGINT the process ignores stays ignored."""
+    swallowed is not lost. A repeated SIGTERM (:func:`repeated_sigterm`) is dropped. A SIGINT the
+    process ignores stays ignored."""
     latch = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield latch
@@ -71,9 +112,9 @@ def catch_stop_signals() -> Iterator[StopRequest]:
         else:
             raise KeyboardInterrupt
 
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, on_sigterm)}
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _dropping_repeats(on_sigterm))}
     if callable(outer_sigint) or outer_sigint == signal.SIG_DFL:
-        previous[signal.SIGINT] = signal.signal(signal.SIGINT, on_sigint)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _dropping_repeats(on_sigint))
     try:
         yield latch
     finally:
@@ -85,8 +126,9 @@ def catch_stop_signals() -> Iterator[StopRequest]:
 @contextlib.contextmanager
 def finish_epoch_on_interrupt(notice: Callable[[int], str]) -> Iterator[StopRequest]:
     """Within the block, a first Ctrl-C or SIGTERM is only recorded (``notice(signum)`` is printed)
-    so the epoch can finish and be saved; a second one interrupts at once. A signal the process
-    ignores stays ignored."""
+    so the epoch can finish and be saved; a second one interrupts at once, unless it is the first
+    SIGTERM again within :data:`SAME_SIGTERM_WINDOW_S` seconds (:func:`repeated_sigterm`: a scheduler's
+    and a launcher's copy of one stop), which is dropped. A signal the process ignores stays ignored."""
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request
@@ -100,10 +142,11 @@ def finish_epoch_on_interrupt(notice: Callable[[int], str]) -> Iterator[StopRequ
         print(notice(signum), file=sys.stderr, flush=True)
         return True
 
-    def handler(signum: int, frame: Any) -> None:
+    def take(signum: int, frame: Any) -> None:
         if not held(signum):
             raise interrupt_for(signum)
 
+    handler = _dropping_repeats(take)
     # defer_interrupts, inside this block, hands a first signal here at once (the notice is not
     # held back until the update ends) and keeps only a second one.
     handler.held = held  # type: ignore[attr-defined]
@@ -131,7 +174,8 @@ def defer_interrupts(notice: Callable[[int], str] | None = None, *, second_stops
 
     ``notice(signum)`` is printed when a held signal is still held :data:`HOLD_NOTICE_AFTER_S`
     later, so a long update does not look like an ignored Ctrl-C. With ``second_stops`` a second
-    signal interrupts at once (for a block whose half-done work is dropped anyway). Inside
+    signal interrupts at once (for a block whose half-done work is dropped anyway); a repeated SIGTERM
+    (:func:`repeated_sigterm`) is dropped, never a second signal. Inside
     :func:`finish_epoch_on_interrupt` a first signal is that block's request, recorded (and its
     notice printed) at once.
     """
@@ -142,7 +186,7 @@ def defer_interrupts(notice: Callable[[int], str] | None = None, *, second_stops
     timer: list[threading.Timer] = []
     previous: dict[int, Any] = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
-    def handler(signum: int, frame: Any) -> None:
+    def take(signum: int, frame: Any) -> None:
         held_outside = getattr(previous[signum], "held", None)  # finish_epoch_on_interrupt's request
         if held_outside is not None and held_outside(signum):
             return
@@ -155,6 +199,7 @@ def defer_interrupts(notice: Callable[[int], str] | None = None, *, second_stops
             timer[0].daemon = True
             timer[0].start()
 
+    handler = _dropping_repeats(take)
     for sig, old in previous.items():
         if old != signal.SIG_IGN:
             signal.signal(sig, handler)
@@ -170,7 +215,7 @@ def defer_interrupts(notice: Callable[[int], str] | None = None, *, second_stops
             signum, frame = received[0]
             old = previous[signum]
             if callable(old):
-                old(signum, frame)
+                getattr(old, "take", old)(signum, frame)  # counted when it arrived: not a repeat of itself
             elif old == signal.SIG_DFL and signum == signal.SIGTERM:
                 raise Terminated()
             elif old != signal.SIG_IGN:
@@ -182,8 +227,9 @@ def hold_while_stopping(notice: Callable[[int], str]) -> Iterator[None]:
     """For the cleanup of a run that is already stopping (an interrupt or an error on its way up):
     a further Ctrl-C or SIGTERM prints ``notice(signum)`` and is dropped, so the workers are still
     shut down and the run's record written (a second Ctrl-C pressed right after the first used to
-    cut that short, leaving Ray's processes behind); one more after that interrupts the cleanup.
-    A signal the process ignores stays ignored."""
+    cut that short, leaving Ray's processes behind); one more after that interrupts the cleanup. A
+    repeated SIGTERM (:func:`repeated_sigterm`) is dropped without a notice. A signal the process
+    ignores stays ignored."""
     with finish_epoch_on_interrupt(notice):  # the same rule: the first is recorded and said, a second raises
         yield
 
@@ -195,8 +241,9 @@ def stopping_notice(signum: int) -> str:
             f"seconds); {again} to leave at once")
 
 
-__all__ = ["HOLD_NOTICE_AFTER_S", "StopRequest", "Terminated", "catch_stop_signals", "defer_interrupts",
-           "finish_epoch_on_interrupt", "hold_while_stopping", "interrupt_for", "stopping_notice"]
+__all__ = ["HOLD_NOTICE_AFTER_S", "SAME_SIGTERM_WINDOW_S", "StopRequest", "Terminated", "catch_stop_signals",
+           "defer_interrupts", "finish_epoch_on_interrupt", "hold_while_stopping", "interrupt_for",
+           "repeated_sigterm", "stopping_notice"]
 
 
 def _handler_codes() -> set[Any]:

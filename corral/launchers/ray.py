@@ -23,16 +23,27 @@ too; they were lost when the launcher disconnected at once (in 6 of 17 runs of a
 Ctrl-C cancels the running jobs gently (a KeyboardInterrupt inside each, so the trainer writes a
 snapshot and a summary with ``status: interrupted``), waits ``cancel_grace_s``, then kills what
 is left; a local runtime the launcher started is shut down, a joined cluster is left running.
+
+SIGTERM to the sweep's process (``kill <pid>``, or ``kill -TERM -<pgid>`` to its whole process group)
+takes the same path (:class:`~corral.launchers.sweep_sigterm.SweepSigterm`). It had killed the sweep with Ray's
+``*** SIGTERM received`` stack dump and no line of corral's, and the local runtime's processes with
+it, so the jobs died without a ``summary.json``; sent to the process group it also reached the
+runtime's raylet, whose end killed the jobs (Ray starts each job's worker process in a process group
+of its own, so the jobs themselves never got it). The processes of a local runtime the launcher
+starts now have a process group of their own too (:func:`runtime_in_own_process_group`), as Ray
+gives them on Windows: they end with the sweep's process all the same (Ray's kernel fate-sharing), and a
+signal to the sweep's process group reaches only the sweep's process, which stops the jobs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
@@ -40,6 +51,8 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.errors import ConfigError
+from corral.framework.interrupts import Terminated
+from corral.launchers.sweep_sigterm import SweepSigterm
 from corral.parallel.ray_runtime import check_runtime_env, join_cluster, start_local_runtime
 
 log = logging.getLogger(__name__)
@@ -160,8 +173,50 @@ def _connect(ray: Any, settings: RayLauncherSettings) -> bool:
         kwargs["num_cpus"] = settings.num_cpus
     if settings.object_store_memory is not None:
         kwargs["object_store_memory"] = int(settings.object_store_memory)
-    start_local_runtime(ray, "hydra/launcher=ray", **kwargs)
+    with runtime_in_own_process_group():
+        start_local_runtime(ray, "hydra/launcher=ray", **kwargs)
     return True
+
+
+@contextlib.contextmanager
+def runtime_in_own_process_group() -> Iterator[None]:
+    """Inside the block, the processes a local Ray runtime starts from this process (its GCS, raylet,
+    dashboard, log monitor; the raylet starts the workers) go into a process group of their own, as Ray
+    starts them on Windows, so that a signal to the sweep's process group (``kill -TERM -<pgid>``) reaches
+    the sweep's process only, which stops the jobs, and not the raylet, whose end would kill them. Only
+    where Ray's kernel fate-sharing holds (Linux), so the runtime still ends with this process; elsewhere,
+    or where Ray has no such class to start them with, nothing changes."""
+    try:
+        from ray._private import services as ray_services
+        from ray._private import utils
+    except ImportError:  # another Ray's layout: its processes stay in the sweep's group
+        yield
+        return
+    services: Any = ray_services  # the class start_ray_process starts them with is swapped for the block
+    popen = getattr(services, "ConsolePopen", None)
+    if popen is None or os.name != "posix" or not utils.detect_fate_sharing_support():
+        yield
+        return
+
+    class OwnGroupPopen(popen):  # type: ignore[misc,valid-type]
+        """Ray's process start, the process in a new process group before Ray's own ``preexec_fn`` runs."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            rays = kwargs.get("preexec_fn")
+
+            def own_group_first() -> None:
+                os.setpgid(0, 0)
+                if rays is not None:
+                    rays()
+
+            kwargs["preexec_fn"] = own_group_first
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = OwnGroupPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
 
 
 class OutputWatch:
@@ -264,6 +319,8 @@ def launch(settings: RayLauncherSettings, hydra_context: HydraContext, task_func
     output = OutputWatch()
     output.start()
     ended = time.monotonic()
+    sigterm = SweepSigterm()
+    sigterm.start()  # `kill`: Ctrl-C's path below, not Ray's handler's sudden end
     try:
         for idx, _, bundles in jobs:
             _check_feasible(ray, idx, bundles)
@@ -295,8 +352,11 @@ def launch(settings: RayLauncherSettings, hydra_context: HydraContext, task_func
                 ended = time.monotonic()
         if results:
             output.drain(since=ended)  # the jobs' last lines, before this driver stops listening
-    except KeyboardInterrupt:
-        _cancel(ray, running, settings.cancel_grace_s)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
+        _cancel(ray, running, settings.cancel_grace_s, by_sigterm=sigterm.received)
+        output.drain(since=time.monotonic())  # the stopped jobs' last lines ("[job N] corral: interrupted ...")
+        if sigterm.received:  # Ray hands back a plain KeyboardInterrupt: the sweep says SIGTERM, exits 143
+            raise Terminated() from None
         raise
     finally:
         output.stop()
@@ -307,19 +367,22 @@ def launch(settings: RayLauncherSettings, hydra_context: HydraContext, task_func
                 pass
         if started:
             ray.shutdown()
+        sigterm.stop()
     return [results[idx] for idx, _, _ in jobs]
 
 
-def _cancel(ray: Any, running: dict[Any, tuple[int, Any]], grace_s: float) -> None:
-    """Cancel ``running`` jobs: a KeyboardInterrupt in each, then, after ``grace_s``, a kill."""
+def _cancel(ray: Any, running: dict[Any, tuple[int, Any]], grace_s: float, by_sigterm: bool = False) -> None:
+    """Cancel ``running`` jobs: a KeyboardInterrupt in each, then, after ``grace_s``, a kill. ``by_sigterm``:
+    SIGTERM stopped the sweep, which reached no job's process (each is a process group of its own)."""
     if not running:
         return
-    log.warning("Ray launcher: interrupted; stopping %d running job(s) (up to %.0f s for snapshots)",
-                len(running), grace_s)
+    log.warning("Ray launcher: %s; stopping %d running job(s) (up to %.0f s for snapshots)",
+                "SIGTERM" if by_sigterm else "interrupted", len(running), grace_s)
     deadline = time.monotonic() + grace_s
     # On this machine a terminal's Ctrl-C may already have reached the jobs' processes: give them
     # a moment to save their snapshot before a second interrupt could cut the write short.
-    _, pending = ray.wait(list(running), num_returns=len(running), timeout=min(3.0, grace_s))
+    settle_s = 0.0 if by_sigterm else min(3.0, grace_s)
+    _, pending = ray.wait(list(running), num_returns=len(running), timeout=settle_s)
     for ref in pending:
         ray.cancel(ref, force=False)
     while pending and time.monotonic() < deadline:
@@ -329,4 +392,5 @@ def _cancel(ray: Any, running: dict[Any, tuple[int, Any]], grace_s: float) -> No
         ray.cancel(ref, force=True)
 
 
-__all__ = ["LOG_DRAIN_MAX_S", "LOG_QUIET_S", "OutputWatch", "RayLauncherSettings", "job_bundles", "launch"]
+__all__ = ["LOG_DRAIN_MAX_S", "LOG_QUIET_S", "OutputWatch", "RayLauncherSettings", "job_bundles",
+           "launch", "runtime_in_own_process_group"]

@@ -43,7 +43,15 @@ processes of ``sampler=multiprocessing`` start in a job as they do in a run of i
 
 Ctrl-C (and a job stopped by Ctrl-C or SIGTERM) stops the whole sweep, as it did: the running jobs,
 which a terminal's Ctrl-C reaches too, get :data:`STOP_GRACE_S` seconds to write their snapshot and
-summary, then their processes are killed.
+summary, then their processes are killed. SIGTERM to the sweep's process takes the same path: ``kill``,
+systemd or a supervisor sends it to that process alone, which died of it at once and left its jobs
+training, orphaned, and loky's processes and semaphores (``/dev/shm/sem.loky-*``) behind. The launcher
+passes it on to each running job's process, so each job stops as the trainer does on SIGTERM (its
+epoch kept or dropped, its snapshot and ``summary.json``: interrupted), gives them :data:`TERM_GRACE_S`
+seconds, kills what is left and shuts loky's processes down; the sweep then ends with its interrupted
+line. A scheduler that sends SIGTERM to every process (``kill -TERM -<pgid>``) reaches the jobs itself
+too: the trainer takes the launcher's copy, within a second of its own, as the same signal
+(:data:`corral.framework.interrupts.SAME_SIGTERM_WINDOW_S`), not as a second one that stops at once.
 
 Kept import-light: Hydra imports every module under ``hydra_plugins`` when it scans for plugins
 (loky, Hydra's launch helpers and corral's framework are imported when a sweep is launched).
@@ -96,6 +104,10 @@ POLL_S = 1.0
 #: Seconds the running jobs get after Ctrl-C (which a terminal sends them too) to write their snapshot
 #: and summary before their processes are killed; Ctrl-C again kills them at once.
 STOP_GRACE_S = 3.0
+#: Seconds the running jobs get after a SIGTERM to the sweep's process, which the launcher passes on to them,
+#: to stop as the trainer does on SIGTERM before their processes are killed; a further Ctrl-C or SIGTERM to
+#: the sweep's process kills them at once (a scheduler's copy of the same SIGTERM does not).
+TERM_GRACE_S = 30.0
 #: Seconds a job past ``hydra.launcher.timeout`` gets after SIGTERM to stop as the trainer does on a user's
 #: SIGTERM (keep or drop its epoch, write its snapshot and summary) before it is killed (SLURM's KillWait
 #: default is the same).
@@ -149,6 +161,7 @@ class CorralJoblibLauncher(JoblibLauncher):
         from hydra.core.utils import JobReturn, configure_log, filter_overrides, setup_globals
         from joblib.externals.loky import FIRST_COMPLETED, wait
 
+        from corral.framework.interrupts import Terminated, catch_stop_signals, hold_while_stopping, stopping_notice
         from corral.framework.sweep_jobs import note_sweep_dir
         from corral.launchers.job_processes import run_in_job_process
         from hydra_plugins.hydra_joblib_launcher._core import execute_job
@@ -183,39 +196,45 @@ class CorralJoblibLauncher(JoblibLauncher):
         running: dict[Any, Job] = {}
         results: dict[int, Any] = {}
         try:
-            while queue or running:
-                while queue and free:
-                    num, overrides = queue.popleft()
-                    slot = free.pop()
-                    future = slot.submit(run_in_job_process, execute_job, num, overrides, self.hydra_context,
-                                         self.config, self.task_function, state)
-                    running[future] = Job(num, overrides, slot, slot.process(), time.time(), time.monotonic())
-                done, _ = wait(list(running), timeout=POLL_S, return_when=FIRST_COMPLETED)
-                for future in done:
-                    job = running.pop(future)
-                    results[job.num] = self._result(future, job)
-                    free.append(job.slot)
-                    if verbose:
-                        log.info("job #%d ended (%d of %d)", job.num, len(results), len(job_overrides))
-                for future, job in list(running.items()):
-                    if not timeout or future.done():
-                        continue
-                    now = time.monotonic()
-                    if job.timed_out is None and now - job.t0 > float(timeout):
-                        job.timed_out = float(timeout)
-                        job.stop_t0 = now
-                        stop(job.process)  # the trainer stops as on a user's SIGTERM
-                    if job.timed_out is not None and now - job.stop_t0 >= TIMEOUT_GRACE_S and not future.done():
-                        job.slot.close(kill=True)  # still running after its grace: killed
-                        running.pop(future)
-                        results[job.num] = self._died(job, timeout=float(timeout), grace=TIMEOUT_GRACE_S)
+            with catch_stop_signals():  # SIGTERM to this process: Terminated, Ctrl-C's path (module docstring)
+                while queue or running:
+                    while queue and free:
+                        num, overrides = queue.popleft()
+                        slot = free.pop()
+                        future = slot.submit(run_in_job_process, execute_job, num, overrides, self.hydra_context,
+                                             self.config, self.task_function, state)
+                        running[future] = Job(num, overrides, slot, slot.process(), time.time(), time.monotonic())
+                    done, _ = wait(list(running), timeout=POLL_S, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        job = running.pop(future)
+                        results[job.num] = self._result(future, job)
                         free.append(job.slot)
+                        if verbose:
+                            log.info("job #%d ended (%d of %d)", job.num, len(results), len(job_overrides))
+                    for future, job in list(running.items()):
+                        if not timeout or future.done():
+                            continue
+                        now = time.monotonic()
+                        if job.timed_out is None and now - job.t0 > float(timeout):
+                            job.timed_out = float(timeout)
+                            job.stop_t0 = now
+                            stop(job.process)  # the trainer stops as on a user's SIGTERM
+                        if job.timed_out is not None and now - job.stop_t0 >= TIMEOUT_GRACE_S and not future.done():
+                            job.slot.close(kill=True)  # still running after its grace: killed
+                            running.pop(future)
+                            results[job.num] = self._died(job, timeout=float(timeout), grace=TIMEOUT_GRACE_S)
+                            free.append(job.slot)
         except BaseException as exc:
             if running and isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C again: kill them now
-                    wait(list(running), timeout=STOP_GRACE_S)
-            for slot in slots:
-                slot.close(kill=True)
+                terminated = isinstance(exc, Terminated)
+                if terminated:  # sent to this process alone, or to all (then the trainer drops this copy)
+                    for job in running.values():
+                        stop(job.process)
+                with contextlib.suppress(KeyboardInterrupt), catch_stop_signals():  # again: kill them now
+                    wait(list(running), timeout=TERM_GRACE_S if terminated else STOP_GRACE_S)
+            with hold_while_stopping(stopping_notice):  # one more signal is said and dropped: loky's processes go
+                for slot in slots:
+                    slot.close(kill=True)
             raise
         returns = [results[initial_job_idx + i] for i in range(len(job_overrides))]
         assert all(isinstance(ret, JobReturn) for ret in returns)

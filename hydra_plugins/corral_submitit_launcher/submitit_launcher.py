@@ -48,6 +48,16 @@ controller, with SIGINT left to the jobs, which got the same Ctrl-C; it waits fo
 as a job that ``train.py`` runs alone does, and ends with them, saying nothing. (submitit's ``LocalJob.cancel()``, a SIGINT to the controller alone, which
 corral never calls, no longer reaches the job; ``kill`` (SIGTERM) on the controller still does.)
 
+SIGTERM to a ``submitit_local`` sweep's process (``kill <pid>``) had ended it at once, silently, and left
+its job controllers and jobs training on, unattended; sent to the whole process group (``kill -TERM
+-<pgid>``), the jobs stopped and saved (the group's signal reached them, and each controller passed its own
+on), and the sweep's process still ended without a line. Now, while the jobs run, SIGTERM stops the sweep
+(:class:`~corral.launchers.sweep_sigterm.SweepSigterm`): the launcher passes SIGTERM on to each running job through its controller (which
+sends it to the job, as submitit's does), waits up to :data:`STOP_GRACE_S` seconds for the jobs to save
+and end, ends what is left of them (:func:`end_local_leftovers`), and the sweep ends with corral's
+interrupted line (exit 130). A job that gets SIGTERM twice (the group's and its controller's, moments
+apart) takes them as one stop (corral's trainer drops a repeated SIGTERM).
+
 Kept import-light: Hydra imports every module under ``hydra_plugins`` when it scans for plugins.
 """
 
@@ -57,6 +67,8 @@ import logging
 import math
 import os
 import shutil
+import signal
+import subprocess
 import time
 import types
 from pathlib import Path
@@ -80,6 +92,9 @@ SETTING_MINIMUMS = {"timeout_min": 1, "cpus_per_task": 1, "gpus_per_node": 0, "t
                     "gpus_per_task": 1}
 #: The settings that may be null (submitit's or corral's default for them).
 NULLABLE = ("cpus_per_task", "gpus_per_node", "mem_gb", "cpus_per_gpu", "gpus_per_task")
+#: Seconds the running jobs of a ``submitit_local`` sweep stopped by SIGTERM get to save and end before
+#: they are killed (the default of ``hydra/launcher=ray``'s ``cancel_grace_s``).
+STOP_GRACE_S = 30.0
 
 
 def env_processes(job_cfg: DictConfig | dict) -> int:
@@ -204,14 +219,61 @@ class _SizedJobs(BaseSubmititLauncher):
             args.append((list(overrides), "hydra.sweep.dir", idx, f"job_id_for_{idx}", Singleton.get_state()))
         submitted = []
         started = time.time()
-        for cpus, members in groups.items():
-            jobs = self._executor(cpus).map_array(self, *zip(*(args[i] for i in members)))
-            submitted.append((members, jobs))
         results: list[Any] = [None] * len(job_overrides)
-        for members, jobs in submitted:  # every job's result, a failed one too (the others are still waited for)
-            for i, job in zip(members, jobs):
-                results[i] = self._result(job, list(job_overrides[i]), initial_job_idx + i, started)
+        from corral.launchers.sweep_sigterm import SweepSigterm
+
+        with SweepSigterm(enabled=self._EXECUTOR == "local", held=True) as sigterm:
+            try:
+                for cpus, members in groups.items():
+                    jobs = self._executor(cpus).map_array(self, *zip(*(args[i] for i in members)))
+                    submitted.append((members, jobs))
+                sigterm.arm()  # a SIGTERM during the submission stops the sweep from here on
+                for members, jobs in submitted:  # every job's result, a failed one too (the others are waited for)
+                    for i, job in zip(members, jobs):
+                        results[i] = self._result(job, list(job_overrides[i]), initial_job_idx + i, started)
+            except KeyboardInterrupt:  # Ctrl-C reached the jobs too, and each stops on its own
+                if sigterm.received:
+                    self._stop_local_jobs([(initial_job_idx + i, list(job_overrides[i]), job)
+                                           for members, jobs in submitted for i, job in zip(members, jobs)])
+                raise
         return results
+
+    def _stop_local_jobs(self, jobs: list[tuple[int, list[str], Any]]) -> None:
+        """SIGTERM stopped the sweep: send it to each running job of ``jobs`` (its number, overrides and
+        submitit job) through the job's controller, which passes it on to the job, wait up to
+        :data:`STOP_GRACE_S` seconds for them to end (a further SIGTERM or Ctrl-C: not longer), then end
+        the processes of those still running, and of every job the processes it left
+        (:func:`end_local_leftovers`), and their controllers."""
+        from corral.launchers.job_death import job_config
+
+        assert self.config is not None and self.hydra_context is not None
+        controllers = {num: job._process for num, _, job in jobs if getattr(job, "_process", None) is not None}
+        running = {num: proc for num, proc in controllers.items() if proc.poll() is None}
+        if not running:
+            return
+        log.warning("Submitit 'local' launcher: SIGTERM; stopping %d running job(s) (up to %.0f s for snapshots)",
+                    len(running), STOP_GRACE_S)
+        for proc in running.values():
+            proc.send_signal(signal.SIGTERM)  # nothing when it has ended meanwhile (Popen knows)
+        deadline = time.monotonic() + STOP_GRACE_S
+        try:
+            while any(proc.poll() is None for proc in running.values()) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        except KeyboardInterrupt:  # SIGTERM or Ctrl-C again: end them now
+            pass
+        for num, overrides, job in jobs:
+            if num not in running:
+                continue
+            if running[num].poll() is None:
+                log.warning("job #%d did not stop within %.0f s of SIGTERM; ending its processes", num,
+                            STOP_GRACE_S)
+            cfg = job_config(self.hydra_context, self.config, overrides, num)
+            end_local_leftovers(job, Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)))
+            try:
+                running[num].wait(timeout=5.0)  # its job's processes are gone: it ends at once
+            except subprocess.TimeoutExpired:
+                running[num].kill()
+                running[num].wait(timeout=5.0)
 
     def _result(self, job: Any, overrides: list[str], num: int, started: float) -> JobReturn:
         """The ``JobReturn`` of a submitit job once it has ended: its own; a failed one when its process
@@ -323,5 +385,5 @@ class CorralSlurmLauncher(_SizedJobs):
     _EXECUTOR = "slurm"
 
 
-__all__ = ["QUIET_CONTROLLER", "CorralLocalLauncher", "CorralSlurmLauncher", "end_local_leftovers", "job_cpus",
-           "job_state_words", "quiet_controllers"]
+__all__ = ["QUIET_CONTROLLER", "STOP_GRACE_S", "CorralLocalLauncher", "CorralSlurmLauncher",
+           "end_local_leftovers", "job_cpus", "job_state_words", "quiet_controllers"]

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -230,6 +231,11 @@ CASES = [
                                                  "trainer.snapshot_every=3"),
                  ["SIGTERM: finishing epoch 1", "interrupted by SIGTERM after epoch 1", "epochs 0-1 are saved"],
                  id="multiprocessing-sigterm-evaluating"),
+    # SIGTERM twice at once (a scheduler's to every process and a launcher's copy): one stop, the epoch
+    # finishes and is saved (the copy stopped it at once: "while sampling epoch 1", the epoch dropped)
+    pytest.param("sampling", 1, 60, "SIGTERM:2", ("trainer.snapshot_every=3",),
+                 ["SIGTERM: finishing epoch 1 to save it", "interrupted by SIGTERM after epoch 1", "epochs 0-1 are saved"],
+                 id="sigterm-twice-at-once-is-one"),
 ]
 
 
@@ -289,6 +295,30 @@ def test_a_signal_in_a_long_update_is_acknowledged_and_a_second_stops_it(
     before = rows(run)
     assert [_filled(r) for r in before] == [_filled(r) for r in expected[: len(before)]]
     assert len(before) == (2 if extra else 1)
+
+
+@pytest.mark.parametrize(("gap_s", "update_ends"), [
+    # the copy 0.3 s after the first (a scheduler's and a launcher's): held as the first is, the update ends
+    pytest.param(0.3, True, id="copy-within-the-window"),
+    # sent again 2 s later (past SAME_SIGTERM_WINDOW_S): the second signal, which stops the update at once
+    pytest.param(2.0, False, id="second-after-the-window"),
+])
+def test_a_sigterm_repeated_within_the_window_is_one_and_a_later_one_stops_at_once(
+        tmp_path: Path, driver: Path, expected: list[dict[str, str]], gap_s: float, update_ends: bool) -> None:
+    """SIGTERM as training epoch 1 starts, and again ``gap_s`` seconds later during its update: within
+    SAME_SIGTERM_WINDOW_S it is the same stop (the update still ends; before, it was cut as by a second
+    signal); later, it is a second one and cuts the update. Either way the epoch is dropped and epoch 0 kept."""
+    run, mark = tmp_path / "run", tmp_path / "updated"
+    proc = train(run, interrupt="training:1:0:SIGTERM:2", driver=driver,
+                 env_vars={"CORRAL_TEST_UPDATE_S": str(gap_s), "CORRAL_TEST_MARK": str(mark)})
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "interrupted by SIGTERM while training epoch 1" in proc.stderr, \
+        proc.stderr[-3000:]
+    assert mark.exists() == update_ends, proc.stderr[-3000:]
+    assert [_filled(r) for r in rows(run)] == [_filled(r) for r in expected[:1]]
+    from corral.framework.interrupts import SAME_SIGTERM_WINDOW_S
+
+    assert gap_s < SAME_SIGTERM_WINDOW_S - 1.0 if update_ends else gap_s > SAME_SIGTERM_WINDOW_S + 0.4
 
 
 @pytest.mark.parametrize("signals", [1, 2])
@@ -562,3 +592,85 @@ def test_hold_while_stopping_drops_one_signal_with_a_notice_and_a_second_interru
         assert reached == ["after the first"] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _sigterm_self() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.fixture
+def fresh_sigterms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No SIGTERM acted on yet in this process (an earlier test's would make this one's first a repeat)."""
+    from corral.framework import interrupts
+
+    monkeypatch.setattr(interrupts, "_sigterm_taken_at", [], raising=False)
+
+
+def test_a_sigterm_repeated_at_once_is_the_same_request_and_a_later_one_a_second(
+        fresh_sigterms: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """In process: in finish_epoch_on_interrupt a SIGTERM and its copy at once are one request (one
+    notice, no interrupt); a SIGTERM past SAME_SIGTERM_WINDOW_S is a second one and interrupts; Ctrl-C
+    twice at once is still two. Each block puts the handlers back."""
+    from corral.framework import interrupts
+    from corral.framework.interrupts import Terminated, finish_epoch_on_interrupt
+
+    previous = {sig: signal.signal(sig, h) for sig, h in ((signal.SIGINT, signal.default_int_handler),
+                                                          (signal.SIGTERM, signal.SIG_DFL))}
+    try:
+        try:
+            with finish_epoch_on_interrupt(lambda signum: f"finishing on {signum}") as request:
+                _sigterm_self()
+                _sigterm_self()
+        except KeyboardInterrupt as exc:  # a failure, not pytest's own Ctrl-C
+            pytest.fail(f"the copy interrupted the block as a second signal does: {exc!r}")
+        assert request.signum == signal.SIGTERM
+        assert capsys.readouterr().err == f"finishing on {int(signal.SIGTERM)}\n"
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+        monkeypatch.setattr(interrupts, "SAME_SIGTERM_WINDOW_S", 0.2)
+        time.sleep(0.3)  # past the window of the SIGTERM above
+        reached = []
+        with pytest.raises(Terminated):
+            with finish_epoch_on_interrupt(lambda signum: "finishing"):
+                _sigterm_self()
+                reached.append("after the first")
+                time.sleep(0.3)
+                _sigterm_self()
+                reached.append("after the second")
+        assert reached == ["after the first"]
+
+        with pytest.raises(KeyboardInterrupt) as raised:
+            with finish_epoch_on_interrupt(lambda signum: "finishing"):
+                _sigint_self()
+                _sigint_self()
+        assert not isinstance(raised.value, Terminated)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def test_a_held_sigterm_and_its_copy_reach_the_outer_handler_once(fresh_sigterms: None,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """In process: a SIGTERM and its copy while defer_interrupts(second_stops=True) holds them are one
+    signal, handed on when the block ends to catch_stop_signals, which raises Terminated for it (the
+    hand-on is not taken for a copy of itself); the copy arriving while stopping says nothing."""
+    from corral.framework.interrupts import Terminated, catch_stop_signals, defer_interrupts, hold_while_stopping
+
+    reached = []
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with pytest.raises(Terminated):
+            with catch_stop_signals() as latch:
+                with defer_interrupts(second_stops=True):
+                    _sigterm_self()
+                    _sigterm_self()
+                    reached.append("end of block")
+                reached.append("after the block")
+        assert reached == ["end of block"] and latch.signum == signal.SIGTERM
+        with hold_while_stopping(lambda signum: "already stopping"):
+            _sigterm_self()  # a copy of the one above: dropped, no notice
+            reached.append("stopping")
+        assert reached == ["end of block", "stopping"] and capsys.readouterr().err == ""
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
