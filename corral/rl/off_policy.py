@@ -88,7 +88,7 @@ def warmup_steps(min_buffer_size: int | None, batch_size: int) -> int:
     return math.ceil(effective_min_buffer_size(min_buffer_size) / batch_size) * batch_size
 
 
-def _largest_divisor(n: int, at_most: int) -> int:
+def largest_divisor(n: int, at_most: int) -> int:
     """The largest divisor of ``n`` (>= 1) that is at most ``at_most``."""
     best = 1
     for d in range(1, math.isqrt(n) + 1):
@@ -200,15 +200,22 @@ class OffPolicyAlgorithm(Algorithm):
         if asked <= 1:
             return (f"{what}; no update comes before the first epoch ends, so lower trainer.batch_size for fewer, or "
                     f"set algo.min_buffer_size={steps} to ask for what runs")
-        divisor = _largest_divisor(asked, epoch_steps)
+        divisor = largest_divisor(asked, epoch_steps)
         exact = f"make trainer.batch_size a divisor of it (trainer.batch_size={divisor}), or " if divisor > 1 else ""
         return (f"{what}; for {asked:,}, {exact}set algo.min_buffer_size to a multiple of the epoch's steps "
                 f"({steps} is what runs now)")
 
     def warmup_note(self, steps: int) -> str:
         """What else the ``steps`` exploring steps override, appended to the warm-up warning (e.g.
-        ``, and the epsilon schedule ... starts only after them``)."""
+        DQN's ``, and they use the first ... steps of the epsilon schedule ...``)."""
         return ""
+
+    def first_epoch_warnings(self, epoch_steps: int) -> list[str]:
+        """The warning lines (without ``corral: warning:``) of a fresh run's first epoch, which collected
+        ``epoch_steps`` steps: :meth:`warmup_warning`'s, if any; subclasses add those of their own options
+        that count in whole epochs."""
+        message = self.warmup_warning(epoch_steps)
+        return [] if message is None else [message]
 
     @property
     def learning_started(self) -> bool:
@@ -225,13 +232,13 @@ class OffPolicyAlgorithm(Algorithm):
 
     def train_once(self, itr: int, episodes: EpisodeBatch) -> dict[str, float]:
         """Add ``episodes`` to the replay buffer, then run this epoch's gradient steps. A fresh run's
-        first epoch says in one warning line when a given ``min_buffer_size`` is not what its epochs do
-        (:meth:`warmup_warning`)."""
+        first epoch says in one warning line each when a given option is not what its epochs do
+        (:meth:`first_epoch_warnings`: ``min_buffer_size``, and the subclass's own)."""
         if not self._warmup_checked:
             self._warmup_checked = True
-            message = self.warmup_warning(len(episodes)) if self.env_steps == 0 and len(episodes) else None
-            if message is not None:
-                logger.warning("corral: %s", message)
+            if self.env_steps == 0 and len(episodes):
+                for message in self.first_epoch_warnings(len(episodes)):
+                    logger.warning("corral: %s", message)
         before = self.env_steps
         self.replay_buffer.add(episodes)
         self.env_steps += len(episodes)
@@ -300,5 +307,5 @@ class OffPolicyAlgorithm(Algorithm):
 
 __all__ = [
     "BUFFER_BRANCH", "DEFAULT_MIN_BUFFER_SIZE", "TORCH_BRANCH", "OffPolicyAlgorithm", "effective_min_buffer_size",
-    "gradient_steps_due", "load_networks_state", "networks_state", "polyak_update", "warmup_steps",
+    "gradient_steps_due", "largest_divisor", "load_networks_state", "networks_state", "polyak_update", "warmup_steps",
 ]

@@ -173,7 +173,9 @@ def _off_policy_kwargs(name: str, algo: Mapping[str, Any], policy: Mapping[str, 
         "learning_starts": 100 if algo["min_buffer_size"] is None else algo["min_buffer_size"],
         "batch_size": algo["batch_size"], "tau": algo["tau"],
         "train_freq": (steps_per_env, "step"), "gradient_steps": int(gradient_steps),
-        "target_update_interval": algo["target_update_interval"],
+        # null: SB3's own default, 10,000 (corral counts it in whole epochs, as any value; with train_freq of
+        # one epoch SB3 does too: its copies during a rollout all take the network of the last train())
+        "target_update_interval": 10_000 if algo.get("target_update_interval") is None else algo["target_update_interval"],
     }
     act = _activation(policy.get("activation", "relu"))
     hidden = list(policy.get("hidden_sizes", [256, 256]))

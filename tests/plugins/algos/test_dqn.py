@@ -46,8 +46,8 @@ def test_epsilon_schedule_travels_in_the_agent_update() -> None:
     assert float(algo.get_agent_update()["epsilon"]) == 1.0
     algo.train_once(1, random_batch(40))  # 50 steps: half way down the schedule
     assert float(algo.get_agent_update()["epsilon"]) == pytest.approx(0.55)
-    stats = algo.train_once(2, random_batch(100))
-    assert float(algo.get_agent_update()["epsilon"]) == pytest.approx(0.1) and stats["dqn/epsilon"] == pytest.approx(0.1)
+    stats = algo.train_once(2, random_batch(100))  # collected at 0.55, which is what its row says
+    assert float(algo.get_agent_update()["epsilon"]) == pytest.approx(0.1) and stats["dqn/epsilon"] == pytest.approx(0.55)
 
 
 def test_target_network_is_copied_every_target_update_interval_steps() -> None:

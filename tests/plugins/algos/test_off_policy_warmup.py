@@ -57,7 +57,8 @@ def test_a_min_buffer_size_below_the_batch_is_one_warning_line_and_a_multiple_no
 
 def test_dqn_names_epsilon_and_the_initial_epsilon_the_first_epoch_cannot_honour(tmp_path: Path) -> None:
     """``algo.exploration_initial_eps=0.0 algo.exploration_final_eps=0.0``: the first epoch still acts at
-    epsilon 1 (``algo.min_buffer_size=100`` is reached only at its end), and the line says so."""
+    epsilon 1 (``algo.min_buffer_size=100`` is reached only at its end), and the line says so, and how much
+    of the epsilon schedule (counted from step 0) the warm-up takes."""
     proc = train(tmp_path / "run", "algo=dqn", "env=cartpole", "policy=qnet", "policy.hidden_sizes=[32,32]",
                  "algo.min_buffer_size=100",
                  "worker=fragment", "worker.n_envs=1", "worker.timesteps_per_call=500", "trainer.batch_size=500",
@@ -67,8 +68,9 @@ def test_dqn_names_epsilon_and_the_initial_epsilon_the_first_epoch_cannot_honour
     assert warning_lines(proc) == [
         "corral: warning: algo.min_buffer_size=100 counts in whole epochs (the workers' policy changes only "
         "between epochs, and this run's first epoch collected 500 steps), so the first 500 environment steps (1 epoch) act at epsilon 1 "
-        "(uniformly random actions), not the first 100, and the epsilon schedule (algo.exploration_initial_eps=0.0) "
-        "starts only after them; for 100, make trainer.batch_size a divisor of it (trainer.batch_size=100), or set "
+        "(uniformly random actions), not the first 100, and they use the first 500 of the epsilon schedule's 10,000 "
+        "steps (it counts from step 0, from algo.exploration_initial_eps=0), so the first learned epoch acts at "
+        "epsilon 0; for 100, make trainer.batch_size a divisor of it (trainer.batch_size=100), or set "
         "algo.min_buffer_size to a multiple of the epoch's steps (500 is what runs now)"], proc.stderr
 
 
