@@ -18,7 +18,10 @@ returns the same episodes for the same seed, worker and number of workers), and
 ``normalize.update`` (``false`` freezes the normalisation statistics of the snapshot, ``true``
 lets them update again; the snapshot holds the statistics, the resuming command says whether they
 change). Any other override (``algo=vpg``, ``algo.learning_rate=...``, ``env.*``, ``worker.*``,
-``normalize.obs``, ``seed``) is an error naming it.
+``normalize.obs``, ``seed``) is an error naming it. So is ``experiment=<preset>`` when a setting it
+writes differs from the run's (its trainer settings too: a resume takes a change only as a key given
+by itself, so the run's own values over its preset's are not replaced, nor the preset's dropped, in
+silence); the run's own preset with the run's own settings goes on.
 """
 
 from __future__ import annotations
@@ -468,7 +471,7 @@ def check_overrides(old: DictConfig, new: DictConfig, overrides: Sequence[str]) 
             if key in ADJUSTABLE_KEYS and _has(old, key) and isinstance(OmegaConf.select(new, key), bool):
                 OmegaConf.update(result, key, OmegaConf.select(new, key))
                 continue
-            change = _change(old, new, key)
+            change = _preset_change(old, new, item, explicit) if key == "experiment" else _change(old, new, key)
             if change is not None:
                 refused.append(f"{item} ({change})")
         if any(k.split(".", 1)[0] == "sampler" for k in explicit):
@@ -515,15 +518,105 @@ def say(message: str) -> None:
 
 def _change(old: DictConfig, new: DictConfig, key: str) -> str | None:
     """How an override of ``key`` would change the run (None: it would not): a group compares by
-    option name, a field by value, a preset (``experiment=``) by the sections it sets."""
-    if key == "experiment":
-        diff = [s for s in ("env", "algo", "policy", "worker", "seed") if _plain(old, s) != _plain(new, s)]
-        return f"it changes {', '.join(diff)}" if diff else None
-    before, after = OmegaConf.select(old, key, default=None), OmegaConf.select(new, key, default=None)
-    if isinstance(before, DictConfig) or isinstance(after, DictConfig):
-        before = before.get("name") if isinstance(before, DictConfig) else before
-        after = after.get("name") if isinstance(after, DictConfig) else after
-    return None if before == after else f"the run has {key}={before}"
+    option name, a field, a mapping or a list by its whole value."""
+    if "." not in key and isinstance(OmegaConf.select(old, key, default=None), DictConfig):
+        before, after = _plain(old, f"{key}.name"), _plain(new, f"{key}.name")  # a group: its option
+    else:  # a field, a mapping (env.kwargs={...}) or a list: by its whole value, as its leaf keys would be
+        before, after = _plain(old, key), _plain(new, key)
+    return None if before == after else f"the run has {key}={_written(before)}"
+
+
+def _preset_change(old: DictConfig, new: DictConfig, item: str, explicit: set[str]) -> str | None:
+    """How ``experiment=<preset>`` would change the run (None: it would not): every setting the preset
+    file writes (its options, ``override /env: bandits``, and its keys, ``trainer.batch_size: 2048``)
+    that this command does not give itself is compared with the run's, trainer settings included. A
+    resume takes a change only as a key given by itself, so the run's own values
+    (``trainer.batch_size=200`` over its preset's) are not replaced in silence."""
+    preset = _text(item.partition("=")[2])
+    if preset in ("", "null", "None"):
+        return None
+    settings = _preset_settings(preset)
+    if settings is None:
+        return (f"corral cannot read the preset experiment/{preset} here to compare it with the run; leave "
+                f"experiment={preset} out (the run keeps its own config) and give the settings to change by themselves")
+    changes: list[tuple[str, Any, Any]] = []
+    for key, value in settings.items():
+        if any(key == g or key.startswith(g + ".") for g in explicit):
+            continue  # the command's own key decides it (and is checked by itself)
+        group = isinstance(OmegaConf.select(old, key, default=None), DictConfig)
+        before = _plain(old, f"{key}.name" if group else key)
+        after = value if group else _plain(new, key)
+        if before != after:
+            changes.append((key, after, before))
+    moved = {k for k, _, _ in changes if "." not in k and isinstance(OmegaConf.select(old, k, default=None), DictConfig)}
+    changes = [c for c in changes if c[0].split(".", 1)[0] not in moved or c[0] in moved]  # the option, not its fields
+    if not changes:
+        return None
+    said = [f"{k}={_written(after)} where the run has {_written(before)}" for k, after, before in changes]
+    one_by_one = [f"{k}={_written(after)}" for k, after, _ in changes
+                  if ("." in k and k.split(".", 1)[0] in ADJUSTABLE) or k in ADJUSTABLE_KEYS]
+    shown = ", ".join(said[:6]) + (f" and {len(said) - 6} more" if len(said) > 6 else "")
+    give = f", e.g. {' '.join(one_by_one[:6])}" if one_by_one else ""
+    return f"it sets {shown}; a resume takes a change only as a key given by itself{give}"
+
+
+def _preset_settings(preset: str) -> dict[str, Any] | None:
+    """What the preset file ``experiment/<preset>`` writes: its group options (``algo``: ``ppo``) and
+    its keys by dotted path (``trainer.batch_size``: 2048), from Hydra's config search path (a
+    plugin's presets included); None when it finds none there (one on a ``hydra.searchpath`` given on
+    the command line: that path is not part of this search)."""
+    from hydra import initialize_config_module
+    from hydra.core.default_element import GroupDefault
+    from hydra.core.global_hydra import GlobalHydra
+
+    from corral.framework.config import CONFIG_MODULE
+
+    def read() -> Any:
+        return GlobalHydra.instance().config_loader().repository.load_config(f"experiment/{preset}")  # type: ignore[attr-defined]
+
+    if GlobalHydra.instance().is_initialized():
+        loaded = read()
+    else:
+        with initialize_config_module(config_module=CONFIG_MODULE, version_base="1.3"):
+            loaded = read()
+    if loaded is None:
+        return None
+    settings: dict[str, Any] = {}
+    for default in loaded.defaults_list or []:
+        if isinstance(default, GroupDefault) and default.group and isinstance(default.value, str):
+            settings[default.group.lstrip("/").replace("/", ".")] = default.value
+    package = str((loaded.header or {}).get("package") or "_global_")
+    prefix = "" if package == "_global_" else package.replace("_global_.", "") + "."
+    settings.update({prefix + k: v for k, v in _leaves(loaded.config).items() if k})
+    return settings
+
+
+def _leaves(cfg: DictConfig) -> dict[str, Any]:
+    """Every leaf of ``cfg`` (unresolved) by its dotted key; a list or an empty mapping is one leaf."""
+    out: dict[str, Any] = {}
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(v, f"{prefix}.{k}" if prefix else str(k))
+        else:
+            out[prefix] = node
+
+    walk(OmegaConf.to_container(cfg, resolve=False), "")
+    return out
+
+
+def _written(value: Any) -> str:
+    """``value`` as an override writes it: ``null``, ``{max_episode_steps: 10}``, ``[64, 64]``, ``3``."""
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_written(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_written(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
 
 
 def _has(cfg: DictConfig, key: str) -> bool:
