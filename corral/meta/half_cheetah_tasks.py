@@ -5,6 +5,8 @@ HalfCheetah-v5 with a task-dependent reward. Needs ``mujoco`` (``pip install 'co
   ``-|forward velocity - target| - 0.05 * |action|^2``.
 - Dir: a task is a direction +1 (forward) or -1 (backward); reward
   ``direction * forward velocity - 0.05 * |action|^2``.
+
+With no task set, an environment runs the run's task (``task_seed``; see :mod:`corral.meta.task_envs`).
 """
 
 from __future__ import annotations
@@ -14,18 +16,25 @@ from typing import Any
 import numpy as np
 from gymnasium.envs.mujoco.half_cheetah_v5 import HalfCheetahEnv
 
+from corral.meta.task_envs import run_task, task_generator
+
 #: Control-cost weight of the meta-RL HalfCheetah tasks (PEARL: 0.5 * 1e-1).
 CTRL_COST = 0.05
 
 
 class _TaskCheetah(HalfCheetahEnv):
-    """HalfCheetah-v5 whose reward depends on a task."""
+    """HalfCheetah-v5 whose reward depends on a task; ``task_seed`` picks the task it runs when none is set."""
+
+    def __init__(self, task_seed: int = 0, **kwargs: Any) -> None:
+        self.task_seed = int(task_seed)
+        super().__init__(**kwargs)
 
     def _task_reward(self, forward_velocity: float) -> float:
         raise NotImplementedError
 
     def _default_task(self) -> dict[str, float]:
-        raise NotImplementedError
+        """The run's task (:func:`~corral.meta.task_envs.run_task`)."""
+        return run_task(self, self.task_seed)
 
     def set_task(self, task: dict[str, Any]) -> None:
         """Switch to ``task`` (each environment defines what a task holds)."""
@@ -61,9 +70,6 @@ class HalfCheetahVelEnv(_TaskCheetah):
         """The current target velocity (None before a task is set or the first step)."""
         return {"velocity": self.goal_velocity} if getattr(self, "_has_task", False) else None
 
-    def _default_task(self) -> dict[str, float]:
-        return {"velocity": 1.5}
-
     def _task_reward(self, forward_velocity: float) -> float:
         return -abs(forward_velocity - self.goal_velocity)
 
@@ -88,7 +94,9 @@ class HalfCheetahDirEnv(_TaskCheetah):
         return {"direction": self.direction} if getattr(self, "_has_task", False) else None
 
     def _default_task(self) -> dict[str, float]:
-        return {"direction": 1.0}
+        """The run's direction: forward or backward, drawn with ``task_seed`` (``sample_tasks`` alternates,
+        so its first task would always be forward)."""
+        return {"direction": float(task_generator(self.task_seed).choice([1.0, -1.0]))}
 
     def _task_reward(self, forward_velocity: float) -> float:
         return self.direction * forward_velocity

@@ -1,4 +1,14 @@
-"""What the meta-RL environment options share: their common config fields and a picklable maker."""
+"""What the meta-RL environment options share: their common config fields, a picklable maker and
+the run's task.
+
+The run's task: an algorithm that sets no tasks (``algo=ppo env=point_nav``) runs single-task RL on
+one task of the family, ``sample_tasks(1, rng)[0]`` with ``rng`` seeded by ``env.task_seed``
+(:func:`run_task`). Every environment of the run draws the same one at its first reset, whatever its
+worker, slot or seed branch, so the run's sampling, the trainer's evaluation and ``corral eval``
+all run that task. Meta-RL algorithms (``algo=rl2_ppo``, ``algo=pearl``) set a task for every
+trial instead, and trial-running workers without a task schedule draw a new task per trial
+(:mod:`corral.meta.trial_tasks`), so ``env.task_seed`` does not apply to them.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import gymnasium as gym
+import numpy as np
 
 from corral.framework.checks import check
 from corral.framework.env import EnvFactory, before_making
@@ -23,6 +34,12 @@ class TaskEnvConfig:
         default=False,
         metadata={"help": "wrap in the RL2 wrapper (observation + previous action, reward, done); "
                           "worker=rl2 needs it (the rl2_* presets set it)"},
+    )
+    task_seed: int = field(
+        default=0,
+        metadata=check(ge=0, help="seed of the run's one task for an algorithm that sets no tasks (algo=ppo ...): "
+                                  "every environment of the run, its evaluation and corral eval run it; "
+                                  "meta-RL workers (worker=rl2, worker=pearl) ignore it"),
     )
 
     #: The option's own field that sets the episode length (bandits' ``n_pulls``), if it has one. It
@@ -65,6 +82,32 @@ def make_task_env(entry_point: str, max_episode_steps: int, rl2_inputs: bool = F
     return env
 
 
+def task_generator(task_seed: int) -> np.random.Generator:
+    """The generator the run's task is drawn with: the same for every environment given ``task_seed``."""
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(int(task_seed))))
+
+
+def run_task(env: Any, task_seed: int) -> Any:
+    """The run's task on ``env`` (an environment with ``sample_tasks(n, rng)``): the first task its
+    distribution gives with ``task_seed``'s generator. An environment draws it at its first reset
+    when no task was set (see the module docstring)."""
+    return env.sample_tasks(1, task_generator(task_seed))[0]
+
+
+def command_line_keys() -> set[str] | None:
+    """The dotted keys this Hydra job's command line set (``env.goal_radius``); None outside a Hydra
+    job (the pre-run check, library use), where a given value cannot be told from a default. For
+    warnings about a given value that cannot apply (see :func:`corral.framework.precheck.given_keys`)."""
+    from corral.framework.precheck import given_keys
+
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return given_keys([str(o) for o in HydraConfig.get().overrides.task])
+    except (ImportError, ValueError):
+        return None
+
+
 def require_mujoco(option: str) -> None:
     """Raise a ConfigError naming the extra to install when MuJoCo is missing."""
     import importlib.util
@@ -86,9 +129,10 @@ def task_env_factory(entry_point: str, config: TaskEnvConfig, default_length: in
             "entry_point": entry_point,
             "max_episode_steps": int(config.max_episode_length or default_length),
             "rl2_inputs": bool(config.rl2_inputs),
+            "task_seed": int(config.task_seed),
             **kwargs,
         },
     )
 
 
-__all__ = ["TaskEnvConfig", "make_task_env", "require_mujoco", "task_env_factory"]
+__all__ = ["TaskEnvConfig", "command_line_keys", "make_task_env", "require_mujoco", "run_task", "task_env_factory", "task_generator"]

@@ -1,21 +1,36 @@
-"""What trial-running workers (``worker=rl2``, ``worker=pearl``) share: a task per trial from a schedule.
+"""What trial-running workers (``worker=rl2``, ``worker=pearl``) share: a task per trial.
 
-A :class:`~corral.meta.tasks.TaskSchedule` env update gives trial ``k`` of the worker the
-schedule's ``k``-th task (and its known context, when the schedule has one); any other env update
-(a new env, a :class:`~corral.meta.tasks.SetTask`) is applied as usual and every trial runs on the
-environment's current task. The schedule and how many of its trials have started go into the
-worker's snapshot.
+Where trial ``k`` of a worker gets its task:
+
+- a :class:`~corral.meta.tasks.TaskSchedule` env update (how ``algo=rl2_ppo`` and ``algo=pearl``
+  sample, and how their meta-evaluation runs the held-out tasks): the schedule's ``k``-th task (and
+  its known context, when the schedule has one);
+- no schedule, with the run's environment as it was made (the trainer's evaluation episodes,
+  ``corral eval``): a **new task for every trial**, drawn from the environment's task distribution
+  with the slot's own stream (child :data:`TASK_STREAM` of the slot's seed, beside the
+  environment's reset seed, child 0, and the agent's noise, child 1). They are not taken from the
+  run's task split, and evaluation workers, on a seed branch of their own, draw other tasks than
+  a training worker would; so evaluating more trials means more tasks, not the same trials again;
+- another env update that sets the task itself (a :class:`~corral.meta.tasks.SetTask`, any other
+  callable): every trial runs on the environment's current task.
+
+The schedule, how many of its trials have started and the task streams go into the worker's snapshot.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
+import numpy as np
 
-from corral.framework.env import current_task_id
+from corral.framework.env import child_seed, current_task_id, is_new_env, set_env_task, supports_tasks, task_env
+from corral.meta.task_envs import command_line_keys
 from corral.meta.tasks import TaskSchedule
+
+#: Child of a slot's seed that its tasks come from when no schedule sets them.
+TASK_STREAM = 2
 
 
 class TrialTasksMixin:
@@ -24,6 +39,13 @@ class TrialTasksMixin:
     schedule: TaskSchedule | None = None
     #: Trials started under the current schedule.
     trials_started: int = 0
+    #: True after an env update that set the environments' task itself (a SetTask): trials keep it.
+    keeps_env_task: bool = False
+    #: What the trials run on without a schedule, in words (``corral eval`` prints it).
+    tasks_without_schedule: ClassVar[str] = (
+        "a new task for every trial, drawn from the environment's task distribution with the evaluation seed "
+        "(not the run's meta-train or held-out task lists)"
+    )
 
     def update_env(self, env_update: Any) -> None:
         """As :meth:`Worker.update_env`; a :class:`TaskSchedule` also becomes the trials' task schedule."""
@@ -31,13 +53,29 @@ class TrialTasksMixin:
         if isinstance(env_update, TaskSchedule):
             self.schedule = env_update
             self.trials_started = 0
+            self.keeps_env_task = False
         elif env_update is not None:
             self.schedule = None
+            self.keeps_env_task = not is_new_env(env_update)
 
-    def next_trial_task(self, env: gym.Env) -> int:
-        """Set the next trial's task on ``env`` (when there is a schedule); return its task id."""
+    def _task_generator(self, slot: int) -> np.random.Generator:
+        """Slot ``slot``'s generator of tasks drawn without a schedule (made on first use)."""
+        generators: dict[int, np.random.Generator] = self.__dict__.setdefault("_task_generators", {})
+        if slot not in generators:
+            seeds = self.env_seeds  # type: ignore[attr-defined]
+            generators[slot] = np.random.Generator(np.random.PCG64(child_seed(seeds[slot], TASK_STREAM)))
+        return generators[slot]
+
+    def next_trial_task(self, env: gym.Env, slot: int | None = None) -> int:
+        """Set the next trial's task on ``env`` (slot ``slot``'s environment; None: found by identity):
+        the schedule's, else a new one drawn from the slot's stream, unless an env update set the task.
+        Return its task id (-1 for a drawn task)."""
         if self.schedule is not None:
             self.schedule.apply(env, self.trials_started)
+        elif not self.keeps_env_task and supports_tasks(env):
+            if slot is None:
+                slot = next(j for j, e in enumerate(self.envs) if e is env)  # type: ignore[attr-defined]
+            set_env_task(env, task_env(env).sample_tasks(1, self._task_generator(slot))[0])
         self.trials_started += 1
         return current_task_id(env)
 
@@ -47,10 +85,13 @@ class TrialTasksMixin:
         return None if self.schedule is None else self.schedule.context(self.trials_started - 1)
 
     def state_dict(self) -> dict[str, Any]:
-        """The worker's state plus the task schedule and how many of its trials have started."""
+        """The worker's state plus the task schedule, how many of its trials have started and the task streams."""
         state = super().state_dict()  # type: ignore[misc]
         state["schedule"] = self.schedule
         state["trials_started"] = self.trials_started
+        state["keeps_env_task"] = self.keeps_env_task
+        generators = self.__dict__.get("_task_generators", {})
+        state["task_streams"] = {j: g.bit_generator.state for j, g in generators.items()}
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -58,6 +99,22 @@ class TrialTasksMixin:
         super().load_state_dict(state)  # type: ignore[misc]
         self.schedule = state.get("schedule")
         self.trials_started = int(state.get("trials_started", 0))
+        self.keeps_env_task = bool(state.get("keeps_env_task", False))
+        self.__dict__["_task_generators"] = {}
+        for j, generator_state in dict(state.get("task_streams", {})).items():
+            self._task_generator(int(j)).bit_generator.state = generator_state
 
 
-__all__ = ["TrialTasksMixin"]
+def task_seed_unused(cfg: Any, given: set[str] | None = None) -> str | None:
+    """The warning for an ``env.task_seed`` given on the command line (``given``: its keys; None: this
+    Hydra job's, :func:`~corral.meta.task_envs.command_line_keys`) of a run whose worker runs trials:
+    their tasks come from the algorithm's schedules, or are drawn per trial, never the run's one task."""
+    given = command_line_keys() if given is None else given
+    if not given or "env.task_seed" not in given:
+        return None
+    return (f"env.task_seed={cfg.env.get('task_seed')} has no effect with worker={cfg.worker.name}: its trials run "
+            "the algorithm's scheduled tasks, or a new task each without a schedule; env.task_seed picks the task of "
+            "an algorithm that sets none (algo=ppo ...); leave it out (algo.task_seed seeds the meta-RL task split)")
+
+
+__all__ = ["TASK_STREAM", "TrialTasksMixin", "task_seed_unused"]

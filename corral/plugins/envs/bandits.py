@@ -6,7 +6,8 @@ A task is one bandit: ``n_arms`` success probabilities drawn uniformly from [0, 
 episode, so the adaptation curve shows the reward of every pull). ``env.max_episode_length``, the
 episode length of every meta-RL environment, sets it as well when ``env.n_pulls`` is not given
 (``env.n_pulls`` is null unless given, so the two are told apart); given both, they must agree.
-The observation is constant.
+The observation is constant. An algorithm that sets no tasks runs the run's one bandit
+(``env.task_seed``; see :mod:`corral.meta.task_envs`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from corral import hookimpl
 from corral.framework.checks import check
 from corral.framework.env import EnvFactory
 from corral.framework.errors import ConfigError
-from corral.meta.task_envs import TaskEnvConfig, task_env_factory
+from corral.meta.task_envs import TaskEnvConfig, run_task, task_env_factory
 
 
 class BernoulliBanditEnv(gym.Env):
@@ -29,10 +30,11 @@ class BernoulliBanditEnv(gym.Env):
 
     metadata: dict[str, Any] = {"render_modes": []}  # gymnasium.Env declares it an instance attribute
 
-    def __init__(self, n_arms: int = 5) -> None:
+    def __init__(self, n_arms: int = 5, task_seed: int = 0) -> None:
         if n_arms < 2:
             raise ConfigError(f"env.n_arms must be >= 2, got {n_arms}")
         self.n_arms = int(n_arms)
+        self.task_seed = int(task_seed)
         self.action_space = gym.spaces.Discrete(self.n_arms)
         self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(1,), dtype=np.float32)
         self._obs = np.ones(1, dtype=np.float32)
@@ -55,10 +57,10 @@ class BernoulliBanditEnv(gym.Env):
         return None if self.probs is None else {"probs": self.probs.copy()}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
-        """Start an episode (a task is drawn from the env's own RNG if none was set)."""
+        """Start an episode (with the run's bandit, :func:`~corral.meta.task_envs.run_task`, if none was set)."""
         super().reset(seed=seed)
         if self.probs is None:
-            self.set_task(self.sample_tasks(1)[0])
+            self.set_task(run_task(self, self.task_seed))
         return self._obs.copy(), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
@@ -72,7 +74,7 @@ class BernoulliBanditEnv(gym.Env):
 class BanditsEnvConfig(TaskEnvConfig):
     """Multi-armed Bernoulli bandits."""
 
-    n_arms: int = field(default=5, metadata=check(ge=1, help="arms per bandit (k)"))
+    n_arms: int = field(default=5, metadata=check(ge=2, help="arms per bandit (k)"))
     n_pulls: Optional[int] = field(default=None, metadata=check(
         ge=1, help="pulls per episode, a bandit episode's length (null, the default: env.max_episode_length when "
                    "given, else 1; given both, they must agree); with worker=rl2 a trial is n_pulls * "

@@ -6,11 +6,17 @@ observation is its position. A task is a goal on the half circle of radius ``goa
 PEARL's sparse point robot): ``1 - distance`` inside ``goal_radius`` of the goal, else 0. The step
 info always holds ``sparse_reward`` (PEARL infers the goal from it while learning from the dense
 reward: ``worker.context_reward=sparse_reward``), ``distance`` and ``success``.
-Episodes last 20 steps by default.
+Episodes last 20 steps by default. ``env.goal_radius`` matters only where a reward depends on it
+(``env.sparse=true``, or ``worker.context_reward=sparse_reward`` / ``success``): given otherwise, a
+warning says it has no effect.
+
+An algorithm that sets no tasks runs the run's one goal (``env.task_seed``; see
+:mod:`corral.meta.task_envs`).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +26,14 @@ import numpy as np
 from corral import hookimpl
 from corral.framework.checks import check
 from corral.framework.env import EnvFactory
-from corral.framework.errors import ConfigError
-from corral.meta.task_envs import TaskEnvConfig, task_env_factory
+from corral.framework.errors import ConfigError, CorralWarning
+from corral.meta.task_envs import TaskEnvConfig, command_line_keys, run_task, task_env_factory
 
 #: Steps per episode unless env.max_episode_length says otherwise (PEARL's point robot: 20).
 EPISODE_LENGTH = 20
+#: The step-info keys whose values depend on ``goal_radius``: a ``worker.context_reward`` that reads one
+#: makes the radius count even with the dense reward.
+RADIUS_INFO_KEYS = ("sparse_reward", "success")
 
 
 class PointNavEnv(gym.Env):
@@ -35,8 +44,9 @@ class PointNavEnv(gym.Env):
     action_space: gym.spaces.Box
 
     def __init__(self, sparse: bool = False, goal_radius: float = 0.2, goal_distance: float = 1.0,
-                 max_step: float = 0.1) -> None:
+                 max_step: float = 0.1, task_seed: int = 0) -> None:
         self.sparse = bool(sparse)
+        self.task_seed = int(task_seed)
         self.goal_radius = float(goal_radius)
         self.goal_distance = float(goal_distance)
         self.action_space = gym.spaces.Box(-max_step, max_step, shape=(2,), dtype=np.float32)
@@ -62,10 +72,10 @@ class PointNavEnv(gym.Env):
         return None if self.goal is None else {"goal": self.goal.copy()}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
-        """Back to the origin (a goal is drawn from the env's own RNG if none was set)."""
+        """Back to the origin (with the run's goal, :func:`~corral.meta.task_envs.run_task`, if none was set)."""
         super().reset(seed=seed)
         if self.goal is None:
-            self.set_task(self.sample_tasks(1)[0])
+            self.set_task(run_task(self, self.task_seed))
         self._pos[:] = 0.0
         return self._pos.astype(np.float32), {}
 
@@ -87,7 +97,9 @@ class PointNavEnvConfig(TaskEnvConfig):
     """Point-robot navigation to a goal on a half circle."""
 
     sparse: bool = field(default=False, metadata={"help": "sparse reward (only within goal_radius of the goal)"})
-    goal_radius: float = field(default=0.2, metadata=check(gt=0, help="success radius around the goal (sparse reward)"))
+    goal_radius: float = field(default=0.2, metadata=check(
+        gt=0, help="success radius around the goal: the sparse reward's (env.sparse=true, or "
+                   "worker.context_reward=sparse_reward); no effect on the dense reward"))
     goal_distance: float = field(default=1.0, metadata=check(gt=0, help="radius of the half circle the goals lie on"))
 
 
@@ -97,6 +109,34 @@ def build_point_nav(config: PointNavEnvConfig) -> EnvFactory:
         raise ConfigError("env.goal_radius and env.goal_distance must be positive")
     return task_env_factory(f"{__name__}:PointNavEnv", config, EPISODE_LENGTH, sparse=config.sparse,
                             goal_radius=config.goal_radius, goal_distance=config.goal_distance)
+
+
+def goal_radius_unused(cfg: Any, given: set[str] | None) -> str | None:
+    """The warning for an ``env.goal_radius`` among ``given`` (the command line's keys) where no reward
+    depends on it: the dense reward (``env.sparse=false``) and no ``worker.context_reward`` that reads
+    a radius-dependent info key (:data:`RADIUS_INFO_KEYS`). None when it applies or was not given."""
+    env = cfg.get("env")
+    if env is None or env.get("name") != "point_nav" or given is None or "env.goal_radius" not in given:
+        return None
+    worker = cfg.get("worker") or {}
+    reads = worker.get("context_reward") if "context_reward" in worker else None
+    if env.get("sparse") or reads in RADIUS_INFO_KEYS:
+        return None
+    default = PointNavEnvConfig.goal_radius
+    where = (f"worker.context_reward={'null' if reads is None else reads}" if "context_reward" in worker
+             else f"worker={worker.get('name', '?')}, which reads no info reward")
+    return (f"env.goal_radius={env.get('goal_radius')} has no effect while env.sparse=false and {where}: the dense "
+            "reward is minus the distance to the goal; the radius applies only with env.sparse=true or, with "
+            f"worker=pearl, worker.context_reward=sparse_reward; set that, or leave env.goal_radius at its default "
+            f"({default})")
+
+
+@hookimpl
+def corral_validate_config(cfg: Any) -> None:
+    """Warn about an ``env.goal_radius`` given on the command line that no reward depends on."""
+    message = goal_radius_unused(cfg, command_line_keys())
+    if message is not None:
+        warnings.warn(CorralWarning(message), stacklevel=2)
 
 
 @hookimpl

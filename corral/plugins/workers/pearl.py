@@ -17,8 +17,10 @@ Unlike RL2, each episode is its own episode in the batch, with
   ``info[context_reward]`` when set (PEARL's sparse point robot infers the goal from the sparse
   reward while the actor and critics learn from the dense one).
 
-Tasks come as in ``worker=rl2``: a :class:`~corral.meta.tasks.TaskSchedule` env update gives trial
-``k`` the schedule's ``k``-th task. When the schedule also carries that task's known context
+Tasks come as in ``worker=rl2`` (:mod:`corral.meta.trial_tasks`): a
+:class:`~corral.meta.tasks.TaskSchedule` env update gives trial ``k`` the schedule's ``k``-th task;
+without one (the trainer's evaluation, ``corral eval``) every trial runs on a new task drawn from
+the environment's task distribution. When the schedule also carries that task's known context
 (``algo.collect_context_size``), the trial's context starts with it: its posterior episodes then
 act on the posterior over that context plus the trial's own earlier episodes, as PEARL's reference
 code collects data (its prior episodes still act on the prior).
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -42,10 +45,10 @@ import numpy as np
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.checks import check
-from corral.framework.errors import ConfigError
+from corral.framework.errors import ConfigError, CorralWarning
 from corral.framework.plugins import get_registry
 from corral.framework.worker import Worker
-from corral.meta.trial_tasks import TrialTasksMixin
+from corral.meta.trial_tasks import TrialTasksMixin, task_seed_unused
 from corral.plugins.validation import component_class
 from corral.rl.episode_buffer import EpisodeBuffers, action_clipper, batch_from_episodes
 
@@ -139,7 +142,7 @@ class PEARLWorker(TrialTasksMixin, Worker):
         mask[:n_trials] = True
         tasks, known = [], []
         for j in slots:
-            tasks.append(self.next_trial_task(self.envs[j]))
+            tasks.append(self.next_trial_task(self.envs[j], j))
             known.append(self.last_trial_context())
         agent.clear_context(mask)  # type: ignore[attr-defined]
         for j, context in zip(slots, known):
@@ -209,6 +212,8 @@ def corral_validate_config(cfg: Any) -> None:
     """Reject PEARL compositions that cannot work, saying which option to choose instead."""
     registry = get_registry()
     worker_cls = registry.get("worker", cfg.worker.name).factory
+    if worker_cls is PEARLWorker and (unused := task_seed_unused(cfg)) is not None:
+        warnings.warn(CorralWarning(unused), stacklevel=2)
     algo = component_class(registry.get("algo", cfg.algo.name).factory)
     policy = component_class(registry.get("policy", cfg.policy.name).factory)
     latent_worker = bool(getattr(worker_cls, "samples_latent_tasks", False))

@@ -10,10 +10,11 @@ trial are concatenated, the trial ends TERMINAL (the meta-episode is over), and
 - ``env_infos["rl2_step_type"]``: the step type the step had in its own episode,
 - ``episode_infos["task_id"]``: the task of the trial (-1 when unknown).
 
-Tasks: an env update that is a :class:`~corral.meta.tasks.TaskSchedule` gives trial ``k`` of
-the worker the schedule's ``k``-th task (``algo=rl2_ppo`` sends one schedule per worker each
-epoch); any other env update (a new env, a :class:`~corral.meta.tasks.SetTask`) is applied as
-usual and every trial runs on the environment's current task.
+Tasks (:mod:`corral.meta.trial_tasks`): an env update that is a :class:`~corral.meta.tasks.TaskSchedule`
+gives trial ``k`` of the worker the schedule's ``k``-th task (``algo=rl2_ppo`` sends one schedule
+per worker each epoch); without one (the trainer's evaluation, ``corral eval``) every trial runs on
+a new task drawn from the environment's task distribution; after an env update that sets the task
+itself (a :class:`~corral.meta.tasks.SetTask`) every trial runs on the environment's current task.
 
 Like ``worker=vec``, ``n_envs`` slots step in lock-step with one batched ``get_actions`` call;
 ``rollout()`` returns one trial per slot, ``rollout(n_episodes=n)`` exactly ``n`` trials,
@@ -23,6 +24,7 @@ Like ``worker=vec``, ``n_envs`` slots step in lock-step with one batched ``get_a
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -32,11 +34,11 @@ from corral import hookimpl
 from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.checks import check
 from corral.framework.env import current_task_id
-from corral.framework.errors import ConfigError
+from corral.framework.errors import ConfigError, CorralWarning
 from corral.framework.plugins import get_registry
 from corral.framework.worker import Worker
 from corral.meta.rl2_env import CONTINUE_TRIAL, is_rl2_env
-from corral.meta.trial_tasks import TrialTasksMixin
+from corral.meta.trial_tasks import TrialTasksMixin, task_seed_unused
 from corral.plugins.validation import component_class
 from corral.rl.episode_buffer import StepLog, action_clipper
 
@@ -88,7 +90,7 @@ class RL2Worker(TrialTasksMixin, Worker):
 
     def _start_trial(self, j: int) -> int:
         """Set slot ``j``'s task for a new trial and reset it; return the task id."""
-        self.next_trial_task(self.envs[j])
+        self.next_trial_task(self.envs[j], j)
         assert self._obs is not None
         self._obs[j] = self._reset_slot(j, continue_trial=False)
         return current_task_id(self.envs[j])
@@ -226,6 +228,8 @@ def corral_validate_config(cfg: Any) -> None:
     """Reject RL2 compositions that cannot work, saying which option to choose instead."""
     registry = get_registry()
     worker_cls = registry.get("worker", cfg.worker.name).factory
+    if worker_cls is RL2Worker and (unused := task_seed_unused(cfg)) is not None:
+        warnings.warn(CorralWarning(unused), stacklevel=2)
     algo = component_class(registry.get("algo", cfg.algo.name).factory)
     policy = component_class(registry.get("policy", cfg.policy.name).factory)
     runs_trials = bool(getattr(worker_cls, "runs_trials", False))
