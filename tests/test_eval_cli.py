@@ -168,7 +168,9 @@ def test_an_override_that_would_not_change_the_evaluation_is_refused(cartpole_ru
     ("env.max_episode_length=[1]", "env.max_episode_length=[1]: env.max_episode_length takes a whole number, not a "
                                    "list ([1])"),  # a traceback before
     ("seed=abc", "seed=abc: seed takes a whole number, not 'abc'"),  # a traceback before
-    ("env.kwargs=[1]", "env.kwargs=[1]: Cannot merge DictConfig with ListConfig"),  # a traceback before
+    # a traceback before, then OmegaConf's 'Cannot merge DictConfig with ListConfig'; now train.py's line
+    ("env.kwargs=[1]", "env.kwargs=[1]: env.kwargs takes a mapping, not a list ([1]); write it in braces, quoted for the "
+                       "shell, e.g. 'env.kwargs={name: value}'"),
 ])
 def test_an_override_of_the_wrong_type_is_refused_as_train_py_would(cartpole_run: Path, override: str,
                                                                     says: str) -> None:

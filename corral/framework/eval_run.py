@@ -56,6 +56,8 @@ class EvalResult:
     returns: list[float]
     lengths: list[int]
     videos: list[str]
+    #: Which tasks the episodes ran on, for a meta-RL environment (None for any other environment).
+    tasks: str | None = None
 
     @property
     def return_mean(self) -> float:
@@ -94,6 +96,8 @@ class EvalResult:
             f"return {self.return_mean:.2f} ± {self.return_std:.2f}   "
             f"length {self.length_mean:.1f} ± {self.length_std:.1f}",
         ]
+        if self.tasks:
+            lines.append(f"tasks: {self.tasks}")
         if self.videos:
             lines.append(f"{len(self.videos)} video(s) in {Path(self.videos[0]).parent}")
         return "\n".join(lines)
@@ -177,14 +181,17 @@ def evaluate_run(
         built_cfg = _with_env(cfg, run_env)  # the run as trained: the policy's spaces
     run = build(built_cfg)
     try:
+        env_overrides = [o for o in overrides if o.startswith("env.")]
+        if env_id is None and env_overrides:  # the policy takes the spaces it was trained on
+            _check_same_spaces(run_env, run.env_spec, env_overrides)
         try:
-            _load_weights(run, snapshot, trust)
+            _load_weights(run, snapshot, trust, overrides)
         except SnapshotError:
             if snapshot.exists() or not Path(source).expanduser().is_dir():
                 raise
             # A run that is still training removed it (it keeps its last trainer.keep_snapshots): its latest.
             snapshot = find_snapshot(source)
-            _load_weights(run, snapshot, trust)
+            _load_weights(run, snapshot, trust, overrides)
         env = run.env
         factory = evaluation_factory(run.worker_factory, seed=run_seed if seed is None else seed, n_workers=n_workers)
         if env_id is not None:
@@ -210,6 +217,7 @@ def evaluate_run(
         env_id=env_id or cfg.env.get("id"), episodes=episodes, deterministic=deterministic,
         seed=run_seed if seed is None else int(seed), sampler=sampler, n_workers=n_workers,
         returns=[float(r) for r in batch.episode_returns], lengths=[int(n) for n in batch.lengths], videos=videos,
+        tasks=_tasks_used(factory.worker_class, cfg.env),
     )
     if output != "":
         path = Path(output) if output is not None else run_dir / "eval.json"
@@ -217,6 +225,18 @@ def evaluate_run(
         text = json.dumps(result.to_json(), indent=2) + "\n"
         write_atomically(path, lambda f: f.write(text), text=True)
     return result
+
+
+def _tasks_used(worker_class: Any, env_cfg: Any) -> str | None:
+    """Which tasks the episodes ran on, in words, for a meta-RL environment (one with ``env.task_seed``;
+    None for any other): a trial-running worker's own words for its trials without a task schedule,
+    else the run's one task (see docs/meta-rl.md)."""
+    if "task_seed" not in env_cfg:
+        return None
+    drawn = getattr(worker_class, "tasks_without_schedule", None)
+    if drawn:
+        return str(drawn)
+    return f"the run's one task (env.task_seed={env_cfg.task_seed}), the one its training and evaluation episodes ran"
 
 
 def _check_output(path: Path, given: str | None = None) -> None:
@@ -323,6 +343,7 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
     from omegaconf.errors import OmegaConfBaseException
 
     from corral.framework.entry import snapshot_config
+    from corral.framework.precheck import type_message
     from corral.framework.resume import check_run_options, snapshot_sources
 
     cfg: Any = snapshot_config(snapshot, trust=trust)
@@ -339,15 +360,19 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
     for override in overrides:
         if override.startswith(("+", "~")) or "=" not in override:
             raise ConfigError(f"{override}: {_not_a_change(override)}")
+    parsed_overrides = [parse_override(override) for override in overrides]
     for line in repeated_key_warnings(overrides, "the evaluation", sweep=None):
         print(f"corral eval: warning: {line}", file=sys.stderr, flush=True)
     for override in overrides:
         check_eval_override(override, cfg)
-    for override in overrides:
-        try:
-            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist([override]))
-        except OmegaConfBaseException as exc:  # env.kwargs=[1]: a list where the run has a mapping
-            raise ConfigError(f"{override}: {str(exc).splitlines()[0]}") from None
+    for override, parsed in zip(overrides, parsed_overrides):
+        if parsed.key_or_group == "worker.n_prior_episodes" and parsed.value() == 0:
+            _check_no_prior_episodes(override, cfg)
+    for override, parsed in zip(overrides, parsed_overrides):
+        try:  # Hydra's own change of a key (train.py's composition): a mapping merges into the run's
+            OmegaConf.update(cfg, parsed.key_or_group, parsed.value(), merge=True)
+        except OmegaConfBaseException as exc:  # env.kwargs=[1]: a list where the run has a mapping (train.py's line)
+            raise ConfigError(type_message(override, str(exc).splitlines()[0])) from None
         check_eval_type(override, cfg)
     with open_dict(cfg):
         cfg.logger = {}
@@ -361,10 +386,48 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
     return cfg, run_env
 
 
-def _load_weights(run: Any, snapshot: Path, trust: bool) -> None:
+def _check_no_prior_episodes(override: str, cfg: Any) -> None:
+    """Raise the evaluation's one line for ``worker.n_prior_episodes=0`` on a worker that acts on a
+    latent task ``z`` (PEARL's): an evaluation's trials start with an empty context, whose posterior is
+    the prior, so the first episode acts on the prior either way and 0 evaluates exactly as 1 does;
+    what training says of it (the context buffers it fills) does not apply here."""
+    from corral.framework.plugins import get_plugin_manager
+
+    worker = get_plugin_manager().registry.get("worker", cfg.worker.name).factory
+    if not getattr(worker, "samples_latent_tasks", False):
+        return
+    own = cfg.worker.get("n_prior_episodes")
+    then = "the run's own value; leave it out" if own == 1 else f"which to give instead (the run has {own})"
+    raise ConfigError(f"{override}: corral eval starts each trial with an empty context, whose posterior is the "
+                      "prior, so the first episode acts on the prior either way and 0 evaluates exactly as "
+                      f"worker.n_prior_episodes=1, {then}")
+
+
+def parse_override(override: str) -> Any:
+    """``override`` read as ``train.py`` reads it, with Hydra's override grammar
+    (``env.kwargs={max_episode_steps:20}`` is a mapping, ``'a b'`` a quoted string); one that Hydra
+    cannot read, or a sweep (``env.n_arms=3,4``: corral eval evaluates one setting), is one
+    :class:`ConfigError` line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from corral.framework.precheck import hydra_message
+
+    try:
+        (parsed,) = OverridesParser.create().parse_overrides([override])
+    except HydraException as exc:
+        raise ConfigError(hydra_message(exc)) from None
+    if parsed.is_sweep_override():
+        raise ConfigError(f"{override}: corral eval evaluates one setting, not a sweep of several; run it once for "
+                          "each value")
+    return parsed
+
+
+def _load_weights(run: Any, snapshot: Path, trust: bool, overrides: Sequence[str] = ()) -> None:
     """The snapshot's parameters into the rebuilt run, through the trainer's own loader (which
     unpickles an objects part only with ``trust``); the training sampler's state is not restored
-    (evaluation brings its own workers)."""
+    (evaluation brings its own workers). Parameters that do not fit the rebuilt policy (its sizes
+    changed by ``overrides``) are one :class:`ConfigError` line."""
     algo = run.algo
     sampler = algo.sampler
     algo.sampler = None
@@ -372,6 +435,15 @@ def _load_weights(run: Any, snapshot: Path, trust: bool) -> None:
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # the trainer's "resumed from" line
             run.trainer.restore(snapshot)
+    except RuntimeError as exc:
+        if "state_dict" not in str(exc):
+            raise
+        # torch's size mismatch: the policy built for the evaluation is not the one the snapshot holds
+        changed = f" ({' '.join(overrides)} changed it)" if overrides else ""
+        first = str(exc).strip().splitlines()
+        raise ConfigError(f"the parameters of {snapshot} do not fit the policy built for the evaluation{changed}: "
+                          f"{first[-1].strip() if first else exc}; evaluate with settings that keep the spaces "
+                          "and sizes the run was trained with") from None
     finally:
         algo.sampler = sampler
 
@@ -427,7 +499,7 @@ def _compatible_env(env: Any, env_cfg: Any, env_id: str, spec: Any) -> Any:
         above = limit_above_time_limit(probe, env_cfg.get("max_episode_length"))
     finally:
         probe.close()
-    if obs.shape != spec.observation_space.shape or act != spec.action_space:
+    if not _fits(obs, act, spec):
         raise ConfigError(
             f"--env-id {env_id} is not compatible with the run: observations {obs}, actions {act}; the policy "
             f"was trained on observations {spec.observation_space}, actions {spec.action_space}"
@@ -435,6 +507,34 @@ def _compatible_env(env: Any, env_cfg: Any, env_id: str, spec: Any) -> Any:
     if above is not None:
         logging.getLogger(__name__).warning(above)
     return env
+
+
+def _fits(obs: Any, act: Any, spec: Any) -> bool:
+    """True when observations ``obs`` and actions ``act`` are what the policy of ``spec`` (an
+    :class:`~corral.framework.env.EnvSpec`) takes: the same observation shape and action space."""
+    return bool(obs.shape == spec.observation_space.shape and act == spec.action_space)
+
+
+def _check_same_spaces(run_env: Any, spec: Any, env_overrides: Sequence[str]) -> None:
+    """Raise a one-line :class:`ConfigError` when the run's environment changed by ``env_overrides``
+    (its :class:`~corral.framework.env.EnvSpec` ``spec``) no longer has the spaces of the run's own
+    environment ``run_env`` (its config node), which the trained policy takes: ``env.n_arms=3`` on a
+    5-armed bandit run."""
+    from corral.framework.compose import env_source, probe_env
+
+    probe = probe_env(env_source(run_env), run_env)
+    try:
+        obs, act = probe.observation_space, probe.action_space
+    finally:
+        probe.close()
+    if _fits(obs, act, spec):
+        return
+    given = " ".join(env_overrides)
+    raise ConfigError(
+        f"{given} changes the environment's spaces to observations {spec.observation_space}, actions "
+        f"{spec.action_space}, and the run's policy takes observations {obs}, actions {act}, which it was trained "
+        f"on; evaluate with env.* settings that keep the spaces, or train a run with {given}"
+    )
 
 
 @contextlib.contextmanager
