@@ -20,80 +20,34 @@ and checks that nothing of the sweep runs afterwards and that none of its ``/dev
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from corral.testing.processes import (
-    SHM_PID_PATTERNS,
-    cmdline,
-    lines_read_in_background,
-    session_left,
-    session_processes,
-    shm_entries,
-    started_session,
-)
+from corral.testing.modules import import_path
 
 pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN = ROOT / "train.py"
+#: ``tests/conf/sigterm_sweeps.py``: the sweep run, signalled and waited for.
+sweeps = import_path(ROOT / "tests" / "conf" / "sigterm_sweeps.py", "sigterm_sweeps")
 #: Two jobs at once, each training until stopped: tiny epochs, one evaluation episode, CSV only.
 SWEEP = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=1,2", "trainer.batch_size=200",
          "trainer.n_epochs=1000000", "trainer.max_env_steps=null", "trainer.eval_episodes=1", "logger=[csv]",
          "trainer.progress=false"]
-#: Most seconds any wait of these tests takes (the machine running them may be busy).
-WAIT_S = 240
 #: Seconds the sweep may take to end after the SIGTERM (its jobs stop within a few).
 STOP_S = 90
 
 
-def _rows(path: Path) -> int:
-    """Data rows in a ``progress.csv`` (0 while it does not exist)."""
-    try:
-        return max(len(path.read_text().splitlines()) - 1, 0)
-    except OSError:
-        return 0
-
-
-def _sweep_signalled(tmp_path: Path, extra: list[str], send: str) -> tuple[int, list[str], set[int], set[str]]:
-    """Run the sweep into ``tmp_path/sweep``; once both jobs have logged an epoch, SIGTERM to the sweep's
-    process alone (``send="process"``) or to its process group (``"group"``). Returns its exit status, its
-    output lines, the processes still in its session 30 s after it ended, and the ``/dev/shm`` entries
-    named after the sweep's processes that are left (given 10 s)."""
-    sweep_dir = tmp_path / "sweep"
-    cmd = [sys.executable, str(TRAIN), "-m", *SWEEP, *extra, f"hydra.sweep.dir={sweep_dir}"]
-    before = shm_entries()
-    with started_session(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env={**os.environ, "PYTHONUNBUFFERED": "1"}) as proc:
-        lines, reader = lines_read_in_background(proc)
-        deadline = time.monotonic() + WAIT_S
-        while not all(_rows(sweep_dir / job / "progress.csv") >= 1 for job in ("0", "1")):
-            assert proc.poll() is None, "the sweep ended before it was signalled:\n" + "\n".join(lines[-40:])
-            assert time.monotonic() < deadline, f"no epoch of both jobs within {WAIT_S} s:\n" + "\n".join(lines[-40:])
-            time.sleep(0.1)
-        seen = session_processes(proc.pid)  # the sweep's process, loky's and the jobs'
-        if send == "group":
-            os.killpg(proc.pid, signal.SIGTERM)
-        else:
-            os.kill(proc.pid, signal.SIGTERM)
-        try:
-            status = proc.wait(timeout=STOP_S)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the sweep still ran {STOP_S} s after SIGTERM:\n" + "\n".join(lines[-40:]))
-        reader.join(timeout=30)
-        left = {pid: cmdline(pid) for pid in session_left(proc.pid, 30)}
-        prefixes = tuple(pattern.format(pid=pid) for pid in seen for pattern in SHM_PID_PATTERNS)
-        deadline = time.monotonic() + 10
-        while (shm := {n for n in shm_entries() - before if n.startswith(prefixes)}) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    assert not left, f"processes of the sweep still running: {left}\n" + "\n".join(lines[-40:])
-    return status, lines, set(left), shm
+def _sweep_signalled(tmp_path: Path, extra: list[str], send: str) -> tuple[int, list[str], set[str]]:
+    """Run the sweep into ``tmp_path/sweep`` and SIGTERM it once both jobs have logged an epoch, to the
+    sweep's process alone (``send="process"``) or to its process group (``"group"``). Returns its exit
+    status, its output lines and the ``/dev/shm`` entries named after the sweep's processes that are
+    left (given 30 s); fails when a process of its session still runs 30 s after it ended."""
+    run = sweeps.signalled_sweep(tmp_path, tmp_path / "sweep", [*SWEEP, *extra],
+                                 whom="process group" if send == "group" else "process", stop_s=STOP_S, left_s=30)
+    assert not run.left, f"processes of the sweep still running: {run.left}\n{run.tail}"
+    return run.status, run.lines, run.shm
 
 
 def _results_line(sweep_dir: Path) -> str:
@@ -117,7 +71,7 @@ def _assert_jobs_saved(sweep_dir: Path, lines: list[str]) -> None:
 def test_sigterm_to_the_sweeps_process_alone_stops_its_jobs_and_ends_as_ctrl_c_does(tmp_path: Path) -> None:
     """``kill <sweep pid>``: the jobs get the SIGTERM from the launcher and save; nothing is left running,
     no loky semaphore stays, and the sweep ends with Ctrl-C's line and a non-zero status."""
-    status, lines, _, shm = _sweep_signalled(tmp_path, [], send="process")
+    status, lines, shm = _sweep_signalled(tmp_path, [], send="process")
     out = "\n".join(lines[-40:])
     assert status == 143, f"exit status {status}:\n{out}"
     _assert_jobs_saved(tmp_path / "sweep", lines)
@@ -130,7 +84,7 @@ def test_sigterm_to_the_whole_group_is_one_stop_for_each_job(tmp_path: Path) -> 
     """``kill -TERM -<pgid>``: each job gets the scheduler's SIGTERM and the launcher's copy; between
     snapshots the first makes it finish and save its epoch, and the copy does not stop it at once (it
     said "finishing epoch N" and then dropped that epoch, as for a second SIGTERM)."""
-    status, lines, _, shm = _sweep_signalled(tmp_path, ["trainer.snapshot_every=1000"], send="group")
+    status, lines, shm = _sweep_signalled(tmp_path, ["trainer.snapshot_every=1000"], send="group")
     out = "\n".join(lines[-40:])
     assert status == 143, f"exit status {status}:\n{out}"
     _assert_jobs_saved(tmp_path / "sweep", lines)
@@ -140,7 +94,7 @@ def test_sigterm_to_the_whole_group_is_one_stop_for_each_job(tmp_path: Path) -> 
         assert own.startswith(f"[job {job}] corral: interrupted by SIGTERM after epoch "), out
         epoch = int(own.split(" after epoch ")[1].split()[0])
         saved = json.loads((tmp_path / "sweep" / job / "summary.json").read_text())["epochs"]
-        assert saved == epoch + 1 == _rows(tmp_path / "sweep" / job / "progress.csv"), out
+        assert saved == epoch + 1 == sweeps.progress_rows(tmp_path / "sweep" / job), out
         # said once, for that epoch (none when the SIGTERM came between two epochs)
         finishing = [x for x in lines if x.startswith(f"[job {job}] corral: SIGTERM: finishing epoch ")]
         assert len(finishing) <= 1 and all(f"finishing epoch {epoch} " in x for x in finishing), out

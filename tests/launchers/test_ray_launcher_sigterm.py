@@ -14,81 +14,42 @@ Each test runs a 2-job sweep in a session of its own and sends SIGTERM once both
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from corral.testing.processes import (
-    SHM_PID_PATTERNS,
-    cmdline,
-    lines_read_in_background,
-    session_left,
-    session_processes,
-    shm_entries,
-    started_session,
-)
+from corral.testing.modules import import_path
 
 pytest.importorskip("ray")
 
 ROOT = Path(__file__).resolve().parents[2]
+#: ``tests/conf/sigterm_sweeps.py``: the sweep run, signalled and waited for.
+sweeps = import_path(ROOT / "tests" / "conf" / "sigterm_sweeps.py", "sigterm_sweeps")
 #: Two jobs of tiny epochs (500 steps, one evaluation episode, CSV only), running until stopped.
 SWEEP = ["hydra/launcher=ray", "hydra.launcher.num_cpus=2", "hydra.launcher.poll_s=0.2", "seed=1,2",
          "trainer.n_epochs=1000000", "trainer.batch_size=500", "trainer.eval_episodes=1", "logger=[csv]",
          "trainer.progress=false", "trainer.max_env_steps=null"]
-#: Most seconds any wait of these tests takes (the machine running them may be busy).
-WAIT_S = 240
-
-
-def _rows(sweep: Path, job: int) -> int:
-    """Job ``job``'s progress rows (its finished epochs) so far."""
-    try:
-        return len((sweep / str(job) / "progress.csv").read_text().splitlines()) - 1
-    except OSError:
-        return 0
 
 
 @pytest.mark.parametrize("whom", ["process", "process group"])
 def test_sigterm_stops_the_jobs_and_shuts_the_runtime_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                            whom: str) -> None:
     """SIGTERM to the sweep's process alone, or to its whole process group: both jobs stop and save (summary
-    ``interrupted``), the sweep's output ends with corral's line naming the sweep's directory (exit 143, as a run stopped by SIGTERM), with
-    no stack dump of Ray's, and nothing of the sweep (Ray's processes, the jobs' workers) is left running."""
+    ``interrupted``), the sweep's output ends with corral's line naming the sweep's directory (exit 143, as a
+    run stopped by SIGTERM), with no stack dump of Ray's, and nothing of the sweep (Ray's processes, the jobs'
+    workers) is left running."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)  # a local runtime of the sweep's own
     sweep = tmp_path / "multirun"
-    cmd = [sys.executable, str(ROOT / "train.py"), "-m", *SWEEP, f"hydra.sweep.dir={sweep}"]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "RAY_USAGE_STATS_ENABLED": "0"}
-    with started_session(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env=env) as proc:
-        lines, reader = lines_read_in_background(proc)
-        deadline = time.monotonic() + WAIT_S
-        while min(_rows(sweep, 0), _rows(sweep, 1)) < 1:
-            assert proc.poll() is None, "the sweep ended before SIGTERM:\n" + "\n".join(lines[-40:])
-            assert time.monotonic() < deadline, f"no saved epoch within {WAIT_S} s:\n" + "\n".join(lines[-40:])
-            time.sleep(0.1)
-        seen = session_processes(proc.pid)
-        if whom == "process":
-            os.kill(proc.pid, signal.SIGTERM)
-        else:
-            os.killpg(proc.pid, signal.SIGTERM)
-        status = proc.wait(timeout=120)
-        left = session_left(proc.pid, timeout=10)
-        reader.join(timeout=30)
-        prefixes = tuple(pattern.format(pid=pid) for pid in seen for pattern in SHM_PID_PATTERNS)
-        segments = sorted(name for name in shm_entries() if name.startswith(prefixes))
-    out = "\n".join(lines[-40:])
-    assert status == 143, out
+    run = sweeps.signalled_sweep(tmp_path, sweep, SWEEP, whom=whom, env={"RAY_USAGE_STATS_ENABLED": "0"})
+    out = run.tail
+    assert run.status == 143, out
     assert "SIGTERM received" not in out and "Traceback" not in out, out
-    assert lines[-1] == (f"corral: interrupted by SIGTERM; finished jobs keep their summary.json (`corral results "
-                         f"{shlex.quote(str(sweep))}` lists each one's status)"), out
-    assert not left, {pid: cmdline(pid) for pid in left}
-    assert not segments, segments
+    assert run.lines[-1] == (f"corral: interrupted by SIGTERM; finished jobs keep their summary.json (`corral results "
+                             f"{shlex.quote(str(sweep))}` lists each one's status)"), out
+    assert not run.left, run.left
+    assert not run.shm, run.shm
     for job in (0, 1):
         summary = json.loads((sweep / str(job) / "summary.json").read_text())
         assert summary["status"] == "interrupted" and summary["epochs"] >= 1, summary
