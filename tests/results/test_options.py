@@ -181,24 +181,9 @@ def test_a_pgf_image_without_its_tex_program_is_one_line(tmp_path: Path, capsys:
     assert not (tmp_path / "curves.pgf").exists()
 
 
-def _saved_figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The figures ``corral plot`` saves (matplotlib's own ``savefig`` still writes each)."""
-    from matplotlib.figure import Figure
-
-    saved: list[Any] = []
-    real = Figure.savefig
-
-    def keep(self: Figure, *args: Any, **kwargs: Any) -> None:
-        saved.append(self)
-        real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", keep)
-    return saved
-
-
 @pytest.mark.parametrize("n_groups", [3, 12])
 def test_long_legend_labels_stay_inside_the_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str], n_groups: int) -> None:
+                                                  capsys: pytest.CaptureFixture[str], n_groups: int, saved_figures: list[Any]) -> None:
     """Groups of two long keys: their one-line labels made a legend wider than the axes, which ran off
     the right of the 7x4 image. Labels are wrapped (and a very long one shortened, still unique), and
     a legend that does not fit inside the axes goes beside them: the saved image holds it whole. The
@@ -211,7 +196,7 @@ def test_long_legend_labels_stay_inside_the_image(tmp_path: Path, monkeypatch: p
     for i in range(n_groups):
         make_run(sweep, i, [f"env.some_really_long_option_name={value}{i}",
                             f"algo.another_long_hyperparameter_name={i / 10000:.6f}", "seed=1"])
-    saved = _saved_figures(monkeypatch)
+    saved = saved_figures
     printed = lines(capsys, "plot", str(sweep))
     fig = saved[-1]
     legend = fig.axes[0].get_legend()

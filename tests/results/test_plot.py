@@ -157,22 +157,6 @@ def test_several_directories_are_plotted_together_into_the_image_given(tmp_path:
     assert not (tmp_path / "a" / "learning_curves.png").exists()
 
 
-def _saved_figures(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The figures ``corral plot`` saves, kept after it closes them: matplotlib's own ``savefig``
-    still writes each (this only keeps a reference, to read its legend and extents)."""
-    from matplotlib.figure import Figure
-
-    saved: list[Any] = []
-    real = Figure.savefig
-
-    def keep(self: Figure, *args: Any, **kwargs: Any) -> None:
-        saved.append(self)
-        real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", keep)
-    return saved
-
-
 def _drawn_curves(fig: Any) -> list[tuple[float, ...]]:
     """Every curve on the figure's axes, as its y values: lines and the segments of line collections."""
     from matplotlib.collections import LineCollection
@@ -186,7 +170,7 @@ def _drawn_curves(fig: Any) -> list[tuple[float, ...]]:
 
 
 def test_a_sweep_of_many_groups_keeps_its_legend_on_the_image(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+                                                              capsys: pytest.CaptureFixture[str], saved_figures: list[Any]) -> None:
     """60 groups: the legend named all 60 and ran off the 7x4 image (a sweep of 2,000 groups took
     14 s, nearly all of it laying out the legend). It names the first 10, in ten colours, and one
     ``+50 more (gray)`` entry; every group is still drawn (the 50 in gray); the legend lies inside
@@ -203,7 +187,7 @@ def test_a_sweep_of_many_groups_keeps_its_legend_on_the_image(tmp_path: Path, mo
     for i in range(60):  # algo a/b x 30 learning rates; the last group's run logged one row (a point, no line)
         rows = [(100.0 * k, 1000.0 * i + k, "") for k in range(1, 2 if i == 59 else 4)]
         make_run(sweep, i, [f"algo={'ab'[i % 2]}", f"algo.lr={i // 2}", "seed=1"], rows)
-    saved = _saved_figures(monkeypatch)
+    saved = saved_figures
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # "Tight layout not applied": the layout gave up
         result = plot_dir(sweep)
@@ -233,7 +217,7 @@ def test_a_sweep_of_many_groups_keeps_its_legend_on_the_image(tmp_path: Path, mo
 
 
 def test_legend_names_as_many_groups_as_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+                                              capsys: pytest.CaptureFixture[str], saved_figures: list[Any]) -> None:
     """``--legend 20``: twenty groups named in twenty colours, beside the axes and inside the image;
     a legend that names every group prints no ``legend:`` line; ``--legend`` outside 1..20 is one
     error line."""
@@ -245,7 +229,7 @@ def test_legend_names_as_many_groups_as_asked(tmp_path: Path, monkeypatch: pytes
     sweep = tmp_path / "sweep"
     for i in range(25):
         make_run(sweep, i, [f"algo.lr={i}", "seed=1"], [(100.0, float(i), ""), (200.0, i + 1.0, "")])
-    saved = _saved_figures(monkeypatch)
+    saved = saved_figures
     assert main(["plot", str(sweep), "--legend", "20"]) == 0
     fig = saved[-1]
     legend = fig.axes[0].get_legend()
