@@ -155,6 +155,18 @@ def sb3_spec(cfg: Mapping[str, Any]) -> SB3Spec:
     )
 
 
+def _learning_starts(min_buffer_size: int | None, row_every: int) -> int:
+    """SB3's ``learning_starts`` for corral's ``algo.min_buffer_size`` with epochs of ``row_every`` steps:
+    corral acts at random for whole epochs until the buffer holds ``min_buffer_size`` transitions (null:
+    100) and trains at the end of the epoch that fills it, after ``W`` steps (``warmup_steps``). SB3 trains
+    at the end of a rollout only once ``num_timesteps > learning_starts``, so ``W`` itself would start its
+    training one rollout (one epoch) later; ``W - 1`` trains after the same ``W`` steps (and acts at random
+    for ``W - 1`` of them, the last from the untrained policy)."""
+    from corral.rl.off_policy import warmup_steps
+
+    return max(warmup_steps(min_buffer_size, row_every) - 1, 0)
+
+
 def _off_policy_kwargs(name: str, algo: Mapping[str, Any], policy: Mapping[str, Any], row_every: int,
                        n_envs: int, total_steps: int, unmapped: list[str]) -> dict[str, Any]:
     """SB3 keyword arguments for ``sac`` / ``dqn`` (field mapping documented in their config classes).
@@ -169,8 +181,7 @@ def _off_policy_kwargs(name: str, algo: Mapping[str, Any], policy: Mapping[str, 
         gradient_steps = max(int(round(float(algo["utd_ratio"]) * row_every)), 1)
     kwargs: dict[str, Any] = {
         "gamma": algo["discount"], "learning_rate": algo["learning_rate"], "buffer_size": algo["buffer_size"],
-        # min_buffer_size null: SB3's own default, 100 (corral rounds it up to whole epochs, as any value)
-        "learning_starts": 100 if algo["min_buffer_size"] is None else algo["min_buffer_size"],
+        "learning_starts": _learning_starts(algo.get("min_buffer_size"), row_every),
         "batch_size": algo["batch_size"], "tau": algo["tau"],
         "train_freq": (steps_per_env, "step"), "gradient_steps": int(gradient_steps),
         # null: SB3's own default, 10,000 (corral counts it in whole epochs, as any value; with train_freq of

@@ -158,11 +158,28 @@ def test_off_policy_presets_map_with_the_same_update_schedule(runner: ModuleType
     sac = runner.sb3_spec(composed("experiment=sac_pendulum"))
     assert sac.sb3_class == ("stable_baselines3", "SAC") and sac.env_id == "Pendulum-v1"
     assert sac.kwargs["train_freq"] == (100, "step") and sac.kwargs["gradient_steps"] == 100  # one epoch, utd 1
-    assert sac.kwargs["ent_coef"] == "auto_1" and sac.kwargs["learning_starts"] == 100
+    assert sac.kwargs["ent_coef"] == "auto_1"
+    # corral trains after its first epoch of 100 steps; SB3 trains once num_timesteps > learning_starts
+    assert sac.kwargs["learning_starts"] == 99
     dqn = runner.sb3_spec(composed("experiment=dqn_cartpole"))
     assert dqn.kwargs["train_freq"] == (256, "step") and dqn.kwargs["gradient_steps"] == 128
     assert dqn.kwargs["exploration_fraction"] == pytest.approx(8000 / 100_000)
+    assert dqn.kwargs["learning_starts"] == 1023  # min_buffer_size 1024: corral trains after its 4th epoch of 256
     assert any("double" in line for line in dqn.unmapped), "what SB3 cannot match is reported"
+
+
+def test_sb3_starts_training_after_the_same_first_epoch_as_corral(runner: ModuleType) -> None:
+    """With the mapped ``learning_starts``, real SB3 runs its first gradient steps at the end of the same
+    epoch as corral (``sac_pendulum``: after the first 100 steps), not one rollout later."""
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import SAC
+
+    spec = runner.sb3_spec(composed("experiment=sac_pendulum"))
+    kwargs = {**spec.kwargs, "gradient_steps": 2, "batch_size": 16,
+              "policy_kwargs": {**spec.kwargs["policy_kwargs"], "net_arch": {"pi": [8], "qf": [8]}}}
+    model = SAC("MlpPolicy", spec.env_id, seed=1, device="cpu", **kwargs)
+    model.learn(total_timesteps=100)  # corral's first epoch: random actions, then its first update
+    assert model._n_updates == 2
 
 
 @pytest.mark.parametrize("overrides", [["experiment=ppo_cartpole"], ["experiment=trpo_cartpole"],
