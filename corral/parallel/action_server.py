@@ -38,7 +38,8 @@ a worker asks for (``seed``, ``reset``, whose resets may ride along with its for
 ``get_sampling_state``, ``get_param_values``, ``set_param_values``; a worker's
 ``set_sampling_state`` reaches the policy only by moves of slot state): each waiting worker is
 answered with the error, and :attr:`ActionServer.failed` says that the policy's call raised, not
-the worker. A call that does not return may return at any time later, or never, so
+the worker (until the worker's next request: one that caught the error and went on is on its own
+again). A call that does not return may return at any time later, or never, so
 the thread touches no slot memory once closed (and makes no further call of the policy), and the
 policy never sees slot memory at all (its observations are copies). A thread that does not stop when the server is
 closed is abandoned: the names of its segments and semaphores are removed, but the segments stay
@@ -293,7 +294,9 @@ class ActionServer:
         failed: for each worker, the last call of the policy that raised while the worker waited for it
             (a move of slot state, a forward pass, a control call of its own: ``seed``, ``reset``,
             ``get_sampling_state``, ``get_param_values``, ``set_param_values``; set before the worker
-            is answered; dropped when it is restarted).
+            is answered; dropped when it is restarted, and when the server takes up its next request:
+            so a worker that caught the error and went on is not taken for the policy's victim when it
+            fails later for a reason of its own).
     """
 
     def __init__(self, ctx: Any, n_workers: int, groups: Sequence[Sequence[int]],
@@ -634,6 +637,9 @@ class ActionServer:
         for slot in self.slots:
             if slot.worker_number not in posts and slot.posted.acquire(False):
                 posts[slot.worker_number] = int(slot.view.header[KIND])
+                # its next request: a failure recorded for an earlier one was dealt with (a worker that
+                # caught the error and went on), so a failure it reports later is no longer the policy's
+                self.failed.pop(slot.worker_number, None)
         for i, kind in list(posts.items()):
             if kind == GET_ACTIONS:
                 continue

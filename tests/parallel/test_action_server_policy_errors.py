@@ -38,6 +38,7 @@ import numpy as np
 import pytest
 
 from corral import ActionServerSampler, AlternatingSampler, EnvFactory, EnvSpec, MLPPolicy, WorkerError
+from corral.parallel.action_proxy import ActionServerError
 from corral.parallel.slot_state import AgentPool
 from corral.plugins.workers.default import DefaultWorker
 from corral.testing.modules import import_path
@@ -49,7 +50,8 @@ checks = import_path(Path(__file__).resolve().parents[2] / "tests" / "conf" / "a
                      "action_server_checks")
 
 #: The server runs a deep copy of the policy: what the test controls lives at module level.
-_fault: dict[str, Any] = {"method": None, "within": None, "direct": False, "raised": 0}
+#: ``once``: the method raises the first time only.
+_fault: dict[str, Any] = {"method": None, "within": None, "direct": False, "raised": 0, "once": False}
 
 
 def _within(code: CodeType, direct: bool) -> bool:
@@ -63,6 +65,8 @@ def _within(code: CodeType, direct: bool) -> bool:
 
 
 def _maybe_raise(method: str) -> None:
+    if _fault["once"] and _fault["raised"]:
+        return
     if _fault["method"] == method and _within(_fault["within"], _fault["direct"]):
         _fault["raised"] += 1
         raise RuntimeError(f"boom in {method}")
@@ -106,9 +110,9 @@ leaves_nothing_behind = checks.leaves_nothing_behind  # autouse: no process or s
 
 @pytest.fixture
 def policy() -> Iterator[RaisingPolicy]:
-    _fault.update(method=None, within=None, direct=False, raised=0)
+    _fault.update(method=None, within=None, direct=False, raised=0, once=False)
     yield RaisingPolicy(EnvSpec.from_env(EnvFactory("CartPole-v1")()), hidden_sizes=(8,))
-    _fault.update(method=None, within=None, direct=False, raised=0)
+    _fault.update(method=None, within=None, direct=False, raised=0, once=False)
 
 
 WHO = r"(worker \d|workers \[\d(, \d)*\])"
@@ -362,3 +366,61 @@ def test_a_raising_control_call_a_worker_asks_for_is_the_policys_one_line_and_re
     check_error(error, message(sampler_class.option_name, method, made_for, activity, moves=moves), method,
                 sampler.n_restarts, caplog, restarting=0)
     assert "ActionServerError" not in str(error), str(error)
+
+
+# ---------------------------------------------------------------------- a worker that goes on after the error
+OWN_FAILURE = "the worker's own failure, after it went on"
+
+
+class ForgivingWorker(DefaultWorker):
+    """A worker that asks its agent for its parameters before each rollout, catches the server's error
+    when that call of the policy raises, samples on (answered by the server's forward passes), and
+    then fails for a reason of its own (once: a worker started afresh caught nothing)."""
+
+    caught = False
+
+    def rollout(self, *, min_steps: int | None = None, n_episodes: int | None = None) -> Any:
+        if self.agent is not None:
+            try:
+                self.agent.get_param_values()
+            except ActionServerError:
+                self.caught = True
+        batch = super().rollout(min_steps=min_steps, n_episodes=n_episodes)
+        if self.caught:
+            self.caught = False
+            raise RuntimeError(OWN_FAILURE)
+        return batch
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("sampler_class", [ActionServerSampler, AlternatingSampler],
+                         ids=["action_server", "alternating"])
+@pytest.mark.parametrize("on_worker_failure", ["restart", "raise"])
+def test_a_worker_that_caught_the_policys_error_and_went_on_is_blamed_for_its_own_later_failure(
+        policy: RaisingPolicy, sampler_class: type[ActionServerSampler], on_worker_failure: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The server's record of the policy's call that raised while a worker waited for it belongs to that
+    request only: a worker that caught the error, went on and later raised an error of its own is
+    restarted (``on_worker_failure=restart``) or named with its own error (``raise``). It was the
+    policy's one line ("... get_param_values ... raised RuntimeError: boom in get_param_values ...;
+    the server's policy is at fault, not a worker, so none was restarted"), the record kept until the
+    worker was restarted."""
+    _fault.update(method="get_param_values", within=AgentPool.get_param_values.__code__, direct=True, once=True)
+    with caplog.at_level(logging.WARNING), \
+            sampler_class(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=2,
+                          seed=1, timeout=TIMEOUT, device="cpu", on_worker_failure=on_worker_failure,
+                          worker_class=ForgivingWorker) as sampler:
+        error = run(sampler, policy)
+        n_restarts = sampler.n_restarts
+    assert _fault["raised"] == 1, "the policy's get_param_values was not made to raise (once)"
+    warnings = [r.getMessage() for r in caplog.records if "restarting it" in r.getMessage()]
+    if on_worker_failure == "restart":
+        assert error is None, f"the worker's own failure was not the worker's: {error!r}"
+        assert n_restarts == 1 and len(warnings) == 1, (n_restarts, warnings)
+        assert OWN_FAILURE in warnings[0] and "boom" not in warnings[0], warnings[0]
+    else:
+        assert isinstance(error, WorkerError), f"not the worker's WorkerError: {error!r}"
+        assert error.worker_number in (0, 1), error.message
+        assert f"RuntimeError: {OWN_FAILURE}" in error.message and "policy" not in error.message, error.message
+        assert n_restarts == 0 and warnings == [], warnings
