@@ -168,10 +168,12 @@ def test_off_policy_presets_map_with_the_same_update_schedule(runner: ModuleType
     assert any("double" in line for line in dqn.unmapped), "what SB3 cannot match is reported"
 
 
-def test_sb3_starts_training_after_the_same_first_epoch_as_corral(runner: ModuleType) -> None:
+def test_sb3_starts_training_after_the_same_first_epoch_as_corral(runner: ModuleType, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """With the mapped ``learning_starts``, real SB3 runs its first gradient steps at the end of the same
     epoch as corral (``sac_pendulum``: after the first 100 steps), not one rollout later."""
     pytest.importorskip("stable_baselines3")
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path))  # SB3's default logger makes a /tmp/SB3-<time> directory
     from stable_baselines3 import SAC
 
     spec = runner.sb3_spec(composed("experiment=sac_pendulum"))

@@ -40,10 +40,12 @@ def test_the_preset_and_the_default_map_to_sb3s_target_update_interval(runner: M
     assert default.kwargs["target_update_interval"] == 10_000
 
 
-def test_sb3_trains_the_same_networks_with_rl_zoos_10_and_the_presets_256(runner: ModuleType) -> None:
+def test_sb3_trains_the_same_networks_with_rl_zoos_10_and_the_presets_256(runner: ModuleType, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Five 256-step rollouts of the preset's SB3 mapping (smaller networks, fewer gradient steps) with
     target_update_interval 10 and 256: the same target and online networks; 512 is another run."""
     pytest.importorskip("stable_baselines3")
+    monkeypatch.setenv("SB3_LOGDIR", str(tmp_path))  # SB3's default logger makes a /tmp/SB3-<time> directory
     import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.env_util import make_vec_env
