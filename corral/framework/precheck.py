@@ -1125,6 +1125,18 @@ def given_keys(overrides: Sequence[str]) -> set[str]:
     return {_key(o) for o in overrides if "=" in o}
 
 
+def job_given_keys() -> set[str] | None:
+    """The dotted keys this Hydra job's command line set (:func:`given_keys` of its overrides); None
+    outside a Hydra job (the pre-run check, library use), where a given value cannot be told from a
+    default. For a part that says something only about values the user gave."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return given_keys([str(o) for o in HydraConfig.get().overrides.task])
+    except (ImportError, ValueError):
+        return None
+
+
 def hydra_message(exc: BaseException) -> str:
     """Hydra's composition error as one paragraph: the override and the reason (``worker.n_envs=abc:
     Value 'abc' of type 'str' could not be converted to Integer``); multi-line lists (available
@@ -1258,4 +1270,4 @@ def type_message(override: str, reason: str) -> str:
     return f"{override}: {key} takes {wanted}, not {shown}{hint}"
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "MODE_FLAGS", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_flags", "added_group_message", "check_choices", "check_bool_values", "check_keys_given", "check_one_preset", "check_deletions", "check_episode_length_source", "check_group_additions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_preset_fits", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "hydra_message", "no_addition_warnings", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "shape_message", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "MODE_FLAGS", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_flags", "added_group_message", "check_choices", "check_bool_values", "check_keys_given", "check_one_preset", "check_deletions", "check_episode_length_source", "check_group_additions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_preset_fits", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "job_given_keys", "hydra_message", "no_addition_warnings", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "shape_message", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]

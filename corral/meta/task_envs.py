@@ -94,20 +94,6 @@ def run_task(env: Any, task_seed: int) -> Any:
     return env.sample_tasks(1, task_generator(task_seed))[0]
 
 
-def command_line_keys() -> set[str] | None:
-    """The dotted keys this Hydra job's command line set (``env.goal_radius``); None outside a Hydra
-    job (the pre-run check, library use), where a given value cannot be told from a default. For
-    warnings about a given value that cannot apply (see :func:`corral.framework.precheck.given_keys`)."""
-    from corral.framework.precheck import given_keys
-
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return given_keys([str(o) for o in HydraConfig.get().overrides.task])
-    except (ImportError, ValueError):
-        return None
-
-
 def require_mujoco(option: str) -> None:
     """Raise a ConfigError naming the extra to install when MuJoCo is missing."""
     import importlib.util
@@ -135,4 +121,4 @@ def task_env_factory(entry_point: str, config: TaskEnvConfig, default_length: in
     )
 
 
-__all__ = ["TaskEnvConfig", "command_line_keys", "make_task_env", "require_mujoco", "run_task", "task_env_factory", "task_generator"]
+__all__ = ["TaskEnvConfig", "make_task_env", "require_mujoco", "run_task", "task_env_factory", "task_generator"]

@@ -26,7 +26,6 @@ import gymnasium as gym
 import numpy as np
 
 from corral.framework.env import child_seed, current_task_id, is_new_env, set_env_task, supports_tasks, task_env
-from corral.meta.task_envs import command_line_keys
 from corral.meta.tasks import TaskSchedule
 
 #: Child of a slot's seed that its tasks come from when no schedule sets them.
@@ -107,9 +106,11 @@ class TrialTasksMixin:
 
 def task_seed_unused(cfg: Any, given: set[str] | None = None) -> str | None:
     """The warning for an ``env.task_seed`` given on the command line (``given``: its keys; None: this
-    Hydra job's, :func:`~corral.meta.task_envs.command_line_keys`) of a run whose worker runs trials:
+    Hydra job's, :func:`~corral.framework.precheck.job_given_keys`) of a run whose worker runs trials:
     their tasks come from the algorithm's schedules, or are drawn per trial, never the run's one task."""
-    given = command_line_keys() if given is None else given
+    from corral.framework.precheck import job_given_keys  # (Hydra's config; not imported in worker processes)
+
+    given = job_given_keys() if given is None else given
     if not given or "env.task_seed" not in given:
         return None
     return (f"env.task_seed={cfg.env.get('task_seed')} has no effect with worker={cfg.worker.name}: its trials run "

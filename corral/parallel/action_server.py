@@ -639,7 +639,8 @@ class ActionServer:
                 posts[slot.worker_number] = int(slot.view.header[KIND])
                 # its next request: a failure recorded for an earlier one was dealt with (a worker that
                 # caught the error and went on), so a failure it reports later is no longer the policy's
-                self.failed.pop(slot.worker_number, None)
+                if self.failed:  # (a dict lookup per request only while a failure is on record)
+                    self.failed.pop(slot.worker_number, None)
         for i, kind in list(posts.items()):
             if kind == GET_ACTIONS:
                 continue

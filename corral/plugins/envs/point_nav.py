@@ -27,7 +27,7 @@ from corral import hookimpl
 from corral.framework.checks import check
 from corral.framework.env import EnvFactory
 from corral.framework.errors import ConfigError, CorralWarning
-from corral.meta.task_envs import TaskEnvConfig, command_line_keys, run_task, task_env_factory
+from corral.meta.task_envs import TaskEnvConfig, run_task, task_env_factory
 
 #: Steps per episode unless env.max_episode_length says otherwise (PEARL's point robot: 20).
 EPISODE_LENGTH = 20
@@ -134,7 +134,9 @@ def goal_radius_unused(cfg: Any, given: set[str] | None) -> str | None:
 @hookimpl
 def corral_validate_config(cfg: Any) -> None:
     """Warn about an ``env.goal_radius`` given on the command line that no reward depends on."""
-    message = goal_radius_unused(cfg, command_line_keys())
+    from corral.framework.precheck import job_given_keys
+
+    message = goal_radius_unused(cfg, job_given_keys())
     if message is not None:
         warnings.warn(CorralWarning(message), stacklevel=2)
 

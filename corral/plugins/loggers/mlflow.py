@@ -60,15 +60,10 @@ class ResumeExperimentWarning(CorralWarning):
 
 def _given_on_command_line(key: str) -> bool:
     """Whether this Hydra job's overrides set ``key`` (outside Hydra, library use: the config is the caller's, so yes)."""
-    from corral.framework.precheck import given_keys
+    from corral.framework.precheck import job_given_keys
 
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        overrides = [str(o) for o in HydraConfig.get().overrides.task]
-    except (ImportError, ValueError):
-        return True
-    return key in given_keys(overrides)
+    given = job_given_keys()
+    return given is None or key in given
 
 
 @dataclass
