@@ -8,6 +8,7 @@ launcher through :func:`signalled_sweep` and check what it returns; imported wit
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -91,4 +92,17 @@ def signalled_sweep(cwd: Path, sweep_dir: Path, args: Sequence[str], *, whom: st
     return SignalledSweep(status, lines, left, shm)
 
 
-__all__ = ["SignalledSweep", "TRAIN", "progress_rows", "signalled_sweep"]
+def assert_ended_as_interrupted(run: SignalledSweep, sweep_dir: Path) -> None:
+    """The sweep ended as a run stopped by SIGTERM does (exit 143), without a traceback, its last line
+    corral's interrupted-sweep line naming ``sweep_dir`` (quoted for a shell), and left nothing behind:
+    no process of its session, no ``/dev/shm`` entry of its processes."""
+    out = run.tail
+    assert run.status == 143, out
+    assert "Traceback" not in out, out
+    assert run.lines[-1] == (f"corral: interrupted by SIGTERM; finished jobs keep their summary.json (`corral results "
+                             f"{shlex.quote(str(sweep_dir))}` lists each one's status)"), out
+    assert not run.left, run.left
+    assert not run.shm, run.shm
+
+
+__all__ = ["SignalledSweep", "TRAIN", "assert_ended_as_interrupted", "progress_rows", "signalled_sweep"]

@@ -14,7 +14,6 @@ Each test runs a 2-job sweep in a session of its own and sends SIGTERM once both
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 
 import pytest
@@ -40,13 +39,7 @@ def test_sigterm_stops_the_jobs_and_waits_for_them(tmp_path: Path, whom: str) ->
     running once it has exited."""
     sweep = tmp_path / "multirun"
     run = sweeps.signalled_sweep(tmp_path, sweep, SWEEP, whom=whom, left_s=3)  # the launcher waited for its jobs
-    out = run.tail
-    assert run.status == 143, out
-    assert "Traceback" not in out, out
-    assert run.lines[-1] == (f"corral: interrupted by SIGTERM; finished jobs keep their summary.json (`corral results "
-                             f"{shlex.quote(str(sweep))}` lists each one's status)"), out
-    assert not run.left, run.left
-    assert not run.shm, run.shm
+    sweeps.assert_ended_as_interrupted(run, sweep)
     for job in (0, 1):
         summary = json.loads((sweep / str(job) / "summary.json").read_text())
         assert summary["status"] == "interrupted" and summary["epochs"] >= 1, summary
