@@ -16,6 +16,11 @@ def train(run_dir: Path, *overrides: str, timeout: float = 420) -> subprocess.Co
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
+def warning_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    """The ``corral: warning:`` lines a run printed."""
+    return [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
+
+
 def rows(run_dir: Path) -> list[dict[str, str]]:
     """progress.csv rows without the wall-clock columns."""
     with open(run_dir / "progress.csv") as f:

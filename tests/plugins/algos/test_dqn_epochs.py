@@ -7,14 +7,13 @@ episodes were collected with."""
 from __future__ import annotations
 
 import logging
-import subprocess
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from off_policy_helpers import rows, train
+from off_policy_helpers import rows, train, warning_lines
 
 from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.env import EnvSpec
@@ -33,11 +32,6 @@ def options(*changes: str) -> list[str]:
     line of its own)."""
     changed = {change.split("=", 1)[0]: change for change in changes}
     return [changed.pop(o.split("=", 1)[0], o) for o in RUN] + list(changed.values())
-
-
-def warning_lines(proc: subprocess.CompletedProcess) -> list[str]:
-    """The ``corral: warning:`` lines a run printed."""
-    return [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
 
 
 def batch(n: int, seed: int = 0) -> EpisodeBatch:

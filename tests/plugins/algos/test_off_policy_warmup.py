@@ -6,10 +6,9 @@ does the default (null: the first epoch, what always runs)."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
-from off_policy_helpers import rows, train
+from off_policy_helpers import rows, train, warning_lines
 
 # One epoch of 1,000 Pendulum steps (five whole episodes), one gradient step, no evaluation.
 SAC_RUN = ["algo=sac", "env=pendulum", "policy=tanh_gaussian", "policy.hidden_sizes=[32,32]",
@@ -22,11 +21,6 @@ def sac_run(*changes: str) -> list[str]:
     warning line of its own)."""
     changed = {change.split("=", 1)[0]: change for change in changes}
     return [changed.pop(o.split("=", 1)[0], o) for o in SAC_RUN] + list(changed.values())
-
-
-def warning_lines(proc: subprocess.CompletedProcess) -> list[str]:
-    """The ``corral: warning:`` lines a run printed."""
-    return [line for line in proc.stderr.splitlines() if line.startswith("corral: warning:")]
 
 
 def test_a_min_buffer_size_below_the_batch_is_one_warning_line_and_a_multiple_none(tmp_path: Path) -> None:
