@@ -24,6 +24,13 @@ Ctrl-C cancels the running jobs gently (a KeyboardInterrupt inside each, so the 
 snapshot and a summary with ``status: interrupted``), waits ``cancel_grace_s``, then kills what
 is left; a local runtime the launcher started is shut down, a joined cluster is left running.
 
+The launcher disconnects from a cluster it joined when its jobs have ended (only a runtime that was
+running in this process before it is left connected), as it shuts down a runtime it started: Ray
+holds back lines that repeat one another across processes (its deduplication of the workers' output)
+and prints them when the driver disconnects, which for a joined cluster was at the interpreter's
+exit, after the sweep's last line (``corral: interrupted by SIGTERM; ...`` followed by a job's
+``[job 1] corral: interrupted after 1 epoch ... [repeated 2x across cluster]``).
+
 SIGTERM to the sweep's process (``kill <pid>``, or ``kill -TERM -<pgid>`` to its whole process group)
 takes the same path (:class:`~corral.launchers.sweep_sigterm.SweepSigterm`). It had killed the sweep with Ray's
 ``*** SIGTERM received`` stack dump and no line of corral's, and the local runtime's processes with
@@ -304,7 +311,7 @@ def launch(settings: RayLauncherSettings, hydra_context: HydraContext, task_func
 
     configs = {idx: cfg for idx, cfg, _ in jobs}
     was_running = ray.is_initialized()
-    started = _connect(ray, settings)
+    started = _connect(ray, settings)  # False for a cluster it joined, which ray.shutdown() only disconnects from
     # max_calls=1: each job in a fresh worker process that exits when the job ends, so nothing a job
     # changed in its process (threads, seeds, registries) reaches the next one, and what the job's
     # libraries clean up at exit (W&B's temporary directories, for one) is cleaned up.
@@ -365,7 +372,7 @@ def launch(settings: RayLauncherSettings, hydra_context: HydraContext, task_func
                 remove_placement_group(pg)
             except Exception:  # noqa: BLE001 - the runtime may already be gone
                 pass
-        if started:
+        if not was_running:  # connected here: a runtime it started stops, a joined cluster keeps running
             ray.shutdown()
         sigterm.stop()
     return [results[idx] for idx, _, _ in jobs]

@@ -121,7 +121,10 @@ class ActionServerError(RuntimeError):
 
 
 def _connected_proxy(worker_number: int, recurrent: bool, deterministic: bool = False) -> "ActionProxy":
-    return ActionProxy(worker_number, recurrent, deterministic=deterministic)
+    proxy = ActionProxy(worker_number, recurrent, deterministic=deterministic)
+    if _SLOT is not None:  # numbered on from the slot's last request (see ActionProxy._seq)
+        proxy._seq = int(_SLOT.header[SEQ])
+    return proxy
 
 
 class ActionProxy(Policy):
@@ -141,6 +144,10 @@ class ActionProxy(Policy):
         self.recurrent = recurrent
         self._deterministic = bool(deterministic)  # the served policy's mode (evaluation sends a deterministic one)
         self._pending_reset: np.ndarray | None = None
+        #: The sequence number of this proxy's latest request, in its slot's ``SEQ``. A proxy connecting to a
+        #: slot numbers on from the slot's (a new agent's proxy, a restarted worker's), so that each request
+        #: a slot carries has a number of its own: the server's failure records go by it
+        #: (:meth:`~corral.parallel.action_server.ActionServer.failure_of`).
         self._seq = 0
         self._meta_version = -1
         self._views: list[np.ndarray] = []
@@ -163,6 +170,7 @@ class ActionProxy(Policy):
         if self._endpoint is not None:
             if self._own_slot is None:
                 self._own_slot = _map_slot(self._endpoint.layout)
+                self._seq = int(self._own_slot.header[SEQ])
             return self._own_slot, self._endpoint
         if _SLOT is None or _ENDPOINT is None:
             raise RuntimeError("an ActionProxy works only in a worker process started by an action-server sampler")

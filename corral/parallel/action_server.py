@@ -32,16 +32,19 @@ runs, for which workers, since when, so that the sampler can name it. The calls 
 another (``get_sampling_state``, ``set_sampling_state``, a queued ``reset``), within a forward pass,
 a ``seed`` or an agent update, are calls of their own there; the call they were made for resumes
 after them, timed afresh; when one raises, it is recorded for every worker waiting for it
-(:attr:`ActionServer.failed`, before they are answered) and raised as :class:`PolicyCallFailed`,
+(:meth:`ActionServer.failure_of`, before they are answered) and raised as :class:`PolicyCallFailed`,
 which names it. So is a forward pass's ``get_actions`` that raises, and a call of the policy's that
 a worker asks for (``seed``, ``reset``, whose resets may ride along with its forward pass,
 ``get_sampling_state``, ``get_param_values``, ``set_param_values``; a worker's
 ``set_sampling_state`` reaches the policy only by moves of slot state): each waiting worker is
-answered with the error, and :attr:`ActionServer.failed` says that the policy's call raised, not
-the worker (until the worker's next request: one that caught the error and went on is on its own
-again). A call that does not return may return at any time later, or never, so
-the thread touches no slot memory once closed (and makes no further call of the policy), and the
-policy never sees slot memory at all (its observations are copies). A thread that does not stop when the server is
+answered with the error, and :meth:`ActionServer.failure_of` says that the policy's call raised, not
+the worker (for that request only: each record is stamped with the sequence number of the request
+the worker waited for, so a worker that caught the error and went on is on its own again as soon as
+it posts its next request, collected by the serving thread or not).
+
+A call that does not return may return at any time later, or never, so the thread touches no slot
+memory once closed (and makes no further call of the policy), and the policy never sees slot memory
+at all (its observations are copies). A thread that does not stop when the server is
 closed is abandoned: the names of its segments and semaphores are removed, but the segments stay
 mapped for the life of the process (see :meth:`ActionServer.close`), since unmapping memory that a
 thread may still read is what crashes a process.
@@ -77,6 +80,7 @@ from corral.parallel.action_slot import (
     OK,
     RESET,
     RESET_ROWS,
+    SEQ,
     STATUS,
     SlotLayout,
     SlotView,
@@ -97,7 +101,7 @@ _STUCK_JOIN_S = 0.5
 #: The control calls a worker's proxy makes (its ``CALL`` requests).
 _SERVED = frozenset({"seed", "get_sampling_state", "set_sampling_state", "get_param_values", "set_param_values"})
 #: Those that call the policy's method of the same name for the worker: when it raises, the policy is at
-#: fault (:attr:`ActionServer.failed`). A worker's ``set_sampling_state`` calls none of its own: the rows it
+#: fault (:meth:`ActionServer.failure_of`). A worker's ``set_sampling_state`` calls none of its own: the rows it
 #: sets are stored, and reach the policy by moves of slot state (each recorded when it raises).
 _POLICYS_OWN = frozenset({"seed", "get_sampling_state", "get_param_values", "set_param_values"})
 
@@ -291,12 +295,15 @@ class ActionServer:
     Attributes:
         call: the call of the policy running now (None when none runs); read without the lock.
         last_call: the last call that returned.
-        failed: for each worker, the last call of the policy that raised while the worker waited for it
-            (a move of slot state, a forward pass, a control call of its own: ``seed``, ``reset``,
-            ``get_sampling_state``, ``get_param_values``, ``set_param_values``; set before the worker
-            is answered; dropped when it is restarted, and when the server takes up its next request:
-            so a worker that caught the error and went on is not taken for the policy's victim when it
-            fails later for a reason of its own).
+
+    :meth:`failure_of` says, for worker ``i``, which call of the policy raised while the worker waited for
+    the answer to its latest request (a move of slot state, a forward pass, a control call of its own:
+    ``seed``, ``reset``, ``get_sampling_state``, ``get_param_values``, ``set_param_values``): recorded
+    before the worker is answered, stamped with that request's sequence number, and dropped when the
+    worker is restarted. So a worker that caught the error and went on is not taken for the policy's
+    victim when it fails later for a reason of its own, nor is one whose next request the serving
+    thread has not yet collected (its proxy gave up waiting for it: the server's fault, not the policy's
+    call that raised before).
     """
 
     def __init__(self, ctx: Any, n_workers: int, groups: Sequence[Sequence[int]],
@@ -321,7 +328,9 @@ class ActionServer:
         self.n_served_requests = 0
         self.call: ServerCall | None = None
         self.last_call: ServerCall | None = None
-        self.failed: dict[int, PolicyFailure] = {}
+        #: For each worker, the last failure recorded while it waited, and the ``SEQ`` of the request it
+        #: waited for (:meth:`failure_of`).
+        self._failed: dict[int, tuple[int, PolicyFailure]] = {}
         self._stop = False
         self._abandoned = False
         self._thread: threading.Thread | None = None
@@ -379,7 +388,7 @@ class ActionServer:
 
     def _restart(self, i: int) -> None:
         self._posts.pop(i, None)
-        self.failed.pop(i, None)
+        self._failed.pop(i, None)
         self.slots[i].renew(self.ctx)
         self.pool.forget(i)
 
@@ -580,7 +589,7 @@ class ActionServer:
         """A call the pool makes to move slot state (``what`` for ``workers``) within the call running
         now: recorded as a call of its own (:attr:`call`, waited for by the same workers), after which
         the call it was made for resumes, timed afresh (each starts with a sign of life). A call that
-        raises is recorded (:attr:`failed`) and raised as :class:`PolicyCallFailed`, which names it.
+        raises is recorded (:meth:`_record`) and raised as :class:`PolicyCallFailed`, which names it.
         Once the server is closed (a call returned after it), no further call of the policy is made:
         it raises."""
         if self._stop:
@@ -591,7 +600,7 @@ class ActionServer:
             yield
         except Exception as exc:
             failure = PolicyFailure.of(inner, outer, exc, moves=True)
-            self.failed.update(dict.fromkeys(inner.waiters, failure))
+            self._record(inner.waiters, failure)
             raise PolicyCallFailed(failure) from exc
         finally:
             if outer is None:
@@ -610,15 +619,34 @@ class ActionServer:
     def _policys_own(self, call: ServerCall, within: ServerCall | None = None) -> Iterator[None]:
         """The policy's own call for workers (``call``: a forward pass, or a control call a worker asks
         for, such as ``seed`` or ``reset``): when it raises, recorded for every worker waiting for it
-        (:attr:`failed`, before they are answered with the error) and raised on. A move of slot state
+        (:meth:`_record`, before they are answered with the error) and raised on. A move of slot state
         within it that raised (:class:`PolicyCallFailed`) is recorded already."""
         try:
             yield
         except PolicyCallFailed:
             raise
         except Exception as exc:
-            self.failed.update(dict.fromkeys(call.waiters, PolicyFailure.of(call, within, exc, moves=False)))
+            self._record(call.waiters, PolicyFailure.of(call, within, exc, moves=False))
             raise
+
+    def _record(self, workers: Sequence[int], failure: PolicyFailure) -> None:
+        """Keep ``failure`` for each of ``workers`` (before they are answered), stamped with the sequence
+        number of the request each waits for: its slot's ``SEQ``, which a worker does not write while it
+        waits (see :meth:`failure_of`)."""
+        for i in workers:
+            self._failed[i] = (int(self.slots[i].view.header[SEQ]), failure)
+
+    def failure_of(self, i: int) -> PolicyFailure | None:
+        """The call of the policy that raised while worker ``i`` waited for the answer to its latest
+        request (the one its slot's ``SEQ`` names), or None: a failure recorded for an earlier request
+        (one the worker caught and went on from, or one whose next request the serving thread has not
+        collected yet) belongs to that request only. Read without the lock."""
+        stamped = self._failed.get(i)
+        slots = self.slots
+        if stamped is None or i >= len(slots) or slots[i].view.header is None:
+            return None
+        seq, failure = stamped
+        return failure if int(slots[i].view.header[SEQ]) == seq else None
 
     def _end_call(self, call: ServerCall) -> None:
         call.ended = time.monotonic()
@@ -637,10 +665,6 @@ class ActionServer:
         for slot in self.slots:
             if slot.worker_number not in posts and slot.posted.acquire(False):
                 posts[slot.worker_number] = int(slot.view.header[KIND])
-                # its next request: a failure recorded for an earlier one was dealt with (a worker that
-                # caught the error and went on), so a failure it reports later is no longer the policy's
-                if self.failed:  # (a dict lookup per request only while a failure is on record)
-                    self.failed.pop(slot.worker_number, None)
         for i, kind in list(posts.items()):
             if kind == GET_ACTIONS:
                 continue

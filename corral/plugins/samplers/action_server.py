@@ -317,9 +317,11 @@ class ActionServerSampler(MultiprocessingSampler):
         return error
 
     def _server_raised(self, i: int, activity: str) -> "ServerPolicyRaised | None":
-        """The error of the call of the server's policy that raised while worker ``i`` waited for it
-        (worker ``i`` reports it as its own failure); None when none did."""
-        failed = self.server.failed.get(i) if self.server is not None else None
+        """The error of the call of the server's policy that raised while worker ``i`` waited for the
+        answer to its latest request (worker ``i`` reports it as its own failure); None when none did
+        (a record of an earlier request's is not this failure's:
+        :meth:`~corral.parallel.action_server.ActionServer.failure_of`)."""
+        failed = self.server.failure_of(i) if self.server is not None else None
         if failed is None:
             return None
         return self._policy_raised(failed, activity)
