@@ -177,6 +177,8 @@ class ActionProxy(Policy):
         return _SLOT, _ENDPOINT
 
     def _roundtrip(self, slot: SlotView, ep: ProxyEndpoint, kind: int) -> None:
+        if slot.abandoned is not None:
+            raise ActionServerError(slot.abandoned)
         self._seq += 1
         slot.header[SEQ] = self._seq
         slot.header[GAVE_UP] = 0
@@ -184,7 +186,16 @@ class ActionProxy(Policy):
         ep.posted.release()
         ep.doorbell.release()
         if not poll_acquire(ep.answered, ep.spin_s):  # most answers come while polling: nothing more per step
-            self._sleep_until_answered(slot, ep)
+            try:
+                self._sleep_until_answered(slot, ep)
+            except TimeoutError as exc:
+                slot.abandoned = (
+                    f"worker {ep.worker_number} asked the action server again after its proxy gave up waiting for "
+                    f"an answer ({exc}); that answer may still come and would be taken for the new request's, so "
+                    "the slot serves no further request: let the worker fail on the TimeoutError (the sampler "
+                    "then names the call that did not return; with on_worker_failure=restart it rebuilds the "
+                    "worker) instead of catching it and going on")
+                raise
         if slot.header[STATUS] != OK:
             raise ActionServerError(f"the action server failed to serve worker {ep.worker_number}:\n"
                                     f"{slot.read_blob()}")

@@ -137,6 +137,10 @@ class SlotView:
         self.mask = np.ndarray((layout.max_rows,), dtype=np.bool_, buffer=buffer, offset=layout.mask_offset)
         self.blob = np.ndarray((layout.blob_bytes,), dtype=np.uint8, buffer=buffer, offset=layout.blob_offset)
         self.meta = np.ndarray((layout.meta_bytes,), dtype=np.uint8, buffer=buffer, offset=layout.meta_offset)
+        #: Set (in the worker's process) once a proxy gave up waiting for an answer in this slot: what it
+        #: said. The answer may still come, and would be taken for the next request's, so no request
+        #: follows (:meth:`~corral.parallel.action_proxy.ActionProxy._roundtrip`).
+        self.abandoned: str | None = None
 
     # ------------------------------------------------------------------ observations
     def write_obs(self, obs: np.ndarray) -> None:

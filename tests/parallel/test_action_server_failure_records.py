@@ -146,3 +146,72 @@ def test_a_worker_whose_uncollected_request_timed_out_is_not_blamed_on_its_earli
     RELEASE.set()  # the stuck call returns, after the shutdown: the abandoned thread ends
     thread.join(30)
     assert not thread.is_alive(), "the serving thread did not end once its call returned"
+
+
+#: Where :class:`RetryingWorker` writes the error its second request got.
+RETRY_ERROR = "retry_error"
+
+
+class BlockingPolicy(MLPPolicy):
+    """An MLPPolicy whose ``get_param_values`` for worker 0 blocks until :data:`RELEASE` (bounded),
+    counting the calls that reach it."""
+
+    def get_param_values(self) -> dict[str, Any]:
+        if _asked_for(sys._getframe()) == 0:
+            _state["stuck"] += 1
+            _state["thread"] = threading.current_thread()
+            RELEASE.wait(60)
+        return super().get_param_values()
+
+
+class RetryingWorker(OrderedWorker):
+    """Catches its proxy's ``TimeoutError`` and asks again, writing down what that second request got."""
+
+    def update_agent(self, agent_update: Any) -> None:
+        DefaultWorker.update_agent(self, agent_update)
+        if self.agent is None or agent_update is None:
+            return
+        try:
+            self.agent.get_param_values()  # blocks in the server's thread: the proxy gives up
+        except TimeoutError:
+            pass
+        try:
+            self.agent.get_param_values()  # its answer could be the late answer to the first request
+        except ActionServerError as exc:
+            (self.marker_dir / RETRY_ERROR).write_text(str(exc))
+            raise
+        (self.marker_dir / RETRY_ERROR).write_text("answered")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_proxy_that_gave_up_serves_no_further_request(tmp_path: Path) -> None:
+    """A worker that catches its proxy's TimeoutError and asks again would take the late answer to the
+    request it gave up on for the new one's (actions for other observations): the slot refuses instead,
+    without reaching the server, and the sampler names the call that did not return."""
+    RELEASE.clear()
+    _state.update(dir=str(tmp_path), raised=0, stuck=0, thread=None)
+    policy = BlockingPolicy(EnvSpec.from_env(EnvFactory("CartPole-v1")()), hidden_sizes=(8,))
+    error: BaseException | None = None
+    try:
+        ActionServerSampler(agents=policy, envs=EnvFactory("CartPole-v1"), max_episode_length=200, n_workers=1,
+                            seed=1, timeout=TIMEOUT, device="cpu",
+                            worker_class=RetryingWorker, worker_args={"marker_dir": str(tmp_path)}).shutdown_worker()
+    except Exception as exc:  # noqa: BLE001 - the test looks at whatever it is
+        error = exc
+    finally:
+        RELEASE.set()
+    got = (tmp_path / RETRY_ERROR).read_text() if (tmp_path / RETRY_ERROR).exists() else None
+    assert got == (
+        "worker 0 asked the action server again after its proxy gave up waiting for an answer (the action server "
+        "did not answer worker 0 within 2 s); that answer may still come and would be taken for the new request's, "
+        "so the slot serves no further request: let the worker fail on the TimeoutError (the sampler then names "
+        "the call that did not return; with on_worker_failure=restart it rebuilds the worker) instead of catching "
+        "it and going on")
+    assert _state["stuck"] == 1, "the second request reached the server's policy"
+    assert isinstance(error, WorkerError), f"not the WorkerError naming the hung call: {error!r}"
+    assert "get_param_values (for worker 0, on cpu) did not return within 2 s while starting" in error.message
+    thread = _state["thread"]
+    assert thread is not None
+    thread.join(30)
+    assert not thread.is_alive(), "the serving thread did not end once its call returned"
