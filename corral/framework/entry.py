@@ -322,11 +322,13 @@ def resolve_resume(cfg: DictConfig) -> DictConfig:
     ``trainer.*`` settings, the loggers and the sampler given on the new command line replace the
     original ones (see :mod:`corral.framework.resume`); any other override that would change the
     run is a ``ConfigError`` naming it. ``train.py`` has checked this before Hydra started the run
-    (:func:`corral.framework.precheck.precheck`).
+    (:func:`corral.framework.precheck.precheck`). Outside Hydra (library use: :func:`run` called with
+    a config) there is no command line, and what ``cfg`` changes in the run's config stands for it
+    (:func:`corral.framework.resume.changed_settings`).
     """
     from corral.framework.resume import resumed_config
 
-    return resumed_config(cfg, _task_overrides())
+    return resumed_config(cfg, _task_overrides() if HydraConfig.initialized() else None)
 
 
 def _task_overrides() -> list[str]:

@@ -418,12 +418,13 @@ def _left_out(skipped: Any) -> str:
                         f"{'s' if len(names) > 1 else ''} {', '.join(names)}" for var, names in by_var.items())
 
 
-def resumed_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
+def resumed_config(cfg: DictConfig, overrides: Sequence[str] | None) -> DictConfig:
     """The config a run of ``cfg`` trains with: with ``trainer.resume=<dir>``, the config the run was
     started with and this command's adjustable ``overrides`` (:func:`check_overrides`, which raises
     :class:`ConfigError` for any other); ``cfg`` itself without ``trainer.resume`` or for a snapshot
-    that holds no config. Raises :class:`~corral.framework.errors.SnapshotError` for a snapshot that
-    cannot be found or read."""
+    that holds no config. ``overrides=None`` (no command line: library use) takes as overrides what
+    ``cfg`` changes in the run's config (:func:`changed_settings`). Raises
+    :class:`~corral.framework.errors.SnapshotError` for a snapshot that cannot be found or read."""
     resume = cfg.trainer.get("resume")
     if not resume:
         return cfg
@@ -431,11 +432,44 @@ def resumed_config(cfg: DictConfig, overrides: Sequence[str]) -> DictConfig:
     old = snapshot_config(resume, trust=trust)
     if old is None:
         return cfg
+    if overrides is None:
+        overrides = changed_settings(old, cfg)
     resolved = check_overrides(old, cfg, overrides)
     check_run_options(resolved, _run_of(resume), snapshot_sources(resume, trust=trust), "resume")
     with open_dict(resolved):
         resolved.trainer.resume = str(resume)
     return resolved
+
+
+def changed_settings(old: DictConfig, new: DictConfig) -> list[str]:
+    """The overrides that a config ``new`` given outside Hydra stands for, against the run's config
+    ``old``: ``algo=vpg`` for a group whose option differs, ``trainer.n_epochs=4`` for each other setting
+    both configs have with another value (a setting the run's config lacks came with a newer corral, and
+    ``trainer.resume`` / ``trainer.trust_snapshot`` say how to resume, not what the run is). Library use
+    (``corral.framework.entry.run(cfg)`` with ``trainer.resume``) has no command line: what the caller
+    changed in the config is what :func:`check_overrides` applies or refuses, not dropped in silence."""
+    before, after = _settings(old), _settings(new)
+    moved = sorted(k for k in before if k.endswith(".name") and k.count(".") == 1 and k in after
+                   and before[k] != after[k] and isinstance(old.get(k.split(".", 1)[0]), DictConfig))
+    groups = {k.split(".", 1)[0] for k in moved}
+    items = [f"{k.split('.', 1)[0]}={_written(after[k])}" for k in moved]
+    for key in sorted(before.keys() & after.keys()):
+        if key.split(".", 1)[0] in groups or key in ("trainer.resume", "trainer.trust_snapshot"):
+            continue
+        if before[key] != after[key]:
+            items.append(f"{key}={_written(after[key])}")
+    return items
+
+
+def _settings(cfg: DictConfig) -> dict[str, Any]:
+    """Every setting of ``cfg`` by its dotted key, resolved where it can be (a list or an empty
+    mapping is one setting)."""
+    try:
+        plain = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # noqa: BLE001 - an interpolation only Hydra resolves (${hydra:...}): as written
+        plain = OmegaConf.to_container(cfg, resolve=False)
+    created = OmegaConf.create(plain)
+    return _leaves(created) if isinstance(created, DictConfig) else {}
 
 
 def _run_of(source: str | os.PathLike) -> Path:
@@ -636,5 +670,5 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-__all__ = ["ResumePlan", "absolute_resume", "check_branch_dir", "check_run_options", "check_resume_source", "check_overrides", "copy_history", "drop_branch", "drop_session_record", "finished_message", "holds_run", "in_place_overrides", "plan",
+__all__ = ["ResumePlan", "absolute_resume", "changed_settings", "check_branch_dir", "check_run_options", "check_resume_source", "check_overrides", "copy_history", "drop_branch", "drop_session_record", "finished_message", "holds_run", "in_place_overrides", "plan",
            "resume_arg", "resumed_config", "run_dir_of", "snapshot_config", "snapshot_sources"]

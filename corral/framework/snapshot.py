@@ -113,6 +113,30 @@ def register_snapshot_dataclass(cls: type) -> type:
     return cls
 
 
+def snapshot_dataclass(name: str) -> type:
+    """The dataclass registered under ``name`` (``module.QualName``) with :func:`register_snapshot_dataclass`.
+
+    The modules that register them (corral's meta-RL task schedules, a plugin's own) are imported
+    when the plugins load, which ``train.py`` and ``corral eval`` do first; a library user may read
+    a snapshot before anything else. So a name not registered yet loads the plugin manager
+    (:func:`corral.framework.plugins.get_plugin_manager`, once per process: the installed plugins'
+    code, the same that a run executes, not code the snapshot names) and looks again. Raises a
+    :class:`SnapshotError` naming the class when no loaded plugin registers it either."""
+    cls = _DATACLASSES.get(name)
+    if cls is None:
+        from corral.framework.plugins import get_plugin_manager
+
+        get_plugin_manager()
+        cls = _DATACLASSES.get(name)
+    if cls is None:
+        raise SnapshotError(
+            f"the snapshot holds a {name}, a dataclass that no loaded plugin registers with "
+            "register_snapshot_dataclass; install the plugin that wrote the snapshot (`corral plugins` lists what "
+            "is installed, and whether CORRAL_PLUGINS or CORRAL_DISABLE_PLUGINS leaves one out)"
+        )
+    return cls
+
+
 # ---------------------------------------------------------------------------------------- splitting
 _PRIMITIVES = (type(None), bool, int, float, complex, str, bytes)
 
@@ -179,12 +203,7 @@ def _merge(value: Any, objects: list[Any]) -> Any:
         if len(value) == 1 and PLACEHOLDER_KEY in value:
             return objects[int(value[PLACEHOLDER_KEY])] if objects else value
         if len(value) == 2 and DATACLASS_KEY in value and "fields" in value:
-            cls = _DATACLASSES.get(str(value[DATACLASS_KEY]))
-            if cls is None:
-                raise SnapshotError(
-                    f"the snapshot holds a {value[DATACLASS_KEY]} that no loaded module registered with "
-                    "register_snapshot_dataclass (is the plugin that wrote it installed?)"
-                )
+            cls = snapshot_dataclass(str(value[DATACLASS_KEY]))
             return cls(**{k: _merge(v, objects) for k, v in value["fields"].items()})
         return kind((k, _merge(v, objects)) for k, v in value.items())
     if kind is list:
@@ -305,7 +324,7 @@ def load_snapshot(path: str | os.PathLike, trust: bool = False, *, objects: bool
         raise SnapshotError(f"{path} is not a corral snapshot (it holds a {type(state).__name__}, not a dict)")
     manifest = state.pop(MANIFEST_KEY, None)
     if manifest is None or not objects:
-        return _merge(state, [])
+        return _merged(path, state, [])
     part = path.with_name(str(manifest.get("file", objects_path(path).name)))
     entries = list(manifest.get("entries") or [])
     if not trust:
@@ -321,8 +340,16 @@ def load_snapshot(path: str | os.PathLike, trust: bool = False, *, objects: bool
     if hashlib.sha256(raw).hexdigest() != manifest.get("sha256"):
         raise SnapshotError(f"{part} is not the objects part written with {path} (its SHA-256 differs)")
     loaded = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=False)
-    return _merge(state, list(loaded))
+    return _merged(path, state, list(loaded))
+
+
+def _merged(path: Path, state: dict[str, Any], objects: list[Any]) -> dict[str, Any]:
+    """:func:`_merge` of the snapshot ``path``, whose errors name the file."""
+    try:
+        return _merge(state, objects)
+    except SnapshotError as exc:
+        raise SnapshotError(f"cannot read snapshot {path}: {exc}") from None
 
 
 __all__ = ["MANIFEST_KEY", "SOURCES_KEY", "load_snapshot", "objects_path", "register_snapshot_dataclass", "remove_snapshot",
-           "save_snapshot"]
+           "save_snapshot", "snapshot_dataclass"]
