@@ -63,29 +63,20 @@ def flags_last(args: Sequence[str]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> Any:
     """Run ``train.py``: compose the config from ``argv`` (default ``sys.argv[1:]``) and train."""
-    try:
-        with warnings_as_lines():  # a broken or clashing plugin, another library's warning: one line each
-            args = flags_last(prepare(sys.argv[1:] if argv is None else argv))
-            precheck(args)  # every value checked, in one message style, before Hydra creates a run directory
-    except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
-        print(error_report(exc), file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
-    from corral.framework.resume import absolute_resume, in_place_overrides
-
-    args = absolute_resume(args)  # the same run wherever the job runs (hydra.job.chdir=true)
-    sys.argv = [sys.argv[0]] + flags_last(args + in_place_overrides(args))  # resume=<dir> continues in <dir>
     from corral.framework.sweep_jobs import following
 
-    # A sweep's jobs run here (Hydra's basic launcher) and one is interrupted: the sweep's last line
-    # names the jobs that never started and how to run them (SweepFollower.unrun_line).
+    given = list(sys.argv[1:] if argv is None else argv)
+    # From the first step on, SIGTERM takes Ctrl-C's path (following), so a sweep stopped at any moment ends
+    # with the line below. A sweep's jobs run here (Hydra's basic launcher) and one is interrupted: the
+    # sweep's last line names the jobs that never started and how to run them (SweepFollower.unrun_line).
     with following() as sweep:
         try:
-            return _sweep_or_run(multirun=any(a in MULTIRUN_FLAGS for a in args))
+            return _checked_and_run(given)
         except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) outside a trainer, e.g. in a multirun: the launcher
             # has stopped its jobs
             from corral.framework.interrupts import Terminated
 
-            multirun = any(a in ("-m", "--multirun") for a in args) or bool(sweep.sweep_dir)
+            multirun = any(a in ("-m", "--multirun") for a in given) or bool(sweep.sweep_dir)
             note = f"; {sweep.results_note()}" if multirun else ""  # the sweep's directory, when a launcher said it
             by = " by SIGTERM" if isinstance(exc, Terminated) else ""
             print(f"\ncorral: interrupted{by}{note}", file=sys.stderr, flush=True)
@@ -96,6 +87,23 @@ def main(argv: Sequence[str] | None = None) -> Any:
             if sweep.interrupted and (line := sweep.unrun_line()) is not None:
                 print(line, file=sys.stderr, flush=True)
             raise
+
+
+def _checked_and_run(argv: Sequence[str]) -> Any:
+    """:func:`main`'s work: load the plugins, check every value of ``argv`` (a CorralError is one line, exit
+    status 2), then run Hydra's main."""
+    try:
+        with warnings_as_lines():  # a broken or clashing plugin, another library's warning: one line each
+            args = flags_last(prepare(argv))
+            precheck(args)  # every value checked, in one message style, before Hydra creates a run directory
+    except CorralError as exc:  # e.g. a plugin failed with CORRAL_STRICT_PLUGINS=1
+        print(error_report(exc), file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    from corral.framework.resume import absolute_resume, in_place_overrides
+
+    args = absolute_resume(args)  # the same run wherever the job runs (hydra.job.chdir=true)
+    sys.argv = [sys.argv[0]] + flags_last(args + in_place_overrides(args))  # resume=<dir> continues in <dir>
+    return _sweep_or_run(multirun=any(a in MULTIRUN_FLAGS for a in args))
 
 
 def no_room_message(exc: BaseException, multirun: bool) -> str | None:

@@ -14,7 +14,8 @@ One stop, sent twice, counts once: a scheduler that stops a job sends SIGTERM to
 on to the jobs (``hydra/launcher=joblib``) sends each job one more. So a SIGTERM that arrives within
 :data:`SAME_SIGTERM_WINDOW_S` seconds of the SIGTERM these handlers last acted on is dropped
 (:func:`repeated_sigterm`): it is the same request, and does not count as the "second signal" that
-stops at once. A SIGTERM sent again later does; Ctrl-C (SIGINT) is never dropped.
+stops at once. A SIGTERM sent again later does; Ctrl-C (SIGINT) is never dropped. So every notice that
+says how to stop at once says so (:func:`send_again`: ``send SIGTERM again (more than 1.5 s later)``).
 """
 
 from __future__ import annotations
@@ -234,16 +235,29 @@ def hold_while_stopping(notice: Callable[[int], str]) -> Iterator[None]:
         yield
 
 
+def signal_label(signum: int) -> str:
+    """How the notices name a stop signal: ``SIGTERM``, or ``Ctrl-C`` for SIGINT."""
+    return "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+
+
+def send_again(signum: int) -> str:
+    """What a notice tells the user to do to act on ``signum`` at once: press Ctrl-C again, or send SIGTERM
+    again more than :data:`SAME_SIGTERM_WINDOW_S` seconds later (a repeat within it is taken as the same
+    SIGTERM and dropped, :func:`repeated_sigterm`)."""
+    if signum == signal.SIGTERM:
+        return f"send SIGTERM again (more than {SAME_SIGTERM_WINDOW_S:g} s later)"
+    return "press Ctrl-C again"
+
+
 def stopping_notice(signum: int) -> str:
     """What a signal during a stopping run's cleanup says (see :func:`hold_while_stopping`)."""
-    name, again = ("SIGTERM", "send SIGTERM again") if signum == signal.SIGTERM else ("Ctrl-C", "press Ctrl-C again")
-    return (f"corral: {name}: already stopping, and finishing that first (workers shut down, files written; a few "
-            f"seconds); {again} to leave at once")
+    return (f"corral: {signal_label(signum)}: already stopping, and finishing that first (workers shut down, files "
+            f"written; a few seconds); {send_again(signum)} to leave at once")
 
 
 __all__ = ["HOLD_NOTICE_AFTER_S", "SAME_SIGTERM_WINDOW_S", "StopRequest", "Terminated", "catch_stop_signals",
            "defer_interrupts", "finish_epoch_on_interrupt", "hold_while_stopping", "interrupt_for",
-           "repeated_sigterm", "stopping_notice"]
+           "repeated_sigterm", "send_again", "signal_label", "stopping_notice"]
 
 
 def _handler_codes() -> set[Any]:

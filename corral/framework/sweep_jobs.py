@@ -65,18 +65,22 @@ class SweepFollower:
     cwd: Path = field(default_factory=Path.cwd)  # the directory train.py was started in
     basic: bool = False  # Hydra's basic sweeper and launcher run the jobs
     jobs: list[SweepJob] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)  # what a sweeper kept of an interrupted sweep (note_kept)
 
     def results_note(self) -> str:
         """What an interrupted sweep's line says of its finished jobs: they keep their ``summary.json``, and
         the command that lists them, with the sweep's directory as the command gave it (relative to where
         ``train.py`` was started, quoted for a shell); when this process never learnt the directory (a
-        launcher that does not tell it, :func:`note_sweep_dir`, before a job ran here), the command alone."""
+        launcher that does not tell it, :func:`note_sweep_dir`, before a job ran here), the command alone; then
+        what the sweeper said it kept (:func:`note_kept`, such as where an Optuna study's finished trials are)."""
         if not self.sweep_dir:
-            return "finished jobs keep their summary.json (`corral results` on the sweep's directory lists them)"
+            return "; ".join(["finished jobs keep their summary.json (`corral results` on the sweep's directory lists "
+                              "them)", *self.kept])
         where = self.sweep_dir
         if not Path(where).is_absolute() and _resolved(self.cwd) != _resolved(Path.cwd()):
             where = str(Path(self.cwd, where))  # the shell is where train.py was started: the same directory
-        return f"finished jobs keep their summary.json (`corral results {shlex.quote(where)}` lists each one's status)"
+        return "; ".join([f"finished jobs keep their summary.json (`corral results {shlex.quote(where)}` lists each "
+                          "one's status)", *self.kept])
 
     @property
     def interrupted(self) -> bool:
@@ -342,11 +346,20 @@ _follower: SweepFollower | None = None
 
 @contextlib.contextmanager
 def following() -> Iterator[SweepFollower]:
-    """Follow the jobs that run in this process while the block runs (``train.py``'s Hydra main)."""
+    """Follow the jobs that run in this process while the block runs (``train.py``'s command, from its first
+    step to its last). SIGTERM raises :class:`~corral.framework.interrupts.Terminated` (a KeyboardInterrupt) in
+    the whole block (:func:`~corral.framework.interrupts.catch_stop_signals`), so that a ``kill`` at any moment of
+    a sweep (while Hydra composes, while a launcher sets up, between an Optuna sweeper's batches), not only while
+    a launcher waits for its jobs, ends it as Ctrl-C does: with the sweep's one line and exit status 143, not with
+    SIGTERM's default action (no line, the launcher's processes left running). A launcher or a trainer inside
+    installs its own handlers for its part and puts these back."""
     global _follower
+    from corral.framework.interrupts import catch_stop_signals
+
     previous, _follower = _follower, SweepFollower()
     try:
-        yield _follower
+        with catch_stop_signals():
+            yield _follower
     finally:
         _follower = previous
 
@@ -362,6 +375,15 @@ def note_sweep_dir(sweep_dir: Any, cwd: Any = None) -> None:
         return
     follower.sweep_dir = str(sweep_dir)
     follower.cwd = Path(str(cwd)) if cwd is not None and str(cwd) else Path.cwd()
+
+
+def note_kept(what: str) -> None:
+    """Tell the sweep followed in this process (:func:`following`) what it keeps of an interrupted sweep
+    beyond the jobs' ``summary.json`` (``what``: a clause of the sweep's last line, such as where an Optuna
+    study's finished trials are), for :meth:`SweepFollower.results_note`; nothing happens outside
+    :func:`following`."""
+    if _follower is not None and what:
+        _follower.kept.append(what)
 
 
 @contextlib.contextmanager
@@ -391,4 +413,4 @@ def running(hydra_config: Any) -> Iterator[SweepJob]:
 
 
 __all__ = ["BASIC_LAUNCHER", "BASIC_SWEEPER", "SweepFollower", "SweepJob", "SweepPlan", "expand", "following",
-           "note_sweep_dir", "read_sweep", "running", "stopped_batches"]
+           "note_kept", "note_sweep_dir", "read_sweep", "running", "stopped_batches"]

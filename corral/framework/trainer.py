@@ -10,7 +10,6 @@ import contextlib
 import logging
 import os
 import random
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -43,6 +42,8 @@ from corral.framework.interrupts import (
     finish_epoch_on_interrupt,
     hold_while_stopping,
     interrupt_for,
+    send_again,
+    signal_label,
     stopping_notice,
 )
 from corral.framework.logger import Logger, job_prefix, run_log
@@ -363,19 +364,18 @@ class Trainer:
     def _stop_notice(self, signum: int) -> str:
         saved = self.snapshot_epoch or 0
         held = f"the last snapshot holds epochs 0-{saved - 1}" if saved else "no snapshot was written yet"
-        again = "send SIGTERM again" if signum == signal.SIGTERM else "press Ctrl-C again"
-        return (f"\n{job_prefix()}corral: {'SIGTERM' if signum == signal.SIGTERM else 'Ctrl-C'}: finishing epoch {self._committed[0]} "
+        return (f"\n{job_prefix()}corral: {signal_label(signum)}: finishing epoch {self._committed[0]} "
                 f"to save it with {_epochs(0, self._committed[0] - 1)} ({held}, trainer.snapshot_every="
-                f"{self.config.snapshot_every}); {again} to stop now, and a resume runs the unsaved epochs again")
+                f"{self.config.snapshot_every}); {send_again(signum)} to stop now, and a resume runs the unsaved "
+                "epochs again")
 
     def _hold_notice(self, signum: int) -> str:
         """What a signal held through a long update or commit says (see :func:`defer_interrupts`)."""
-        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        name = signal_label(signum)
         epoch = self._committed[0]
         if self.phase == "training":
-            again = "send SIGTERM again" if signum == signal.SIGTERM else "press Ctrl-C again"
             return (f"\n{job_prefix()}corral: {name}: stopping once epoch {epoch}'s update ends (an update is "
-                    f"never left half done); {again} to stop now")
+                    f"never left half done); {send_again(signum)} to stop now")
         saved = " and saved" if self.snapshot_dir is not None else ""
         return f"\n{job_prefix()}corral: {name}: stopping once epoch {epoch} is logged{saved}"
 

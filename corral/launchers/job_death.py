@@ -14,7 +14,11 @@ job, from the sweep's process, the same way whichever launcher ran it:
   and exit status 1, as for a job that failed with a corral error.
 
 Each launcher only finds out how the process ended (an exit code, a pid, a scheduler's word) and
-calls :func:`died`.
+calls :func:`died`. A job the launcher itself killed because it had not stopped within its grace after the
+sweep was stopped (Ctrl-C, or SIGTERM passed on to it) is said and recorded the same way by :func:`killed`:
+its line names the job, its directory and what its latest snapshot holds, and its ``summary.json`` says
+``status: killed`` (not ``failed``: the sweep was stopped, the job did not fail), with the epochs that
+snapshot holds; the sweep still ends with its interrupted line.
 """
 
 from __future__ import annotations
@@ -98,6 +102,62 @@ def death_reason(how: str, run_dir: Path) -> str:
     return f"{how}; {shell_override('trainer.resume', run_dir)} continues it from its latest snapshot ({snapshot.name})"
 
 
+class JobKilled(RuntimeError):
+    """A job the launcher killed (SIGKILL) because it did not stop within the grace it had after the sweep was
+    stopped (Ctrl-C, or SIGTERM passed on to it). Its message is the job's one line."""
+
+
+def saved_epochs(run_dir: Path) -> tuple[int, str] | None:
+    """How many epochs the latest snapshot in ``run_dir`` holds, and its file name (``epoch_000004.pt``: 4
+    epochs, 0-3); None when the run saved none."""
+    try:
+        from corral.framework.trainer import find_snapshot
+
+        snapshot = find_snapshot(run_dir)
+        return int(snapshot.stem.rsplit("_", 1)[1]), snapshot.name
+    except Exception:  # noqa: BLE001 - no snapshot (or none readable, or not named by its epoch)
+        return None
+
+
+def killed(cfg: Any, *, overrides: Sequence[str], started: float, pid: int | str | None, stop: str,
+           grace: float, cut_short: bool = False) -> BaseException:
+    """The launcher killed a job that had not stopped after the sweep was stopped (``stop``: by what, in words:
+    ``the sweep's SIGTERM``, which the launcher passed on to the job, or ``the sweep's Ctrl-C``, which reached
+    it from the terminal): print the job's ``[job N] corral: error:`` line,
+    naming the job, its directory and what its snapshots hold (``trainer.resume=<job dir>`` continues it, or,
+    with none, that it saved none), and write its ``summary.json`` with ``status: killed``, that line and the
+    epochs its latest snapshot holds (a ``summary.json`` its process wrote itself stays). ``grace``: the seconds
+    it had; ``cut_short``: a further signal to the sweep ended the grace early. Returns the error (the sweep
+    ends with its interrupted line, not with this)."""
+    from corral.framework.logger import job_prefix
+    from corral.framework.shell_words import shell_override
+
+    num = cfg.hydra.job.num
+    with job_hydra_config(cfg) as run_dir:
+        if pid is None:
+            pid = lock_pid(run_dir)
+        within = ("before a second signal to the sweep stopped it at once" if cut_short else
+                  f"within {grace:g} s of {stop}")
+        how = (f"job {num} ({' '.join(overrides) or 'no overrides'}, in {run_dir}) did not stop {within}, so its "
+               f"process (pid {pid if pid is not None else '?'}) was killed with SIGKILL")
+        saved = saved_epochs(run_dir)
+        if saved is None:
+            then = "it saved no snapshot, so run it again with its overrides"
+        else:
+            then = (f"its latest snapshot ({saved[1]}) holds epochs 0-{saved[0] - 1}: "
+                    f"{shell_override('trainer.resume', run_dir)} continues it")
+        error = JobKilled(f"{how}; {then}")
+        print(f"{job_prefix()}corral: error: {error}", file=sys.stderr, flush=True)
+        try:
+            write_failed_summary(run_dir, cfg, num=int(num), overrides=overrides, started=started,
+                                 pid=pid if isinstance(pid, int) else None, error=error, status="killed",
+                                 epochs=saved[0] if saved is not None else None)
+        except Exception as exc:  # noqa: BLE001 - the line is said; the summary is one more record
+            print(f"{job_prefix()}corral: warning: could not write {run_dir / 'summary.json'} ({exc}); `corral "
+                  "results` will list the job as unfinished", file=sys.stderr, flush=True)
+        return error
+
+
 def job_config(hydra_context: Any, config: Any, overrides: Sequence[str], num: int) -> Any:
     """The job's composed config as Hydra's ``execute_job`` sets it in the job's own process (its
     ``hydra.job.id`` and ``hydra.job.num``), for a job whose process could not return it."""
@@ -178,11 +238,13 @@ def failed_return(cfg: Any, overrides: Sequence[str], error: BaseException) -> A
 
 
 def write_failed_summary(run_dir: Path, cfg: Any, *, num: int, overrides: Sequence[str], started: float,
-                         pid: int | None, error: BaseException) -> None:
-    """The ``summary.json`` of a job whose process died (it could not write one): ``status: failed``
-    and why, with the job's overrides, number and config. A summary the process (``pid``) wrote
-    itself before it ended stays as it is; one from an earlier session of a run resumed in place is
-    kept, marked failed."""
+                         pid: int | None, error: BaseException, status: str = "failed",
+                         epochs: int | None = None) -> None:
+    """The ``summary.json`` of a job whose process died (it could not write one): ``status: failed`` (or
+    ``status``: ``killed`` for a job the launcher killed, :func:`killed`) and why, with the job's overrides,
+    number and config, and ``epochs`` when known (the epochs its latest snapshot holds, also as
+    ``last_saved_epoch``). A summary the process (``pid``) wrote itself before it ended stays as it is; one
+    from an earlier session of a run resumed in place is kept, marked failed (or ``status``)."""
     from omegaconf import OmegaConf, open_dict
 
     from corral.results.summary import SUMMARY_FILE, write_summary
@@ -206,8 +268,10 @@ def write_failed_summary(run_dir: Path, cfg: Any, *, num: int, overrides: Sequen
         "wall_time_s": now - started, "overrides": list(overrides),
         "job": {"name": cfg.hydra.job.name, "num": num, "id": cfg.hydra.job.id, "mode": "MULTIRUN"},
     }
-    summary.update({"status": "failed", "error": f"{type(error).__name__}: {error}", "stop_reason": None,
+    summary.update({"status": status, "error": f"{type(error).__name__}: {error}", "stop_reason": None,
                     "finished_at": now, "finished_utc": utc(now), "host": socket.gethostname(), "pid": pid})
+    if epochs is not None:
+        summary.update(epochs=epochs, last_saved_epoch=epochs - 1)
     if existing is None:
         try:
             task: Any = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
@@ -219,5 +283,6 @@ def write_failed_summary(run_dir: Path, cfg: Any, *, num: int, overrides: Sequen
     write_summary(run_dir, summary)
 
 
-__all__ = ["CRASH_SIGNALS", "JobProcessDied", "death_reason", "died", "failed_return", "how_it_ended",
-           "job_config", "job_hydra_config", "lock_pid", "signal_name", "write_failed_summary"]
+__all__ = ["CRASH_SIGNALS", "JobKilled", "JobProcessDied", "death_reason", "died", "failed_return", "how_it_ended",
+           "job_config", "job_hydra_config", "killed", "lock_pid", "saved_epochs", "signal_name",
+           "write_failed_summary"]

@@ -7,7 +7,9 @@ Ray, Ray's own handler ended it with a stack dump. While a launcher waits for it
 KeyboardInterrupt), so the launcher's Ctrl-C path runs (the jobs stopped and given time to save,
 their processes ended), and :attr:`SweepSigterm.received` tells the launcher it was SIGTERM, which
 reached none of its jobs, so it passes the stop on. (``hydra/launcher=joblib`` runs its loop under
-the trainer's own :func:`~corral.framework.interrupts.catch_stop_signals` instead.)
+the trainer's own :func:`~corral.framework.interrupts.catch_stop_signals` instead.) Outside a launcher's wait
+(while Hydra composes the sweep, between a sweeper's batches), ``train.py``'s
+:func:`~corral.framework.sweep_jobs.following` takes SIGTERM as Ctrl-C the same way, for the whole command.
 """
 
 from __future__ import annotations

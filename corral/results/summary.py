@@ -1,6 +1,7 @@
 """Each run's machine-readable ``summary.json``: writing it atomically and finding runs under a directory.
 
-A summary holds ``status`` (``completed``, ``interrupted`` or ``failed``), ``stop_reason`` (the
+A summary holds ``status`` (``completed``, ``interrupted`` or ``failed``; ``killed`` for a sweep's job its
+launcher killed after the sweep was stopped, with ``last_saved_epoch`` when its snapshots say), ``stop_reason`` (the
 limit that ended a completed run: ``n_epochs=100`` or ``max_env_steps=100000``), the final and
 best evaluation returns, the final training return, environment steps, epochs, wall and training
 time, UTC start and end times, the host, the job's Hydra overrides and number, and the resolved
@@ -113,10 +114,11 @@ def read_run(run_dir: str | Path) -> RunRecord:
 
 def why_not_completed(run: RunRecord) -> str:
     """Why ``run`` is not among the completed ones, as its status: ``failed: ConfigError: ...`` (the
-    error's first line, shortened) for a failed run, ``unreadable: summary.json cannot be read: ...``
+    error's first line, shortened) for a failed run, ``killed: JobKilled: ...`` for a sweep's job its launcher
+    killed (:func:`corral.launchers.job_death.killed`), ``unreadable: summary.json cannot be read: ...``
     for a broken summary, else the status alone (``interrupted``)."""
     error = str(run.summary.get("error") or "").strip()
-    if run.status not in ("failed", "unreadable") or not error:
+    if run.status not in ("failed", "killed", "unreadable") or not error:
         return run.status
     first = error.splitlines()[0]
     return f"{run.status}: {first if len(first) <= 200 else first[:200].rsplit(' ', 1)[0] + ' ...'}"

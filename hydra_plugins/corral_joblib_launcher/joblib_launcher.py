@@ -49,7 +49,10 @@ training, orphaned, and loky's processes and semaphores (``/dev/shm/sem.loky-*``
 passes it on to each running job's process, so each job stops as the trainer does on SIGTERM (its
 epoch kept or dropped, its snapshot and ``summary.json``: interrupted), gives them :data:`TERM_GRACE_S`
 seconds, kills what is left and shuts loky's processes down; the sweep then ends with its interrupted
-line. A scheduler that sends SIGTERM to every process (``kill -TERM -<pgid>``) reaches the jobs itself
+line. A job killed after its grace (after Ctrl-C's too) is not lost in silence: it had no line and no
+``summary.json``; now :func:`corral.launchers.job_death.killed` prints its line (the job, its directory, what
+its latest snapshot holds) and writes its ``summary.json`` with ``status: killed``. A scheduler that
+sends SIGTERM to every process (``kill -TERM -<pgid>``) reaches the jobs itself
 too: the trainer takes the launcher's copy, within a second of its own, as the same signal
 (:data:`corral.framework.interrupts.SAME_SIGTERM_WINDOW_S`), not as a second one that stops at once.
 
@@ -61,6 +64,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
+import sys
 import time
 from collections import deque
 from pathlib import Path
@@ -225,16 +230,27 @@ class CorralJoblibLauncher(JoblibLauncher):
                             results[job.num] = self._died(job, timeout=float(timeout), grace=TIMEOUT_GRACE_S)
                             free.append(job.slot)
         except BaseException as exc:
+            left: list[Job] = []  # the jobs still running after their grace: killed, each said and recorded
+            cut_short, grace = False, 0.0
+            stop_by = ("the sweep's SIGTERM" if isinstance(exc, Terminated) else "the sweep's Ctrl-C"
+                       if isinstance(exc, KeyboardInterrupt) else "the stop of the sweep (a job stopped by Ctrl-C or "
+                       "SIGTERM)")
             if running and isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 terminated = isinstance(exc, Terminated)
                 if terminated:  # sent to this process alone, or to all (then the trainer drops this copy)
                     for job in running.values():
                         stop(job.process)
+                grace = TERM_GRACE_S if terminated else STOP_GRACE_S
+                cut_short = True
                 with contextlib.suppress(KeyboardInterrupt), catch_stop_signals():  # again: kill them now
-                    wait(list(running), timeout=TERM_GRACE_S if terminated else STOP_GRACE_S)
+                    wait(list(running), timeout=grace)
+                    cut_short = False
+                left = [job for future, job in running.items() if not future.done()]
             with hold_while_stopping(stopping_notice):  # one more signal is said and dropped: loky's processes go
                 for slot in slots:
                     slot.close(kill=True)
+                for job in left:  # never silently: its line, and a summary.json that says it was killed
+                    self._killed(job, stop_by, grace, cut_short)
             raise
         returns = [results[initial_job_idx + i] for i in range(len(job_overrides))]
         assert all(isinstance(ret, JobReturn) for ret in returns)
@@ -271,6 +287,23 @@ class CorralJoblibLauncher(JoblibLauncher):
             job.slot.close(kill=True)
         return result
 
+    def _killed(self, job: Job, stop: str, grace: float, cut_short: bool) -> None:
+        """Say and record a job whose process was killed because it had not stopped ``grace`` seconds after
+        ``stop`` (what stopped the sweep, in words; ``cut_short``: a further signal ended the grace early), with
+        :func:`corral.launchers.job_death.killed`; a failure to say it is a warning, never a traceback instead
+        of the sweep's line."""
+        from corral.launchers.job_death import job_config, killed
+
+        assert self.config is not None and self.hydra_context is not None
+        try:
+            cfg = job_config(self.hydra_context, self.config, job.overrides, job.num)
+            killed(cfg, overrides=job.overrides, started=job.started, pid=getattr(job.process, "pid", None),
+                   stop=stop, grace=grace, cut_short=cut_short)
+        except Exception as exc:  # noqa: BLE001 - the sweep's own line still comes
+            print(f"corral: warning: job {job.num} ({' '.join(job.overrides)}) was killed with SIGKILL after the "
+                  f"sweep was stopped, and could not be recorded ({type(exc).__name__}: {exc})", file=sys.stderr,
+                  flush=True)
+
     def _died(self, job: Job, timeout: float | None = None, stopped: bool = False, grace: float | None = None) -> Any:
         """The failed ``JobReturn`` of a job whose process died (after the launcher's SIGTERM past
         ``timeout``; with ``stopped``: the job stopped on it, as on a user's SIGTERM; with ``grace``: killed
@@ -293,7 +326,6 @@ def workers(n_jobs: int) -> int:
 def stop(process: Any) -> None:
     """Send SIGTERM to a job's process (a ``multiprocessing`` process; nothing when it is gone)."""
     import os
-    import signal
 
     pid = getattr(process, "pid", None)
     if pid is not None and getattr(process, "exitcode", None) is None:

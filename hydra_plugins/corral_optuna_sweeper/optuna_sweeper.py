@@ -379,8 +379,7 @@ class CorralOptunaSweeper(Sweeper):
                              "and run the same command again to resume the study") from None
 
     def _sweep(self, arguments: list[str]) -> Any:
-        from corral.framework.sweep_jobs import note_sweep_dir
-        from corral.plugins.optuna_pruning import STUDY_ENV, TRIAL_ENV
+        from corral.framework.sweep_jobs import note_kept, note_sweep_dir
 
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         space, fixed = search_space(self.params, arguments)
@@ -400,6 +399,19 @@ class CorralOptunaSweeper(Sweeper):
         log.info("Optuna: study %r (%s), %d trial(s) to run, %d at a time; storage %s", study.study_name,
                  ", ".join(d.name.lower() for d in study.directions), max(0, self.n_trials - done), self.n_jobs,
                  self.storage or "in memory")
+        try:
+            self._run_trials(study, space, fixed, done)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM, in a batch or between two: the finished trials are kept
+            note_kept(self._interrupted(study, sweep_dir))
+            raise
+        self._report(study, sweep_dir)
+        return study
+
+    def _run_trials(self, study: Any, space: dict[str, Any], fixed: list[str], done: int) -> None:
+        """Ask, launch and tell batches of ``n_jobs`` trials until the study has ``n_trials`` finished ones
+        (``done`` already)."""
+        from corral.plugins.optuna_pruning import STUDY_ENV, TRIAL_ENV
+
         while done < self.n_trials:
             batch = min(self.n_jobs, self.n_trials - done)
             trials = [study.ask(space) for _ in range(batch)]
@@ -416,8 +428,47 @@ class CorralOptunaSweeper(Sweeper):
             if stop is not None:  # every trial is told first, so a stored study holds no trial left running
                 raise stop
             done += batch
-        self._report(study, sweep_dir)
-        return study
+
+    def _interrupted(self, study: Any, sweep_dir: Path) -> str:
+        """Record what an interrupted search has: ``optimization_results.yaml`` with its finished trials (number,
+        state, value, parameters) and the best so far, marked ``interrupted``; return the clause of the sweep's
+        last line that says where they are (a stored study: in its storage, and the same command resumes it;
+        "" for a study in memory with none). Never raises: a record that cannot be written is said instead."""
+        from optuna.trial import TrialState
+
+        try:
+            finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED,
+                                                                  TrialState.FAIL))
+        except Exception as exc:  # noqa: BLE001 - the storage went away: what is known without it
+            return f"the Optuna study could not be read ({type(exc).__name__}: {exc})"
+        interrupted = set(study.user_attrs.get(INTERRUPTED_ATTR, [])) if self.storage else set()
+        finished = [t for t in finished if t.number not in interrupted]
+        complete = [t for t in finished if t.state == TrialState.COMPLETE]
+        best = max(complete, key=lambda t: t.value if study.direction.name == "MAXIMIZE" else -t.value, default=None)
+        results: dict[str, Any] = {
+            "name": "optuna", "study_name": study.study_name, "storage": self.storage, "interrupted": True,
+            "trials": {state.name.lower(): sum(t.state == state for t in finished)
+                       for state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)},
+            "finished_trials": [{"number": t.number, "state": t.state.name.lower(), "value": t.value,
+                                 "params": dict(t.params)} for t in finished]}
+        if best is not None:
+            results.update(best_params=dict(best.params), best_value=best.value, best_trial=best.number)
+        where = sweep_dir / RESULTS_FILE
+        try:
+            OmegaConf.save(OmegaConf.create(results), where)
+            written = f"{where}"
+        except Exception as exc:  # noqa: BLE001 - a full disk: the study itself still says
+            written = f"not {where}: {type(exc).__name__}: {exc}"
+        which = f"{len(finished)}{f'; best value {best.value:g}, trial {best.number}' if best is not None else ''}"
+        if self.storage:
+            again = ("the same command resumes the search" if self.study_name else
+                     f"the same command with hydra.sweeper.study_name={study.study_name} resumes the search")
+            return (f"the Optuna study {study.study_name!r} keeps its finished trials ({which}) in {self.storage} "
+                    f"(and {written}); {again}")
+        if not finished:
+            return ""  # nothing finished, nothing to find again
+        return (f"the Optuna study was in memory: its finished trials ({which}) are in {written} (a search with "
+                "hydra.sweeper.storage and hydra.sweeper.study_name can be resumed)")
 
     def _tell(self, study: Any, trial: Any, ret: Any) -> SweepSettingError | None:
         """Tell the study how ``trial``'s job ended; return the error that stops the sweep, if it has one."""

@@ -674,3 +674,44 @@ def test_a_held_sigterm_and_its_copy_reach_the_outer_handler_once(fresh_sigterms
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_sigterm_notices_say_a_second_one_counts_only_past_the_window(
+        fresh_sigterms: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """In process: the notice of a first SIGTERM says to send it again more than SAME_SIGTERM_WINDOW_S seconds
+    later (it said "send SIGTERM again", and one sent again at once is dropped as the same stop), and that is
+    what happens: a SIGTERM at once is dropped, one past the window leaves. Ctrl-C's says "press Ctrl-C again"."""
+    from corral.framework import interrupts
+    from corral.framework.interrupts import Terminated, hold_while_stopping, send_again, stopping_notice
+
+    monkeypatch.setattr(interrupts, "SAME_SIGTERM_WINDOW_S", 0.5)
+    assert send_again(signal.SIGTERM) == "send SIGTERM again (more than 0.5 s later)"
+    assert send_again(signal.SIGINT) == "press Ctrl-C again"
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    reached = []
+    try:
+        with pytest.raises(Terminated):
+            with hold_while_stopping(stopping_notice):
+                _sigterm_self()
+                _sigterm_self()  # again at once: the same stop, dropped
+                reached.append("after the repeat")
+                time.sleep(0.7)
+                _sigterm_self()  # again, more than the window later: leaves at once
+                reached.append("after the second")
+        assert reached == ["after the repeat"]
+        assert capsys.readouterr().err == ("corral: SIGTERM: already stopping, and finishing that first (workers shut "
+                                           "down, files written; a few seconds); send SIGTERM again (more than 0.5 s "
+                                           "later) to leave at once\n")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_trainers_sigterm_notices_say_when_a_second_one_counts(tmp_path: Path, driver: Path) -> None:
+    """End to end: SIGTERM in a long update is acknowledged with the notice that says how to stop at once."""
+    run, mark = tmp_path / "run", tmp_path / "updated"
+    proc = train(run, interrupt="training:1:0:SIGTERM:1", driver=driver,
+                 env_vars={"CORRAL_TEST_UPDATE_S": "1.5", "CORRAL_TEST_MARK": str(mark)})
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    notices = [line for line in proc.stderr.splitlines() if line.startswith("corral: SIGTERM: ")]
+    assert notices == ["corral: SIGTERM: stopping once epoch 1's update ends (an update is never left half done); "
+                       "send SIGTERM again (more than 1.5 s later) to stop now"], proc.stderr[-3000:]
