@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -141,15 +142,23 @@ class PluginManager:
 
     def _load_one(self, source: Source, loader: Callable[[], Any]) -> None:
         plugin = None
+        registered = False  # whether this call registered the plugin with pluggy (a failure undoes only that)
         added: list[tuple[str, str]] = []
+        asked: list[tuple[str, str]] = []  # every option the plugin asked for, kept or not
         try:
             plugin = loader()
-            self.pm.register(plugin, name=source.plugin)
+            _check_not_loaded(self, source, plugin)
+            try:
+                self.pm.register(plugin, name=source.plugin)
+            except pluggy.PluginValidationError as exc:
+                raise PluginError(_validation_message(exc)) from exc
+            registered = True
             self.sources[source.plugin] = source
             _check_hook_names(self.pm, plugin)
             _check_hooks_marked(self.pm, plugin)
 
             def register(kind: str, name: str, factory: Any, config: type | None = None, help: str = "") -> None:
+                asked.append((str(kind), str(name)))
                 if not help:
                     doc = (getattr(factory, "__doc__", None) or "").strip()
                     help_ = doc.splitlines()[0] if doc else ""
@@ -168,21 +177,27 @@ class PluginManager:
 
             for impl in self.pm.hook.corral_register.get_hookimpls():
                 if impl.plugin is plugin:
-                    impl.function(register=register)
-        except Exception as exc:  # noqa: BLE001 - isolation is the point
+                    returned = impl.function(register=register)
+                    if returned is not None:
+                        raise PluginError(f"corral_register returned {_short_repr(returned)}, which corral does not "
+                                          f"use; {_UNUSED_RESULT['corral_register']}")
+        # SystemExit too: a plugin that calls sys.exit() while imported must not end the run in silence.
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - isolation is the point
             for key in added:
                 self.registry.entries.pop(key, None)
-            if plugin is not None and self.pm.is_registered(plugin):
+            if registered:
                 self.pm.unregister(plugin)
-            self.sources.pop(source.plugin, None)
+                self.sources.pop(source.plugin, None)
             # One line whatever the exception's text holds (pluggy's and OmegaConf's span several).
-            what = " ".join(f"{type(exc).__name__}: {exc}".split())
+            what = _one_line(exc).replace(f": {source}: ", ": ", 1)  # a registry error names the source already
             if strict_plugins():
                 raise PluginError(f"corral plugin from {source} failed to load: {what} (CORRAL_STRICT_PLUGINS is set, "
                                   "so the run stops)") from exc
             message = f"corral plugin from {source} failed to load and was skipped: {what}"
-            self.registry.failed.append(FailedPlugin(source, what, traceback.format_exc()))
-            warnings.warn(message + f". Disable it with CORRAL_DISABLE_PLUGINS={source.plugin}", PluginWarning, stacklevel=2)
+            self.registry.failed.append(FailedPlugin(source, what, traceback.format_exc(), tuple(asked)))
+            # Its entry-point name, unless another plugin loaded under it (that name would turn both off).
+            disable = source.distribution if self.pm.get_plugin(source.plugin) is not None else source.plugin
+            warnings.warn(message + f". Disable it with CORRAL_DISABLE_PLUGINS={disable}", PluginWarning, stacklevel=2)
 
     def unregister(self, plugin_name: str) -> None:
         """Remove a plugin and everything it registered."""
@@ -240,7 +255,72 @@ def _check_hook_names(pm: pluggy.PluginManager, plugin: Any) -> None:
     unknown = sorted(caller.name for caller in pm.get_hookcallers(plugin) or [] if caller.spec is None)
     if unknown:
         known = sorted(name for name in dir(hookspecs) if name.startswith("corral_"))
-        raise PluginError(f"unknown hook(s) {', '.join(unknown)}; corral's hooks are {', '.join(known)}")
+        raise PluginError(f"unknown hook(s) {', '.join(unknown)}; corral's hooks are {', '.join(known)} (a misspelt "
+                          f"name, or a plugin written for another version of corral: {_corral_version()} is "
+                          "installed)")
+
+
+#: What to do instead of returning a value from a hook whose return value corral does not use.
+_UNUSED_RESULT: dict[str, str] = {
+    "corral_register": "call register(kind, name, factory, config=..., help=...) for each component instead, "
+                       "and return nothing",
+    "corral_validate_config": "to reject the config, raise corral.ConfigError('<what to change>') instead; "
+                              "to accept it, return nothing",
+    "corral_epoch_end": "to add statistics, set them in the stats dict it is given, and return nothing",
+}
+
+#: The longest error text a plugin's warning line quotes (pluggy's can list every registered plugin).
+MAX_ERROR_CHARS = 500
+
+
+def _one_line(exc: BaseException) -> str:
+    """``TypeName: message`` of ``exc`` on one line, at most :data:`MAX_ERROR_CHARS` characters."""
+    what = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return what if len(what) <= MAX_ERROR_CHARS else what[:MAX_ERROR_CHARS - 3] + "..."
+
+
+def _short_repr(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, shortened to ``limit`` characters."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _check_not_loaded(manager: PluginManager, source: Source, plugin: Any) -> None:
+    """A plugin whose entry-point name another plugin already loaded under, or whose module another of
+    its entry points already loaded, is an error that names both (pluggy's own error lists every plugin)."""
+    other = manager.pm.get_plugin(source.plugin)
+    if other is not None:
+        first = manager.sources.get(source.plugin)
+        who = f"{first.distribution} {first.version}" if first is not None else "another plugin"
+        raise PluginError(
+            f"its entry point is named {source.plugin!r}, as is one of {who}, which loaded first, so this one is not "
+            f"loaded. Plugin author: give the entry point a name of its own; to use this plugin instead, disable the "
+            f"other: CORRAL_DISABLE_PLUGINS={first.distribution if first is not None else source.plugin}")
+    if manager.pm.is_registered(plugin):
+        name = manager.pm.get_name(plugin)
+        module = getattr(plugin, "__name__", type(plugin).__name__)
+        raise PluginError(
+            f"it names {module}, which its entry point {name!r} already loaded; the plugin works as {name!r}. "
+            "Plugin author: keep one entry point per plugin module")
+
+
+def _validation_message(exc: pluggy.PluginValidationError) -> str:
+    """pluggy's complaint about a hook implementation (an argument the hook does not pass, a misused
+    wrapper), on one line, and what it usually means: a plugin written for another corral version."""
+    text = " ".join(str(exc).split())
+    match = re.search(r"for hook '(\w+)'.*?Argument\(s\) \{(.*?)\} are declared in the hookimpl", text)
+    spec = getattr(hookspecs, match.group(1), None) if match else None
+    if match and spec is not None:
+        passed = ", ".join(p for p in inspect.signature(spec).parameters)
+        extra = ", ".join(sorted(a.strip().strip("'\"") for a in match.group(2).split(",")))
+        return (f"its {match.group(1)} takes {extra}, which corral does not pass (it passes {passed}): a plugin "
+                f"written for another version of corral ({_corral_version()} is installed); update the plugin, or "
+                f"remove {'it' if ',' not in extra else 'them'} from its hook function")
+    return text
+
+
+def _corral_version() -> str:
+    return f"corral {_version('corral')}"
 
 
 def _version(dist: str) -> str:
@@ -289,20 +369,29 @@ def get_registry() -> Registry:
 
 
 def call_hook(caller: Any, **kwargs: Any) -> Any:
-    """``caller(**kwargs)``, a pluggy hook call (``manager.hook.corral_run_start``). An exception that
+    """``caller(**kwargs)``, a pluggy hook call (``manager.hook.corral_run_start``): the list of the
+    implementations' results that are not None, in the order pluggy calls them. An exception that
     an implementation raises, other than a corral error (whose message already says what to change),
     becomes one :class:`~corral.framework.errors.PluginHookError` line naming the plugin, the hook and
     the exception, with the traceback from the plugin's own code. An exception with a
     ``summary_status`` (Optuna's pruning: ``"pruned"``) is a hook stopping the run on purpose, and
-    passes as it is."""
-    try:
-        return caller(**kwargs)
-    except CorralError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a plugin's own failure, named
-        if getattr(exc, "summary_status", None):  # a stop on purpose that names the run's status (a pruned trial)
+    passes as it is. A value returned from a hook whose result corral does not use (``return False``
+    from ``corral_validate_config``, meant to reject the config) is one such line too
+    (:func:`unused_result_error`), not ignored."""
+    get_impls = getattr(caller, "get_hookimpls", None)
+    impls = get_impls() if callable(get_impls) else None
+    if impls is None or any(impl.hookwrapper or getattr(impl, "wrapper", False) for impl in impls):
+        try:
+            return caller(**kwargs)
+        except CorralError:
             raise
-        raise _hook_error(caller, exc) from exc
+        except Exception as exc:  # noqa: BLE001 - a plugin's own failure, named
+            if getattr(exc, "summary_status", None):  # a stop on purpose that names the run's status (a pruned trial)
+                raise
+            raise _hook_error(caller, exc) from exc
+    results: list[Any] = []
+    _call_each(caller, kwargs, lambda _plugin, result: results.append(result) if result is not None else None)
+    return results
 
 
 def call_hook_each(caller: Any, **kwargs: Any) -> list[tuple[str, Any]]:
@@ -343,6 +432,8 @@ def _call_each(caller: Any, kwargs: dict[str, Any], after: Callable[[str, Any], 
             if impl.hookwrapper or getattr(impl, "wrapper", False):
                 continue
             result = impl.function(*[kwargs[name] for name in impl.argnames])
+            if result is not None and not _result_used(caller):
+                raise unused_result_error(caller, impl.plugin_name, result)
             after(impl.plugin_name, result)
     except CorralError:
         raise
@@ -350,6 +441,24 @@ def _call_each(caller: Any, kwargs: dict[str, Any], after: Callable[[str, Any], 
         if getattr(exc, "summary_status", None):
             raise
         raise _hook_error(caller, exc) from exc
+
+
+def _result_used(caller: Any) -> bool:
+    """Whether corral uses what implementations of the hook ``caller`` return: its spec in
+    :mod:`corral.framework.hookspecs` is annotated with a return type other than None."""
+    spec = getattr(hookspecs, str(getattr(caller, "name", "")), None)
+    if spec is None:
+        return True  # not one of corral's hooks: nothing to say
+    return inspect.signature(spec).return_annotation not in (None, "None", inspect.Signature.empty)
+
+
+def unused_result_error(caller: Any, plugin: str, result: Any) -> PluginHookError:
+    """The one line for an implementation of the hook ``caller``, by the plugin ``plugin``, that returned
+    ``result`` although corral does not use that hook's result (it would be ignored without a word)."""
+    hook = str(getattr(caller, "name", "a hook"))
+    advice = _UNUSED_RESULT.get(hook, "return nothing (None)")
+    return hook_result_error(caller, plugin, f"returned {_short_repr(result)}",
+                             f"corral does not use what {hook} returns, so the run stopped; {advice}")
 
 
 def _raising_plugin(caller: Any, exc: BaseException) -> tuple[str | None, TracebackType | None]:
@@ -436,6 +545,32 @@ def call_run_summary(caller: Any, *, log_dir: Path, summary: dict[str, Any]) -> 
     return None
 
 
+# ------------------------------------------------------------------ options missing because a plugin failed
+def failed_plugin_note(group: str, option: str, manager: PluginManager | None = None) -> str | None:
+    """Why ``group=option`` may be missing when a plugin that failed to load is to blame, for the line
+    about an option its group lacks: the plugin that asked to register it and why it failed, or,
+    when none did (a plugin whose import failed registers nothing), every third-party plugin that
+    failed, since one of them may provide it. None when no plugin failed (or none is loaded yet)."""
+    manager = manager or _MANAGER
+    if manager is None or group.startswith("hydra/"):
+        return None
+    failed = [f for f in manager.registry.failed if f.source.distribution != "corral"]
+    owner = next((f for f in failed if (group, option) in f.options), None)
+    if owner is not None:
+        return (f"it comes from the plugin {_failed_name(owner)}, which failed to load here ({owner.error}); fix "
+                f"the plugin, or install a version that loads (pip install --upgrade {owner.source.distribution})")
+    if not failed:
+        return None
+    many = len(failed) > 1
+    names = ", ".join(_failed_name(f) for f in failed)
+    return (f"the installed plugin{'s' if many else ''} {names} failed to load here, so {'their' if many else 'its'} "
+            f"options are missing (`corral plugins` says why); if {group}={option} is one of them, fix the plugin")
+
+
+def _failed_name(failed: FailedPlugin) -> str:
+    return f"{failed.source.plugin} ({failed.source.distribution} {failed.source.version})"
+
+
 # ------------------------------------------------------------------ components that fail to build
 def component_error(registration: Registration, exc: BaseException, manager: PluginManager | None = None
                     ) -> ComponentError:
@@ -509,7 +644,9 @@ __all__ = [
     "call_hook_each",
     "call_run_summary",
     "component_error",
+    "failed_plugin_note",
     "hook_result_error",
+    "unused_result_error",
     "get_plugin_manager",
     "get_registry",
     "reset_plugin_manager",

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 from corral.framework.config import CONFIG_MODULE, CONFIG_NAME, searchpath_entry_problem
 from corral.framework.errors import ConfigError, CorralError
+from corral.framework.plugins import failed_plugin_note
 from corral.framework.resume import check_branch_dir, check_resume_source, holds_run, resume_arg, resumed_config
 from corral.framework.shell_words import shell_override
 
@@ -1010,6 +1011,8 @@ def unknown_option_message(group: str, option: str, options: Sequence[str], over
     where = ("Hydra plugin packages add more" if group.startswith("hydra/")
              else "a plugin package adds its own; `corral plugins` lists what is installed")
     head = f"{override}: " if override else ""
+    if (note := failed_plugin_note(group, option)) is not None:  # a plugin that failed to load is why
+        return f"{head}{group} has no option {option!r}: {note}; or choose one of {', '.join(options)}"
     return (f"{head}{group} has no option {option!r}; choose one of {', '.join(options)} ({where})")
 
 

@@ -7,6 +7,7 @@ This module is the bottom of the plugin machinery: :mod:`corral.framework.plugin
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -18,6 +19,10 @@ from corral.framework.errors import PluginError
 
 #: The kinds of component a plugin may register (one Hydra config group each).
 KINDS: tuple[str, ...] = ("trainer", "algo", "env", "policy", "sampler", "worker", "logger", "normalize")
+
+#: What an option's name may be: what a user types after ``sampler=`` with no quoting, and a key of
+#: the config (``logger.<name>.<field>``): a letter or ``_``, then letters, digits, ``_`` and ``-``.
+OPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
 @dataclass(frozen=True)
@@ -69,11 +74,13 @@ class Registration:
 
 @dataclass(frozen=True)
 class FailedPlugin:
-    """A plugin that could not be loaded or registered."""
+    """A plugin that could not be loaded or registered, and the options (``(kind, name)``) it asked to
+    register before it failed (none when its import failed): they are missing because of it."""
 
     source: Source
     error: str
     traceback: str
+    options: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,17 @@ class Registry:
         if reg.kind not in KINDS:
             raise PluginError(
                 f"{reg.source} registered {reg.name!r} under unknown kind {reg.kind!r}; kinds are {', '.join(KINDS)}"
+            )
+        if not isinstance(reg.name, str) or not OPTION_NAME.fullmatch(reg.name):
+            raise PluginError(
+                f"{reg.source}: the {reg.kind} name {reg.name!r} cannot be typed as {reg.kind}=<name>; "
+                f"rename the option: a name is a letter or _, then letters, digits, _ and - (e.g. 'my_{reg.kind}')"
+            )
+        if not callable(reg.factory):
+            raise PluginError(
+                f"{reg.source}: the factory of {reg.kind} {reg.name!r} is {reg.factory!r} (type "
+                f"{type(reg.factory).__name__}), which cannot be called; register the class or function itself "
+                "(register(kind, name, MyClass, ...), not a string or an instance)"
             )
         key = (reg.kind, reg.name)
         if key in self.entries:
@@ -226,4 +244,4 @@ def check_structured(reg: Registration) -> None:
         ) from exc
 
 
-__all__ = ["KINDS", "Clash", "chosen_options", "DuplicateRegistration", "FailedPlugin", "Registration", "Registry", "Source", "check_structured", "node_class"]
+__all__ = ["KINDS", "OPTION_NAME", "Clash", "chosen_options", "DuplicateRegistration", "FailedPlugin", "Registration", "Registry", "Source", "check_structured", "node_class"]
