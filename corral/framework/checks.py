@@ -26,6 +26,13 @@ silently ignored (:func:`ignored_values`)::
 
 ``corral: warning: trainer.video_every=2 has no effect while trainer.eval_every=0: it applies only with
 trainer.eval_every > 0; set that, or leave trainer.video_every at its default (0)``.
+
+A condition may name another group's setting by its dotted key, read from the run's whole composed
+config: ``("worker.context_reward", "==", "sparse_reward")``; ``worker.name`` is the group's choice
+(``("worker.name", "not in", ("rl2", "pearl"))``, said as ``worker=rl2``). A setting the run does not
+have (``worker=default`` has no ``context_reward``) holds no value, so no condition on it holds. A key
+that names no setting (a typo) is caught when a run with the option is composed
+(:func:`condition_problems`, part of :func:`composed_problems`), as a sibling that is not a field is.
 ``corral plugins`` shows the declarations, and the contract kit checks that a plugin's defaults
 satisfy its own (:func:`check_defaults`).
 """
@@ -68,6 +75,7 @@ class Check:
     lt_field: str | None = None
     le_field: str | None = None
     applies_if: tuple[tuple[str, str, Any], ...] = ()
+    ignored_because: str = ""
 
     def relations(self) -> list[tuple[str, str]]:
         """``(operator, other field)`` pairs: this field compared with a sibling field's value."""
@@ -107,7 +115,8 @@ def check(*, gt: float | None = None, ge: float | None = None, lt: float | None 
           choices: Iterable[Any] | None = None, pattern: str | None = None, describe: str | None = None,
           finite: bool = True, gt_field: str | None = None, ge_field: str | None = None,
           lt_field: str | None = None, le_field: str | None = None,
-          applies_if: tuple[str, str, Any] | tuple[tuple[str, str, Any], ...] = (), help: str = "") -> dict[str, Any]:
+          applies_if: tuple[str, str, Any] | tuple[tuple[str, str, Any], ...] = (), ignored_because: str = "",
+          help: str = "") -> dict[str, Any]:
     """Field metadata declaring what a config field accepts (and its help line).
 
     ``field(default=3e-4, metadata=check(gt=0, help="Adam step size"))``. ``gt``/``ge``/``lt``/``le``
@@ -116,21 +125,30 @@ def check(*, gt: float | None = None, ge: float | None = None, lt: float | None 
     what it accepts. ``gt_field``/``ge_field``/``lt_field``/``le_field`` compare the value with
     another field of the same config (``min_buffer_size: ... check(ge=1, le_field="buffer_size")``;
     skipped while either is None). ``applies_if`` says when the field has any effect: a condition
-    ``(field, operator, value)`` with operator ``==``, ``!=`` or ``>``, or a tuple of them of which any
-    one is enough; a value other than the field's default while none holds is named by
-    :func:`ignored_values`. The field is a sibling (``eval_every``), or another group's setting by its
-    dotted key (``trainer.eval_every``: an algorithm setting that only the trainer's evaluation reads);
-    a run whose config lacks that setting (another trainer) is not warned.
-    With no argument but ``help`` it declares "any finite number".
+    ``(field, operator, value)`` with operator ``==``, ``!=``, ``>`` or ``not in`` (a tuple of values,
+    none of which it is), or a tuple of conditions of which any one is enough; a value other than the
+    field's default while none holds is named by :func:`ignored_values`, with ``ignored_because`` (why
+    it then has no effect) in the line. The field is a sibling (``eval_every``), or another group's
+    setting by its dotted key, read from the run's whole config (``trainer.eval_every``: an algorithm
+    setting that only the trainer's evaluation reads; ``worker.name``: the worker chosen). A run whose
+    chosen option lacks that setting (``worker=default`` has no ``context_reward``) does not satisfy
+    the condition. With no argument but ``help`` it declares "any finite number".
     """
     conditions = (applies_if,) if applies_if and isinstance(applies_if[0], str) else tuple(applies_if)
     for condition in conditions:
         if len(condition) != 3 or condition[1] not in _APPLIES_OPS:
             raise ValueError(f"applies_if conditions are (field, one of {', '.join(_APPLIES_OPS)}, value), "
                              f"got {condition!r}")
+        if not isinstance(condition[0], str) or not _CONDITION_KEY.fullmatch(condition[0]):
+            raise ValueError(f"an applies_if condition names a sibling field (eval_every) or another group's setting "
+                             f"by its dotted key (trainer.eval_every), got {condition[0]!r}")
+        if condition[1] == "not in" and not isinstance(condition[2], (tuple, list, frozenset, set)):
+            raise ValueError(f"an applies_if condition with 'not in' takes a tuple of values, got {condition!r}")
+    conditions = tuple((key, op, tuple(value) if op == "not in" else value) for key, op, value in conditions)
     spec = Check(gt=gt, ge=ge, lt=lt, le=le, choices=tuple(choices) if choices is not None else None,
                  pattern=pattern, describe_pattern=describe, finite=finite, gt_field=gt_field, ge_field=ge_field,
-                 lt_field=lt_field, le_field=le_field, applies_if=conditions)  # type: ignore[arg-type]
+                 lt_field=lt_field, le_field=le_field, applies_if=conditions,  # type: ignore[arg-type]
+                 ignored_because=ignored_because)
     metadata: dict[str, Any] = {CHECK_KEY: spec}
     if help:
         metadata["help"] = help
@@ -213,7 +231,9 @@ def ignored_values(config: type, values: Mapping[str, Any], prefix: str,
     ``given`` names the fields a user set (on a command line); only those are named, since a value
     that came from a preset is not the user's to reset. None: every field in ``values`` counts.
     ``run`` is the run's whole config, where a condition on another group's setting
-    (``trainer.eval_every``) is read; without it such a condition counts as holding."""
+    (``trainer.eval_every``) is read (a setting it does not have satisfies no condition); without it,
+    or where that setting does not resolve (:func:`composed_problems` names it), such a condition
+    counts as holding."""
     out = []
     for f in dataclasses.fields(config):
         spec = field_check(f)
@@ -227,7 +247,13 @@ def ignored_values(config: type, values: Mapping[str, Any], prefix: str,
 
 #: The operators of an ``applies_if`` condition.
 _APPLIES_OPS = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b,
-                ">": lambda a, b: _is_number(a) and a > b}
+                ">": lambda a, b: _is_number(a) and a > b, "not in": lambda a, b: a not in b}
+#: What an ``applies_if`` condition names: a sibling field, or another group's setting by its dotted key.
+_CONDITION_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+#: The value of a setting the run's config does not have (another option of its group was chosen).
+_ABSENT = object()
+#: The value of a setting whose interpolation does not resolve (:func:`composed_problems` names it).
+_UNREADABLE = object()
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -245,13 +271,24 @@ def _yaml(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
+def _condition_name(other: str, prefix: str) -> str:
+    """How a condition's key is written: a sibling after ``prefix`` (``trainer.eval_every``), another
+    group's setting by its key, a group's choice by the group (``worker.name``: ``worker``)."""
+    if "." not in other:
+        return f"{prefix}{other}"
+    return other[:-len(".name")] if other.endswith(".name") and other.count(".") == 1 else other
+
+
 def applies_text(spec: Check, prefix: str = "") -> str:
-    """A field's ``applies_if`` in words: ``eval_every > 0``, ``obs=true or reward=true``, ``resume set``
-    (each sibling's name after ``prefix``; another group's setting by its own key, ``trainer.eval_every``)."""
+    """A field's ``applies_if`` in words: ``eval_every > 0``, ``obs=true or reward=true``, ``resume set``,
+    ``worker other than rl2 and pearl`` (each sibling's name after ``prefix``; another group's setting
+    by its own key, ``trainer.eval_every``, and a group's choice by the group's name)."""
     def one(other: str, op: str, wanted: Any) -> str:
-        name = other if "." in other else f"{prefix}{other}"
+        name = _condition_name(other, prefix)
         if op == "!=" and wanted is None:
             return f"{name} set"
+        if op == "not in":
+            return f"{name} other than {' and '.join(_yaml(v) for v in wanted)}"
         return f"{name}{'=' if op == '==' else f' {op} '}{_yaml(wanted)}"
 
     return " or ".join(one(*condition) for condition in spec.applies_if)
@@ -261,7 +298,9 @@ def _ignored(config: type, f: dataclasses.Field, spec: Check, values: Mapping[st
              run: Any = None) -> str | None:
     """The message for a field set away from its default where its ``applies_if`` holds for none of
     its conditions (its value would be ignored), else None. A condition on another group's setting is
-    read from ``run`` (the whole config); one that cannot be read there counts as holding."""
+    read from ``run`` (the whole config): a setting the run does not have satisfies no condition; one
+    that does not resolve there, or any without ``run``, counts as holding (as does a sibling that is
+    not a field, which :func:`condition_problems` names)."""
     if not spec.applies_if:
         return None
     default = _default(f)
@@ -273,33 +312,48 @@ def _ignored(config: type, f: dataclasses.Field, spec: Check, values: Mapping[st
     for other, op, wanted in spec.applies_if:
         if "." in other:  # another group's setting
             have = _run_value(run, other)
-            if have is dataclasses.MISSING:
+            if have is _UNREADABLE:
                 return None
-            name = other
-        else:
+            if have is _ABSENT:
+                current.append(_absent_text(run, other))
+                continue
+        elif other in values or other in by_name:
             have = values[other] if other in values else _default(by_name[other])
-            name = f"{prefix}.{other}"
+        else:  # not a field: condition_problems names it
+            return None
         if _APPLIES_OPS[op](have, wanted):
             return None
-        current.append(f"{name}={_yaml(have)}")
+        current.append(f"{_condition_name(other, prefix + '.')}={_yaml(have)}")
     wants = applies_text(spec, prefix + ".")
-    return (f"{prefix}.{f.name}={_yaml(value)} has no effect while {' and '.join(dict.fromkeys(current))}: it applies "
-            f"only with {wants}; set that, or leave {prefix}.{f.name} at its default ({_yaml(default)})")
+    because = f"{spec.ignored_because}; " if spec.ignored_because else ""
+    return (f"{prefix}.{f.name}={_yaml(value)} has no effect while {' and '.join(dict.fromkeys(current))}: {because}it "
+            f"applies only with {wants}; set that, or leave {prefix}.{f.name} at its default ({_yaml(default)})")
+
+
+def _absent_text(run: Any, key: str) -> str:
+    """The setting ``key`` that the run's config ``run`` does not have, in words: ``worker=default,
+    which has no setting context_reward`` (the option chosen in its place), else ``no setting <key>``."""
+    parent, _, leaf = key.rpartition(".")
+    node = _run_value(run, parent)
+    name = node.get("name") if hasattr(node, "get") else None
+    if isinstance(name, str):
+        return f"{parent}={name}, which has no setting {leaf}"
+    return f"no setting {key}"
 
 
 def _run_value(run: Any, key: str) -> Any:
-    """The value of the dotted ``key`` in the run's config ``run``; ``dataclasses.MISSING`` when there
-    is no config, no such setting, or it does not resolve (another check names that)."""
+    """The value of the dotted ``key`` in the run's config ``run``: :data:`_ABSENT` when the config does
+    not have that setting, :data:`_UNREADABLE` when there is no config or the value does not resolve
+    (``???``, an interpolation to nothing: another check names that)."""
     if run is None:
-        return dataclasses.MISSING
+        return _UNREADABLE
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        value = OmegaConf.select(run, key, default=dataclasses.MISSING, throw_on_missing=True)
+        return OmegaConf.select(run, key, default=_ABSENT, throw_on_missing=True)
     except OmegaConfBaseException:
-        return dataclasses.MISSING
-    return value
+        return _UNREADABLE
 
 
 def check_values(config: type, values: Mapping[str, Any], prefix: str) -> None:
@@ -314,8 +368,9 @@ def checked(prefix: str) -> Callable[[type], type]:
     so a config built in Python (``PPO(spec, policy, sampler, learning_rate=-1)``) gets the same one-line
     :class:`~corral.framework.errors.ConfigError` a command line gets (``algo.learning_rate must be > 0,
     got -1``). ``prefix`` is the config group the message names (``algo``, ``trainer``). It checks
-    ranges, choices and relations; ``applies_if`` is the command line's warning (a made config cannot
-    tell a user's value from a preset's). A ``__post_init__`` the class defines runs after it."""
+    ranges, choices and relations; ``applies_if`` is said when a run is composed or built
+    (:func:`composed_ignored`: a condition may read another group's setting, which a config made on
+    its own does not have). A ``__post_init__`` the class defines runs after it."""
 
     def decorate(cls: type) -> type:
         own = cls.__dict__.get("__post_init__")
@@ -333,28 +388,68 @@ def checked(prefix: str) -> Callable[[type], type]:
     return decorate
 
 
-def check_defaults(config: type, prefix: str = "config") -> list[str]:
+def check_defaults(config: type, prefix: str = "config", registry: Any = None) -> list[str]:
     """The problems of a config dataclass's own defaults against its own declarations (``[]`` = fine).
 
     Also reports a field whose ``check`` metadata is not a :class:`Check` (built by hand instead of
-    with :func:`check`), and an ``applies_if`` that names no field of the config.
+    with :func:`check`), and an ``applies_if`` that names no field of the config or, given the plugin
+    ``registry``, no setting of any option of the group its dotted key names (:func:`condition_problems`).
     """
     problems = []
     values: dict[str, Any] = {}
-    names = {f.name for f in dataclasses.fields(config)}
     for f in dataclasses.fields(config):
         raw = f.metadata.get(CHECK_KEY)
         if raw is not None and not isinstance(raw, Check):
             problems.append(f"{prefix}.{f.name}: metadata[{CHECK_KEY!r}] must come from corral.check(...), "
                             f"got {raw!r}")
-        for other, _, _ in raw.applies_if if isinstance(raw, Check) else ():
-            if other not in names and "." not in other:  # a dotted key is another group's: the run's config has it
-                problems.append(f"{prefix}.{f.name}: applies_if names {other!r}, which is not a field of "
-                                f"{config.__name__}")
         default = _default(f)
         if default is not dataclasses.MISSING:
             values[f.name] = default
-    return problems + field_problems(config, values, prefix)
+    return problems + condition_problems(config, prefix, registry) + field_problems(config, values, prefix)
+
+
+def condition_problems(config: type, prefix: str, registry: Any = None) -> list[str]:
+    """Every ``applies_if`` condition of ``config`` that names nothing, as ``"<prefix>.<field>:
+    applies_if names 'evry', which is not a field of <Config>"``: a sibling that is not a field and,
+    given the plugin ``registry``, another group's key that no registered option of that group has
+    (``worker.context_rewrd``; ``worker.name``, the group's choice, every group has). Such a condition
+    would never hold, so the field would be named as ignored whatever the run chose."""
+    names = {f.name for f in dataclasses.fields(config)}
+    problems = []
+    for f in dataclasses.fields(config):
+        spec = field_check(f)
+        for other, _, _ in spec.applies_if if spec is not None else ():
+            if "." not in other:
+                if other not in names:
+                    problems.append(f"{prefix}.{f.name}: applies_if names {other!r}, which is not a field of "
+                                    f"{config.__name__}")
+            elif registry is not None and (why := _unknown_key(other, registry)) is not None:
+                problems.append(f"{prefix}.{f.name}: applies_if names {other!r}, {why}")
+    return problems
+
+
+def _unknown_key(key: str, registry: Any) -> str | None:
+    """Why the dotted ``key`` names no setting of any option in ``registry`` (``"which no worker option
+    has; did you mean worker.context_reward?"``), or None when one has it. The logger group holds one
+    node per selected logger: its keys are ``logger.<name>.<setting>``."""
+    group, *rest = key.split(".")
+    options = [reg for reg in registry.entries.values() if reg.kind == group]
+    if not options:
+        groups = sorted({reg.kind for reg in registry.entries.values()})
+        return f"but there is no config group {group!r} (the groups: {', '.join(groups)})"
+    if group == "logger":
+        options = [reg for reg in options if reg.name == rest[0]]
+        rest = rest[1:]
+        if not options or not rest:
+            return "which names no setting of a logger option (write logger.<name>.<setting>)"
+    if rest[0] == "name":
+        return None
+    keys = sorted({f.name for reg in options if reg.config is not None for f in dataclasses.fields(reg.config)})
+    if rest[0] in keys:
+        return None
+    close = difflib.get_close_matches(rest[0], keys, n=1)
+    where = key[: -len(".".join(rest))]
+    return f"which no {group} option has" + (f"; did you mean {where}{close[0]}?" if close else "")
 
 
 def unchecked_fields(config: type) -> list[str]:
@@ -452,6 +547,7 @@ __all__ = [
     "check_minimums",
     "check_values",
     "checked",
+    "condition_problems",
     "composed_ignored",
     "composed_problems",
     "describe_field",
@@ -467,7 +563,8 @@ __all__ = [
 
 def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str]) -> list[str]:
     """Every problem of a composed run config: a key that is not a field of its option (or of the
-    primary ``schema``), and every value outside its field's declared range.
+    primary ``schema``), every value outside its field's declared range, and a chosen option's
+    ``applies_if`` that names no setting (:func:`condition_problems`: the option's own mistake).
 
     ``registry`` is the plugin :class:`~corral.framework.registry.Registry`; ``kinds`` the config
     groups (the ``logger`` group holds one node per selected logger, under ``logger.<name>``).
@@ -527,6 +624,9 @@ def composed_problems(cfg: Any, registry: Any, schema: type, kinds: Iterable[str
             elsewhere = [f"{kind}={other.name}" for other in owners]
             problems.append(unknown_key_message(prefix, option, str(extra), fields, elsewhere))
         if reg.config is not None:
+            problems.extend(f"{option} ({reg.source}) declares {p}; its config's check(applies_if=...) must name "
+                            "a setting (a mistake of the plugin's: report it to its author)"
+                            for p in condition_problems(reg.config, prefix, registry))
             own = field_problems(reg.config, values, prefix)
             problems.extend(own)
             if not own and len(values) == len(container):  # every value is in range and set: the relations
@@ -592,9 +692,11 @@ def _option_nodes(cfg: Any, kinds: Iterable[str]) -> list[tuple[str, str, str, s
     return out
 
 
-def composed_ignored(cfg: Any, registry: Any, kinds: Iterable[str], given: Collection[str]) -> list[str]:
+def composed_ignored(cfg: Any, registry: Any, kinds: Iterable[str], given: Collection[str] | None) -> list[str]:
     """The values of a composed run config that its options would ignore (:func:`ignored_values`),
-    among the dotted keys in ``given`` (what a command line set: ``trainer.video_every``)."""
+    among the dotted keys in ``given`` (what a command line set: ``trainer.video_every``); None: every
+    value that differs from its field's default (a config made in Python). A condition on another
+    group's setting is read from ``cfg``."""
     from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -609,7 +711,7 @@ def composed_ignored(cfg: Any, registry: Any, kinds: Iterable[str], given: Colle
         except OmegaConfBaseException:  # composed_problems names it
             return
         assert isinstance(values, dict)
-        mine = {key[len(prefix) + 1:] for key in given if key.startswith(prefix + ".")}
+        mine = None if given is None else {key[len(prefix) + 1:] for key in given if key.startswith(prefix + ".")}
         out.extend(ignored_values(reg.config, {str(k): v for k, v in values.items()}, prefix, given=mine, run=cfg))
 
     for prefix, _, kind, name, node in _option_nodes(cfg, kinds):

@@ -153,7 +153,7 @@ def plugins_command(argv: Sequence[str]) -> int:
 
     # A default outside its own declared range would make every run with that option fail: the author's mistake.
     config_problems = [f"{r.kind}={r.name} ({r.source}): {p}" for r in registry if r.config is not None
-                       for p in check_defaults(r.config, r.path)]
+                       for p in check_defaults(r.config, r.path, registry)]
     for message in manager.unknown_names:  # CORRAL_PLUGINS=<a name nothing has>: why a plugin is missing below
         print(f"corral: warning: {message}", file=sys.stderr)
     if opts.json:

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import logging
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Collection, Iterator
@@ -16,7 +17,7 @@ from corral.framework.algorithm import Algorithm
 from corral.framework.checks import composed_ignored, composed_problems
 from corral.framework.config import CorralConfig, config_of
 from corral.framework.env import EnvFactory, EnvSpec, limit_above_time_limit, make_env
-from corral.framework.errors import ConfigError, CorralError, WorkerError, raised_within
+from corral.framework.errors import ConfigError, CorralError, CorralWarning, WorkerError, raised_within
 from corral.framework.logger import Logger
 from corral.framework.plugins import PluginManager, call_hook, component_error, get_plugin_manager
 from corral.framework.policy import Policy
@@ -158,12 +159,25 @@ def _env_failures_named(env_cfg: Any, when: str = "") -> Iterator[None]:
         raise _env_error(exc, env_cfg, when) from exc
 
 
-def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: PluginManager | None = None) -> Run:
-    """Build every part of a run from a composed config (nothing starts sampling yet)."""
+def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: PluginManager | None = None,
+          given: Collection[str] | None = None) -> Run:
+    """Build every part of a run from a composed config (nothing starts sampling yet).
+
+    A value the run would ignore (a field's ``applies_if`` does not hold) is one
+    :class:`~corral.framework.errors.CorralWarning` (a ``corral: warning:`` line on the command line),
+    before anything is built, for the dotted keys in ``given`` (``corral eval``'s overrides; ``()``:
+    none). None: in a config made in Python (library use), every value that differs from its field's
+    default counts as given (a shipped preset holds none that its own choices ignore); in a Hydra job
+    (``train.py``'s), none is named here: its pre-run check, or the sweep's job, named those of its
+    command line (:func:`warn_ignored`)."""
     import torch
 
     manager = manager or get_plugin_manager()
     validate(cfg, manager)
+    if given is None and _in_hydra_job():
+        given = ()
+    for message in composed_ignored(cfg, manager.registry, KINDS, given):
+        warnings.warn(CorralWarning(message), stacklevel=2)
     reg = manager.registry
     seed = int(cfg.seed)
     if (threads := cfg.trainer.get("torch_threads")) is not None:
@@ -242,6 +256,13 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
         sampler.shutdown_worker()
         raise
     return Run(cfg, env, env_spec, policy, worker_factory, sampler, algo, loggers, trainer)
+
+
+def _in_hydra_job() -> bool:
+    """Whether this is a Hydra job (``train.py``'s), whose command line its own checks have seen."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return bool(HydraConfig.initialized())
 
 
 def _normalization(reg: Any, cfg: DictConfig, env_spec: EnvSpec,

@@ -139,6 +139,7 @@ def evaluate_run(
         require_video,
     )
     from corral.framework.plugins import get_plugin_manager
+    from corral.framework.precheck import given_keys
     from corral.framework.trainer import find_snapshot, runs_inside
     from corral.results.writable import directory_problem, write_atomically
 
@@ -179,7 +180,9 @@ def evaluate_run(
     if env_id is not None:  # the env.* overrides are of the environment evaluated: --env-id's
         cfg, other = _other_env(cfg, env_id)
         built_cfg = _with_env(cfg, run_env)  # the run as trained: the policy's spaces
-    run = build(built_cfg)
+    # The overrides' values the run would ignore (a field's applies_if): one warning line each; not the run's own.
+    # With --env-id the env.* overrides are of the other environment, not of the run built here.
+    run = build(built_cfg, given=given_keys([o for o in overrides if env_id is None or not o.startswith("env.")]))
     try:
         env_overrides = [o for o in overrides if o.startswith("env.")]
         if env_id is None and env_overrides:  # the policy takes the spaces it was trained on

@@ -7,7 +7,8 @@ one task of the family, ``sample_tasks(1, rng)[0]`` with ``rng`` seeded by ``env
 worker, slot or seed branch, so the run's sampling, the trainer's evaluation and ``corral eval``
 all run that task. Meta-RL algorithms (``algo=rl2_ppo``, ``algo=pearl``) set a task for every
 trial instead, and trial-running workers without a task schedule draw a new task per trial
-(:mod:`corral.meta.trial_tasks`), so ``env.task_seed`` does not apply to them.
+(:mod:`corral.meta.trial_tasks`), so ``env.task_seed`` does not apply to them: its ``applies_if``
+says so, and given with ``worker=rl2`` or ``worker=pearl`` a warning says it has no effect.
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ import numpy as np
 
 from corral.framework.checks import check
 from corral.framework.env import EnvFactory, before_making
+
+#: The workers that run trials (:mod:`corral.meta.trial_tasks`): their tasks come from the algorithm's
+#: schedules, or a new one per trial, never the run's one task, so ``env.task_seed`` has no effect there.
+TRIAL_WORKERS = ("rl2", "pearl")
 
 
 @dataclass
@@ -37,9 +42,13 @@ class TaskEnvConfig:
     )
     task_seed: int = field(
         default=0,
-        metadata=check(ge=0, help="seed of the run's one task for an algorithm that sets no tasks (algo=ppo ...): "
-                                  "every environment of the run, its evaluation and corral eval run it; "
-                                  "meta-RL workers (worker=rl2, worker=pearl) ignore it"),
+        metadata=check(ge=0, applies_if=("worker.name", "not in", TRIAL_WORKERS),
+                       ignored_because="a trial-running worker runs the algorithm's scheduled tasks, or a new task "
+                                       "each trial, never the run's one task (algo.task_seed seeds the meta-RL task "
+                                       "split)",
+                       help="seed of the run's one task for an algorithm that sets no tasks (algo=ppo ...): "
+                            "every environment of the run, its evaluation and corral eval run it; "
+                            "meta-RL workers (worker=rl2, worker=pearl) ignore it"),
     )
 
     #: The option's own field that sets the episode length (bandits' ``n_pulls``), if it has one. It
@@ -121,4 +130,4 @@ def task_env_factory(entry_point: str, config: TaskEnvConfig, default_length: in
     )
 
 
-__all__ = ["TaskEnvConfig", "make_task_env", "require_mujoco", "run_task", "task_env_factory", "task_generator"]
+__all__ = ["TRIAL_WORKERS", "TaskEnvConfig", "make_task_env", "require_mujoco", "run_task", "task_env_factory", "task_generator"]

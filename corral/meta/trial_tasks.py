@@ -5,8 +5,9 @@ Where trial ``k`` of a worker gets its task:
 - a :class:`~corral.meta.tasks.TaskSchedule` env update (how ``algo=rl2_ppo`` and ``algo=pearl``
   sample, and how their meta-evaluation runs the held-out tasks): the schedule's ``k``-th task (and
   its known context, when the schedule has one);
-- no schedule, with the run's environment as it was made (the trainer's evaluation episodes,
-  ``corral eval``): a **new task for every trial**, drawn from the environment's task distribution
+- no schedule, with the run's environment as it was made (the trainer's plain evaluation episodes,
+  ``eval/*``; ``corral eval`` of an RL2 or PEARL run runs the run's meta-test schedule instead,
+  :class:`~corral.framework.evaluation.TrialEvaluation`): a **new task for every trial**, drawn from the environment's task distribution
   with the slot's own stream (child :data:`TASK_STREAM` of the slot's seed, beside the
   environment's reset seed, child 0, and the agent's noise, child 1). They are not taken from the
   run's task split, and evaluation workers, on a seed branch of their own, draw other tasks than
@@ -40,7 +41,8 @@ class TrialTasksMixin:
     trials_started: int = 0
     #: True after an env update that set the environments' task itself (a SetTask): trials keep it.
     keeps_env_task: bool = False
-    #: What the trials run on without a schedule, in words (``corral eval`` prints it).
+    #: What the trials run on without a schedule, in words (``corral eval`` prints it for a run whose
+    #: algorithm plans no held-out evaluation of its own).
     tasks_without_schedule: ClassVar[str] = (
         "a new task for every trial, drawn from the environment's task distribution with the evaluation seed "
         "(not the run's meta-train or held-out task lists)"
@@ -104,18 +106,4 @@ class TrialTasksMixin:
             self._task_generator(int(j)).bit_generator.state = generator_state
 
 
-def task_seed_unused(cfg: Any, given: set[str] | None = None) -> str | None:
-    """The warning for an ``env.task_seed`` given on the command line (``given``: its keys; None: this
-    Hydra job's, :func:`~corral.framework.precheck.job_given_keys`) of a run whose worker runs trials:
-    their tasks come from the algorithm's schedules, or are drawn per trial, never the run's one task."""
-    from corral.framework.precheck import job_given_keys  # (Hydra's config; not imported in worker processes)
-
-    given = job_given_keys() if given is None else given
-    if not given or "env.task_seed" not in given:
-        return None
-    return (f"env.task_seed={cfg.env.get('task_seed')} has no effect with worker={cfg.worker.name}: its trials run "
-            "the algorithm's scheduled tasks, or a new task each without a schedule; env.task_seed picks the task of "
-            "an algorithm that sets none (algo=ppo ...); leave it out (algo.task_seed seeds the meta-RL task split)")
-
-
-__all__ = ["TASK_STREAM", "TrialTasksMixin", "task_seed_unused"]
+__all__ = ["TASK_STREAM", "TrialTasksMixin"]

@@ -292,7 +292,7 @@ class MetaConfig:
 def test_applies_if_on_another_groups_setting_is_read_from_the_run_config() -> None:
     """A setting that only another group's setting makes matter (``algo.meta_eval_*``: the trainer's
     evaluation runs ``meta_evaluate``) names that setting when it does not hold; a trainer without it
-    (another trainer plugin) is not warned about."""
+    (another trainer plugin) holds no value, so the condition does not hold there either."""
     from types import SimpleNamespace
 
     from omegaconf import OmegaConf
@@ -315,7 +315,10 @@ def test_applies_if_on_another_groups_setting_is_read_from_the_run_config() -> N
     assert composed_ignored(cfg({"eval_every": 5}, **changed), registry, ("algo",), given) == []  # it evaluates
     assert composed_ignored(cfg({"eval_every": 0}, **changed), registry, ("algo",), set()) == []  # a preset's values
     assert composed_ignored(cfg({"eval_every": 0}), registry, ("algo",), given) == []  # the defaults
-    assert composed_ignored(cfg({}, **changed), registry, ("algo",), given) == []  # a trainer without eval_every
+    # a trainer without eval_every (another trainer plugin): the condition does not hold (it was "holds")
+    assert composed_ignored(cfg({}, **changed), registry, ("algo",), given)[0] == (
+        "algo.meta_eval_trials=5 has no effect while trainer=default, which has no setting eval_every: it applies "
+        "only with trainer.eval_every > 0; set that, or leave algo.meta_eval_trials at its default (2)")
     assert composed_ignored(cfg({"eval_every": "${nope}"}, **changed), registry, ("algo",), given) == []  # named elsewhere
     assert ignored_values(MetaConfig, changed, "algo") == []  # without the run's config: counted as holding
     assert check_defaults(MetaConfig) == []  # a dotted applies_if names another group's setting, not a field

@@ -261,24 +261,30 @@ def _cfg(**groups: dict) -> object:
     return OmegaConf.create(groups)
 
 
-def test_goal_radius_given_where_no_reward_depends_on_it_is_named() -> None:
-    from corral.plugins.envs.point_nav import goal_radius_unused
+def _ignored(cfg: object, given: set[str]) -> list[str]:
+    """The values among ``given`` that the composed-like ``cfg`` would ignore (each field's ``applies_if``)."""
+    from corral.framework.checks import composed_ignored
+    from corral.framework.registry import KINDS
 
+    return composed_ignored(cfg, get_registry(), KINDS, given)
+
+
+def test_goal_radius_given_where_no_reward_depends_on_it_is_named() -> None:
+    """``env.goal_radius``'s ``applies_if`` (was a hand-written validate hook, ``goal_radius_unused``)."""
     dense = _cfg(env={"name": "point_nav", "sparse": False, "goal_radius": 0.5}, worker={"name": "default"})
-    message = goal_radius_unused(dense, {"env", "env.goal_radius"})
-    assert message is not None and message.startswith("env.goal_radius=0.5 has no effect while env.sparse=false")
+    (message,) = _ignored(dense, {"env", "env.goal_radius"})
+    assert message.startswith("env.goal_radius=0.5 has no effect while env.sparse=false")
     assert "env.sparse=true" in message and "default (0.2)" in message
-    assert goal_radius_unused(dense, {"env"}) is None  # not given: a preset's or the default
-    assert goal_radius_unused(dense, None) is None  # outside a Hydra job: cannot tell
+    assert _ignored(dense, {"env"}) == []  # not given: a preset's or the default
     sparse = _cfg(env={"name": "point_nav", "sparse": True, "goal_radius": 0.5}, worker={"name": "default"})
-    assert goal_radius_unused(sparse, {"env.goal_radius"}) is None
+    assert _ignored(sparse, {"env.goal_radius"}) == []
     for reads in ("sparse_reward", "success"):
         pearl = _cfg(env={"name": "point_nav", "sparse": False, "goal_radius": 0.5},
                      worker={"name": "pearl", "context_reward": reads})
-        assert goal_radius_unused(pearl, {"env.goal_radius"}) is None
+        assert _ignored(pearl, {"env.goal_radius"}) == []
     pearl = _cfg(env={"name": "point_nav", "sparse": False, "goal_radius": 0.5},
                  worker={"name": "pearl", "context_reward": None})
-    assert "worker.context_reward=null" in str(goal_radius_unused(pearl, {"env.goal_radius"}))
+    assert "worker.context_reward=null" in str(_ignored(pearl, {"env.goal_radius"}))
 
 
 def test_train_py_warns_about_a_dense_goal_radius_once(tmp_path: Path) -> None:
@@ -308,11 +314,13 @@ def test_n_arms_declares_its_real_minimum() -> None:
 
 def test_task_seed_given_with_a_trial_worker_is_named() -> None:
     """``env.task_seed`` picks the task of an algorithm that sets none; a trial worker's trials never
-    run it, so given with one it is one warning line (nothing said when it was not given)."""
-    from corral.meta.trial_tasks import task_seed_unused
-
-    cfg = OmegaConf.create({"env": {"name": "bandits", "task_seed": 3}, "worker": {"name": "rl2"}})
-    message = task_seed_unused(cfg, {"env.task_seed"})
-    assert message is not None and message.startswith("env.task_seed=3 has no effect with worker=rl2")
-    assert task_seed_unused(cfg, {"env.n_arms"}) is None
-    assert task_seed_unused(cfg, set()) is None
+    run it, so given with one it is one warning line (nothing said when it was not given). Its
+    ``applies_if`` says so (was a hand-written validate hook of the rl2 and pearl workers)."""
+    for worker in ("rl2", "pearl"):
+        cfg = OmegaConf.create({"env": {"name": "bandits", "task_seed": 3}, "worker": {"name": worker}})
+        (message,) = _ignored(cfg, {"env.task_seed"})
+        assert message.startswith(f"env.task_seed=3 has no effect while worker={worker}")
+        assert _ignored(cfg, {"env.n_arms"}) == []
+        assert _ignored(cfg, set()) == []
+    plain = OmegaConf.create({"env": {"name": "bandits", "task_seed": 3}, "worker": {"name": "vec"}})
+    assert _ignored(plain, {"env.task_seed"}) == []

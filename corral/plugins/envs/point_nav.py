@@ -7,8 +7,8 @@ PEARL's sparse point robot): ``1 - distance`` inside ``goal_radius`` of the goal
 info always holds ``sparse_reward`` (PEARL infers the goal from it while learning from the dense
 reward: ``worker.context_reward=sparse_reward``), ``distance`` and ``success``.
 Episodes last 20 steps by default. ``env.goal_radius`` matters only where a reward depends on it
-(``env.sparse=true``, or ``worker.context_reward=sparse_reward`` / ``success``): given otherwise, a
-warning says it has no effect.
+(``env.sparse=true``, or ``worker.context_reward=sparse_reward`` / ``success``): its ``applies_if``
+says so, and given otherwise a warning says it has no effect.
 
 An algorithm that sets no tasks runs the run's one goal (``env.task_seed``; see
 :mod:`corral.meta.task_envs`).
@@ -16,7 +16,6 @@ An algorithm that sets no tasks runs the run's one goal (``env.task_seed``; see
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +25,7 @@ import numpy as np
 from corral import hookimpl
 from corral.framework.checks import check
 from corral.framework.env import EnvFactory
-from corral.framework.errors import ConfigError, CorralWarning
+from corral.framework.errors import ConfigError
 from corral.meta.task_envs import TaskEnvConfig, run_task, task_env_factory
 
 #: Steps per episode unless env.max_episode_length says otherwise (PEARL's point robot: 20).
@@ -98,8 +97,10 @@ class PointNavEnvConfig(TaskEnvConfig):
 
     sparse: bool = field(default=False, metadata={"help": "sparse reward (only within goal_radius of the goal)"})
     goal_radius: float = field(default=0.2, metadata=check(
-        gt=0, help="success radius around the goal: the sparse reward's (env.sparse=true, or "
-                   "worker.context_reward=sparse_reward); no effect on the dense reward"))
+        gt=0, applies_if=(("sparse", "==", True), *(("worker.context_reward", "==", key) for key in RADIUS_INFO_KEYS)),
+        ignored_because="the dense reward is minus the distance to the goal",
+        help="success radius around the goal: the sparse reward's (env.sparse=true, or "
+             "worker.context_reward=sparse_reward); no effect on the dense reward"))
     goal_distance: float = field(default=1.0, metadata=check(gt=0, help="radius of the half circle the goals lie on"))
 
 
@@ -109,36 +110,6 @@ def build_point_nav(config: PointNavEnvConfig) -> EnvFactory:
         raise ConfigError("env.goal_radius and env.goal_distance must be positive")
     return task_env_factory(f"{__name__}:PointNavEnv", config, EPISODE_LENGTH, sparse=config.sparse,
                             goal_radius=config.goal_radius, goal_distance=config.goal_distance)
-
-
-def goal_radius_unused(cfg: Any, given: set[str] | None) -> str | None:
-    """The warning for an ``env.goal_radius`` among ``given`` (the command line's keys) where no reward
-    depends on it: the dense reward (``env.sparse=false``) and no ``worker.context_reward`` that reads
-    a radius-dependent info key (:data:`RADIUS_INFO_KEYS`). None when it applies or was not given."""
-    env = cfg.get("env")
-    if env is None or env.get("name") != "point_nav" or given is None or "env.goal_radius" not in given:
-        return None
-    worker = cfg.get("worker") or {}
-    reads = worker.get("context_reward") if "context_reward" in worker else None
-    if env.get("sparse") or reads in RADIUS_INFO_KEYS:
-        return None
-    default = PointNavEnvConfig.goal_radius
-    where = (f"worker.context_reward={'null' if reads is None else reads}" if "context_reward" in worker
-             else f"worker={worker.get('name', '?')}, which reads no info reward")
-    return (f"env.goal_radius={env.get('goal_radius')} has no effect while env.sparse=false and {where}: the dense "
-            "reward is minus the distance to the goal; the radius applies only with env.sparse=true or, with "
-            f"worker=pearl, worker.context_reward=sparse_reward; set that, or leave env.goal_radius at its default "
-            f"({default})")
-
-
-@hookimpl
-def corral_validate_config(cfg: Any) -> None:
-    """Warn about an ``env.goal_radius`` given on the command line that no reward depends on."""
-    from corral.framework.precheck import job_given_keys
-
-    message = goal_radius_unused(cfg, job_given_keys())
-    if message is not None:
-        warnings.warn(CorralWarning(message), stacklevel=2)
 
 
 @hookimpl

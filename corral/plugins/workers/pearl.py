@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
@@ -45,10 +44,10 @@ import numpy as np
 from corral import hookimpl
 from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.checks import check
-from corral.framework.errors import ConfigError, CorralWarning
+from corral.framework.errors import ConfigError
 from corral.framework.plugins import get_registry
 from corral.framework.worker import Worker
-from corral.meta.trial_tasks import TrialTasksMixin, task_seed_unused
+from corral.meta.trial_tasks import TrialTasksMixin
 from corral.plugins.validation import component_class
 from corral.rl.episode_buffer import EpisodeBuffers, action_clipper, batch_from_episodes
 
@@ -212,8 +211,6 @@ def corral_validate_config(cfg: Any) -> None:
     """Reject PEARL compositions that cannot work, saying which option to choose instead."""
     registry = get_registry()
     worker_cls = registry.get("worker", cfg.worker.name).factory
-    if worker_cls is PEARLWorker and (unused := task_seed_unused(cfg)) is not None:
-        warnings.warn(CorralWarning(unused), stacklevel=2)
     algo = component_class(registry.get("algo", cfg.algo.name).factory)
     policy = component_class(registry.get("policy", cfg.policy.name).factory)
     latent_worker = bool(getattr(worker_cls, "samples_latent_tasks", False))

@@ -24,7 +24,6 @@ Like ``worker=vec``, ``n_envs`` slots step in lock-step with one batched ``get_a
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -34,11 +33,11 @@ from corral import hookimpl
 from corral.framework.batch import EpisodeBatch, StepType
 from corral.framework.checks import check
 from corral.framework.env import current_task_id
-from corral.framework.errors import ConfigError, CorralWarning
+from corral.framework.errors import ConfigError
 from corral.framework.plugins import get_registry
 from corral.framework.worker import Worker
 from corral.meta.rl2_env import CONTINUE_TRIAL, is_rl2_env
-from corral.meta.trial_tasks import TrialTasksMixin, task_seed_unused
+from corral.meta.trial_tasks import TrialTasksMixin
 from corral.plugins.validation import component_class
 from corral.rl.episode_buffer import StepLog, action_clipper
 
@@ -228,8 +227,6 @@ def corral_validate_config(cfg: Any) -> None:
     """Reject RL2 compositions that cannot work, saying which option to choose instead."""
     registry = get_registry()
     worker_cls = registry.get("worker", cfg.worker.name).factory
-    if worker_cls is RL2Worker and (unused := task_seed_unused(cfg)) is not None:
-        warnings.warn(CorralWarning(unused), stacklevel=2)
     algo = component_class(registry.get("algo", cfg.algo.name).factory)
     policy = component_class(registry.get("policy", cfg.policy.name).factory)
     runs_trials = bool(getattr(worker_cls, "runs_trials", False))
