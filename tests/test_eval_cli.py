@@ -555,8 +555,8 @@ def test_a_snapshot_the_live_run_rotates_away_while_corral_eval_builds_is_replac
     (old,) = [p for p in snapshots.glob("epoch_*.pt") if p.name == "epoch_000002.pt"]
     real_build = compose.build
 
-    def build_while_the_run_rotates(cfg: object) -> object:
-        built = real_build(cfg)
+    def build_while_the_run_rotates(cfg: object, **kwargs: object) -> object:
+        built = real_build(cfg, **kwargs)  # type: ignore[arg-type]
         shutil.copy2(old, snapshots / "epoch_000003.pt")  # the trainer's next snapshot...
         (snapshots / "latest").write_text("epoch_000003.pt\n")
         old.unlink()  # ...and its rotation
