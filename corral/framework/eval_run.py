@@ -38,6 +38,10 @@ from corral.framework.errors import (
 )
 from corral.framework.precheck import repeated_key_warnings
 
+if typing.TYPE_CHECKING:
+    from corral.framework.evaluation import TrialEvaluation
+    from corral.framework.worker import WorkerFactory
+
 
 @dataclasses.dataclass
 class EvalResult:
@@ -58,6 +62,12 @@ class EvalResult:
     videos: list[str]
     #: Which tasks the episodes ran on, for a meta-RL environment (None for any other environment).
     tasks: str | None = None
+    #: Trials run, for an agent that runs trials (meta-RL: ``returns`` and ``lengths`` are per trial).
+    trials: int | None = None
+    #: Environment episodes in each trial.
+    episodes_per_trial: int | None = None
+    #: The algorithm's meta-evaluation statistics of the trials (the run's ``meta_eval/*`` columns).
+    meta_eval: dict[str, float] | None = None
 
     @property
     def return_mean(self) -> float:
@@ -89,13 +99,20 @@ class EvalResult:
     def summary(self) -> str:
         """The lines ``corral eval`` prints."""
         mode = "deterministic" if self.deterministic else "stochastic"
+        if self.trials is not None:
+            ran = (f"{self.trials} {mode} trial{'' if self.trials == 1 else 's'} of {self.episodes_per_trial} "
+                   f"episode{'' if self.episodes_per_trial == 1 else 's'}")
+            what = "trial return"
+        else:
+            ran, what = f"{self.episodes} {mode} episode{'' if self.episodes == 1 else 's'}", "return"
         lines = [
             f"corral eval: {self.snapshot} (epoch {self.epoch}, {self.env_steps:,} env steps), "
-            f"{self.episodes} {mode} episode{'' if self.episodes == 1 else 's'} on {self.env_id or 'the run env'}, "
-            f"seed {self.seed}",
-            f"return {self.return_mean:.2f} ± {self.return_std:.2f}   "
+            f"{ran} on {self.env_id or 'the run env'}, seed {self.seed}",
+            f"{what} {self.return_mean:.2f} ± {self.return_std:.2f}   "
             f"length {self.length_mean:.1f} ± {self.length_std:.1f}",
         ]
+        if self.meta_eval:
+            lines.append("meta_eval: " + "  ".join(f"{k.partition('/')[2]} {v:.4g}" for k, v in self.meta_eval.items()))
         if self.tasks:
             lines.append(f"tasks: {self.tasks}")
         if self.videos:
@@ -107,7 +124,7 @@ def evaluate_run(
     source: str | Path,
     overrides: Sequence[str] = (),
     *,
-    episodes: int = 10,
+    episodes: int | None = None,
     deterministic: bool = True,
     seed: int | None = None,
     video_dir: str | Path | None = None,
@@ -126,6 +143,12 @@ def evaluate_run(
     ``output`` is where ``eval.json`` goes (default: ``<run dir>/eval.json``; ``""``: nowhere).
     ``trust`` allows a snapshot whose objects part needs unpickling (``trainer.trust_snapshot``,
     see :mod:`corral.framework.snapshot`): only for snapshots you trust.
+
+    ``episodes`` (None: 10) is the number of episodes; for a run whose algorithm runs trials on its
+    held-out tasks (``held_out_evaluation``, see :class:`~corral.framework.evaluation.TrialEvaluation`:
+    RL2, PEARL) it is the number of trials, cycling through the held-out tasks in the order of the
+    run's meta-evaluation, on its seeds (None: the meta-evaluation's own trials, so the defaults
+    repeat the run's ``meta_eval/*`` numbers when the action mode is the run's).
     """
     from corral.framework.compose import build
     from corral.framework.config import register_configs
@@ -143,7 +166,7 @@ def evaluate_run(
     from corral.framework.trainer import find_snapshot, runs_inside
     from corral.results.writable import directory_problem, write_atomically
 
-    if episodes < 1:
+    if episodes is not None and episodes < 1:
         raise ConfigError(f"--episodes must be at least 1, got {episodes}")
     if n_workers < 1:
         raise ConfigError(f"--n-workers must be at least 1, got {n_workers}")
@@ -156,7 +179,7 @@ def evaluate_run(
         if (problem := directory_problem(video_dir)) is not None:
             raise ConfigError(f"--video {video_dir}: cannot create the directory for the videos: {problem}; give "
                               "a directory you can write to")
-        if episodes % n_workers:
+        if episodes is not None and episodes % n_workers:
             raise ConfigError(f"--video with --n-workers {n_workers} needs --episodes a multiple of {n_workers} "
                               "(each worker runs the same number, and every recorded episode is counted)")
     if output:
@@ -196,15 +219,30 @@ def evaluate_run(
             snapshot = find_snapshot(source)
             _load_weights(run, snapshot, trust, overrides)
         env = run.env
-        factory = evaluation_factory(run.worker_factory, seed=run_seed if seed is None else seed, n_workers=n_workers)
+        eval_seed = run_seed if seed is None else int(seed)
+        trials = _held_out_evaluation(run, cfg, env_id, episodes, deterministic, eval_seed, n_workers)
+        if trials is None:
+            _check_run_task_known(run_env, overrides, run.worker_factory.worker_class)
+            if video_dir is not None and episodes is None and 10 % n_workers:
+                raise ConfigError(f"--video with --n-workers {n_workers} needs --episodes a multiple of {n_workers} "
+                                  "(each worker runs the same number, and every recorded episode is counted)")
+        factory: WorkerFactory = evaluation_factory(run.worker_factory, seed=eval_seed, n_workers=n_workers)
+        if trials is not None:  # the meta-evaluation's workers and seeds
+            factory = trials.worker_factory
         if env_id is not None:
             env = _compatible_env(other, cfg.env, env_id, run.env_spec)
             factory = dataclasses.replace(factory, max_episode_length=cfg.env.get("max_episode_length"))
         if video_dir is not None:
             check_recordable(env, factory.worker_class, factory.worker_args)
             env = recording_envs(env, video_dir, n_workers, name_prefix="eval")
-        batch = evaluation_episodes(run.algo.eval_policy, env, factory, episodes, deterministic=deterministic,
-                                    sampler=sampler)
+        if trials is not None:
+            batch = trials.run(env, sampler=sampler)
+            meta_stats: dict[str, float] | None = trials.statistics(batch)
+            returns, lengths = trials.trial_returns(batch)
+        else:
+            batch = evaluation_episodes(run.algo.eval_policy, env, factory, episodes or 10,
+                                        deterministic=deterministic, sampler=sampler)
+            meta_stats, returns, lengths = None, batch.episode_returns, batch.lengths
         epoch, env_steps = run.trainer.epoch, run.trainer.total_env_steps
     finally:
         run.close()
@@ -217,10 +255,12 @@ def evaluate_run(
                               "without --video") from None
     result = EvalResult(
         run=str(run_dir), snapshot=str(snapshot), epoch=epoch, env_steps=env_steps,
-        env_id=env_id or cfg.env.get("id"), episodes=episodes, deterministic=deterministic,
-        seed=run_seed if seed is None else int(seed), sampler=sampler, n_workers=n_workers,
-        returns=[float(r) for r in batch.episode_returns], lengths=[int(n) for n in batch.lengths], videos=videos,
-        tasks=_tasks_used(factory.worker_class, cfg.env),
+        env_id=env_id or cfg.env.get("id"), episodes=batch.n_episodes if trials is None else trials.n_trials,
+        deterministic=deterministic, seed=eval_seed, sampler=sampler, n_workers=n_workers,
+        returns=[float(r) for r in returns], lengths=[int(n) for n in lengths], videos=videos,
+        tasks=trials.tasks if trials is not None else _tasks_used(factory.worker_class, cfg.env),
+        trials=None if trials is None else trials.n_trials,
+        episodes_per_trial=None if trials is None else trials.episodes_per_trial, meta_eval=meta_stats,
     )
     if output != "":
         path = Path(output) if output is not None else run_dir / "eval.json"
@@ -228,6 +268,57 @@ def evaluate_run(
         text = json.dumps(result.to_json(), indent=2) + "\n"
         write_atomically(path, lambda f: f.write(text), text=True)
     return result
+
+
+def _held_out_evaluation(run: Any, cfg: Any, env_id: str | None, episodes: int | None, deterministic: bool,
+                         seed: int, n_workers: int) -> TrialEvaluation | None:
+    """The trials of the run's meta-evaluation, when its algorithm runs trials on held-out tasks (it has
+    ``held_out_evaluation``, see :class:`~corral.framework.evaluation.TrialEvaluation`); None for any
+    other run. ``episodes`` trials (None: the meta-evaluation's own) in ``deterministic`` mode; an
+    option that takes the held-out tasks away is one :class:`ConfigError` line."""
+    plan = getattr(run.algo, "held_out_evaluation", None)
+    if not callable(plan):
+        return None
+    algo = f"algo={cfg.algo.name}"
+    if env_id is not None:
+        raise ConfigError(f"--env-id {env_id}: corral eval of a meta-RL run ({algo}) runs the run's held-out tasks, "
+                          "which are tasks of its own environment; evaluate without --env-id")
+    trials = plan(run.env, seed=seed, n_trials=episodes, deterministic=deterministic, n_workers=1)
+    if trials.n_trials % n_workers:
+        raise ConfigError(f"--n-workers {n_workers} with {trials.n_trials} trials: corral eval of a meta-RL run "
+                          f"({algo}) gives each worker the same number of trials, so give --episodes a multiple of "
+                          f"{n_workers} (the trials; the run's meta-eval runs {plan(run.env, seed=seed).n_trials})")
+    if n_workers > 1:
+        trials = plan(run.env, seed=seed, n_trials=trials.n_trials, deterministic=deterministic, n_workers=n_workers)
+    own = plan(run.env, seed=seed).deterministic
+    if own != deterministic:
+        flag = "without --stochastic" if own else "with --stochastic"
+        mode = "the policy's mode" if own else "sampled actions"
+        trials = dataclasses.replace(trials, tasks=f"{trials.tasks}; the run's meta-eval acts with {mode} "
+                                     f"(algo.meta_eval_deterministic={str(own).lower()}): run {flag} to repeat it")
+    return trials
+
+
+def _check_run_task_known(run_env: Any, overrides: Sequence[str], worker_class: Any) -> None:
+    """Raise a one-line :class:`ConfigError` for a run of a task environment under an algorithm that sets
+    no tasks (algo=ppo ...) whose saved config has no ``env.task_seed``: it was trained before the run
+    had one task, when each of its environments drew a task of its own, so evaluating on the run's
+    one task would report numbers for a task it did not train on. ``env.task_seed=N`` picks one."""
+    from corral.framework.plugins import get_plugin_manager
+
+    if "task_seed" in run_env or getattr(worker_class, "tasks_without_schedule", None):
+        return
+    if any(o.partition("=")[0] == "env.task_seed" for o in overrides):
+        return
+    config = get_plugin_manager().registry.get("env", run_env.name).config
+    if config is None or not dataclasses.is_dataclass(config):
+        return
+    if "task_seed" not in {f.name for f in dataclasses.fields(config)}:
+        return
+    raise ConfigError(f"the run's config has no env.task_seed (env={run_env.name}): it was trained before a run "
+                      "had one task, when each of its environments drew a task of its own, which corral eval cannot "
+                      "rebuild; give env.task_seed=N to evaluate on the task that seed draws (not one the run "
+                      "trained on), or train the run again")
 
 
 def _tasks_used(worker_class: Any, env_cfg: Any) -> str | None:
@@ -561,7 +652,9 @@ def eval_command(argv: Sequence[str]) -> int:
         prog="corral eval", description="Evaluate a trained run: its snapshot's policy, through the run's workers.")
     parser.add_argument("run", help="a run directory, its snapshots/ directory or a snapshot file")
     parser.add_argument("overrides", nargs="*", default=[], help="key=value changes of the run's env.*, worker.* or seed")
-    parser.add_argument("--episodes", type=int, default=10, help="episodes to run (default 10)")
+    parser.add_argument("--episodes", type=int, help="episodes to run (default 10); for a meta-RL run (algo=rl2_ppo, "
+                        "pearl): trials, cycling through the run's held-out tasks in the order of its meta-eval "
+                        "(default: the meta-eval's own trials, every held-out task algo.meta_eval_trials times)")
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the policy's mode")
     parser.add_argument("--seed", type=int, help="evaluation seed (default: the run's seed)")
     parser.add_argument("--video", metavar="DIR", help="record every episode as an MP4 in DIR (corral[video])")

@@ -26,7 +26,7 @@ import inspect
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -140,6 +140,47 @@ def evaluation_episodes(
     _prune_untaken_slot_videos(env, episodes[:n_episodes], per_worker)
     # Worker by worker, so that the first n_episodes take ceil(n/W) from the first workers.
     return EpisodeBatch.concatenate(*episodes[: n_episodes])
+
+
+@dataclass(frozen=True)
+class TrialEvaluation:
+    """An evaluation of an agent that runs trials on given tasks (meta-RL), as its algorithm plans it.
+
+    An algorithm whose agent runs trials offers ``held_out_evaluation(env, *, seed, n_trials=None,
+    deterministic=None, n_workers=1) -> TrialEvaluation``: its own meta-evaluation's tasks, seeds,
+    agent and worker settings (``n_trials`` None: the meta-evaluation's own number of trials). The
+    trainer's meta-evaluation and ``corral eval`` both run it, so the two cannot drift apart.
+    """
+
+    #: The agent that acts (a copy of the algorithm's policy, in its evaluation settings).
+    policy: Policy
+    #: The workers, on the meta-evaluation's seed branch.
+    worker_factory: WorkerFactory
+    #: The task schedule(s), sent with the first request (a list: one per worker).
+    env_update: Any
+    #: Trials to run, spread evenly over the workers.
+    n_trials: int
+    #: Rows of the episode batch that make one trial (1: a trial is one concatenated episode).
+    rows_per_trial: int
+    #: Environment episodes in one trial.
+    episodes_per_trial: int
+    #: Actions: the policy's mode (True) or sampled.
+    deterministic: bool
+    #: Which tasks the trials run on, in words (``corral eval`` prints it).
+    tasks: str
+    #: The algorithm's meta-evaluation statistics of the batch (``meta_eval/...``).
+    statistics: Callable[[EpisodeBatch], dict[str, float]]
+
+    def run(self, env: Any, *, sampler: str | type = "local") -> EpisodeBatch:
+        """The trials on ``env`` (an Env, an EnvFactory or one per worker), in worker order."""
+        return evaluation_episodes(self.policy, env, self.worker_factory, self.n_trials * self.rows_per_trial,
+                                   deterministic=self.deterministic, sampler=sampler, env_update=self.env_update)
+
+    def trial_returns(self, batch: EpisodeBatch) -> tuple[np.ndarray, np.ndarray]:
+        """The return and the length (steps) of each trial of ``batch`` (one of :meth:`run`'s)."""
+        returns = batch.episode_returns.astype(np.float64).reshape(self.n_trials, self.rows_per_trial).sum(axis=1)
+        lengths = batch.lengths.reshape(self.n_trials, self.rows_per_trial).sum(axis=1)
+        return returns, lengths
 
 
 def episode_statistics(episodes: EpisodeBatch, prefix: str = "eval") -> dict[str, float]:
@@ -323,7 +364,7 @@ def _join(pieces: list[EpisodeBatch]) -> EpisodeBatch:
 
 
 __all__ = [
-    "EVAL_BRANCH", "EvalWorkerFactory", "RecordedEnvFactory", "VIDEO_EXTRA", "check_recordable", "check_video_complete",
+    "EVAL_BRANCH", "EvalWorkerFactory", "RecordedEnvFactory", "TrialEvaluation", "VIDEO_EXTRA", "check_recordable", "check_video_complete",
     "deterministic_copy",
     "encode_gif",
     "episode_statistics",

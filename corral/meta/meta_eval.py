@@ -9,14 +9,15 @@ second and later ones acting on the posterior over the trial's earlier episodes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from corral.framework.batch import EpisodeBatch
 from corral.framework.env import child_seed, make_env
-from corral.framework.evaluation import EVAL_BRANCH, evaluation_episodes, evaluation_factory
+from corral.framework.errors import ConfigError
+from corral.framework.evaluation import EVAL_BRANCH, TrialEvaluation, evaluation_factory
 from corral.framework.policy import Policy
 from corral.framework.worker import Worker, WorkerFactory
 from corral.meta.tasks import TaskSchedule, TaskSplit
@@ -49,7 +50,7 @@ def pearl_episode_returns(episodes: EpisodeBatch, rewards: np.ndarray | None = N
     return returns.reshape(-1, per_trial)
 
 
-def run_meta_test(
+def meta_test_plan(
     policy: Policy,
     env: Any,
     *,
@@ -58,27 +59,65 @@ def run_meta_test(
     worker_args: Mapping[str, Any],
     max_episode_length: int | None,
     seed: int,
+    statistics: Callable[[EpisodeBatch], dict[str, float]],
     trials_per_task: int = 1,
     deterministic: bool = False,
     which: str = "test",
     episodes_per_trial: int = 1,
-) -> EpisodeBatch:
-    """``trials_per_task`` trials on each task of ``split``'s ``which`` set, with a copy of
-    ``policy``, on seeds of their own (the same every call), in task order. ``episodes_per_trial``:
-    batch episodes a trial makes (1 for RL2's concatenated trials)."""
+    rows_per_trial: int = 1,
+    n_trials: int | None = None,
+    n_workers: int = 1,
+) -> TrialEvaluation:
+    """The meta-test of ``policy``: ``trials_per_task`` trials on each task of ``split``'s ``which``
+    set, in task order, on seeds of their own (the same every call), as a
+    :class:`~corral.framework.evaluation.TrialEvaluation`. ``n_trials`` (None: that many) cycles
+    through that order; with ``n_workers`` workers, worker ``w`` runs the ``w``-th share of it.
+    ``rows_per_trial``: batch episodes a trial makes (1 for RL2's concatenated trials);
+    ``episodes_per_trial``: environment episodes in a trial."""
     probe = make_env(env)
     try:
         n_tasks = len(split.tasks(probe, which))
     finally:
         probe.close()
+    order = tuple(i for i in range(n_tasks) for _ in range(trials_per_task))
+    n = len(order) if n_trials is None else int(n_trials)
+    if n < 1 or n % n_workers:
+        raise ConfigError(f"{n} trials on {n_workers} workers: give a number of trials that is a positive multiple "
+                          f"of the workers (each worker runs its share of the held-out tasks)")
+    indices = tuple(order[k % len(order)] for k in range(n))
+    share = n // n_workers
+    schedules = [TaskSchedule(split, indices[w * share:(w + 1) * share], which) for w in range(n_workers)]
     # Evaluation's path (corral.framework.evaluation): the run's workers on an evaluation seed branch.
     eval_seed = int(child_seed(np.random.SeedSequence(seed), EVAL_BRANCH, 1).generate_state(1, np.uint32)[0])
     run_factory = WorkerFactory(seed=seed, max_episode_length=max_episode_length, n_workers=1,
                                 worker_class=worker_class, worker_args=dict(worker_args))
-    factory = evaluation_factory(run_factory, seed=eval_seed, branch=())
-    indices = tuple(i for i in range(n_tasks) for _ in range(trials_per_task))
-    return evaluation_episodes(policy, env, factory, len(indices) * episodes_per_trial,
-                               deterministic=deterministic, env_update=TaskSchedule(split, indices, which))
+    factory = evaluation_factory(run_factory, seed=eval_seed, branch=(), n_workers=n_workers)
+    return TrialEvaluation(
+        policy=policy, worker_factory=factory, env_update=schedules[0] if n_workers == 1 else schedules,
+        n_trials=n, rows_per_trial=rows_per_trial, episodes_per_trial=episodes_per_trial,
+        deterministic=bool(deterministic), tasks=_tasks_in_words(split, which, n_tasks, trials_per_task, n),
+        statistics=statistics,
+    )
+
+
+def _tasks_in_words(split: TaskSplit, which: str, n_tasks: int, trials_per_task: int, n_trials: int) -> str:
+    """Which tasks a meta-test of ``n_trials`` trials runs, for ``corral eval``'s ``tasks:`` line."""
+    first, last = split.task_id(which, 0), split.task_id(which, n_tasks - 1)
+    ids = f"id {first}" if n_tasks == 1 else f"ids {first}-{last}"
+    if which == "test" and split.n_test > 0:
+        kind = f"the run's {n_tasks} held-out meta-test task{'s' if n_tasks != 1 else ''}"
+    else:
+        kind = f"the run's {n_tasks} meta-train task{'s' if n_tasks != 1 else ''} (algo.n_test_tasks=0: its meta-eval runs them)"
+    own = n_tasks * trials_per_task
+    per = f"each task {trials_per_task} trial{'s' if trials_per_task != 1 else ''} in a row, {own} in all"
+    ran = "all of them" if n_trials == own else f"{n_trials} of them, cycling"
+    return f"{kind} ({ids}, algo.task_seed={split.seed}), in the order of the run's meta-eval ({per}): {ran}"
+
+
+def run_meta_test(policy: Policy, env: Any, **plan: Any) -> EpisodeBatch:
+    """The trials of :func:`meta_test_plan` (its keywords; ``statistics`` not needed), run on ``env``."""
+    plan.setdefault("statistics", adaptation_stats)
+    return meta_test_plan(policy, env, **plan).run(env)
 
 
 def curve_stats(returns: np.ndarray, prefix: str = "meta_eval", name: str = "return") -> dict[str, float]:
@@ -97,5 +136,5 @@ def adaptation_stats(trials: EpisodeBatch, prefix: str = "meta_eval") -> dict[st
 
 
 __all__ = [
-    "EVALUATING", "adaptation_stats", "curve_stats", "pearl_episode_returns", "run_meta_test", "trial_episode_returns",
+    "EVALUATING", "adaptation_stats", "curve_stats", "meta_test_plan", "pearl_episode_returns", "run_meta_test", "trial_episode_returns",
 ]

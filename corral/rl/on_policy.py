@@ -24,6 +24,11 @@ logger = logging.getLogger(__name__)
 ALGO_BRANCH = 2**31 - 2
 
 
+def _steps(n_trials: int, per_trial: float) -> int:
+    """The steps of ``n_trials`` trials of ``per_trial`` steps on average, rounded to a step."""
+    return int(round(n_trials * per_trial))
+
+
 class OnPolicyAlgorithm(Algorithm):
     """Base of the on-policy algorithms: holds the policy, a value network and an RNG.
 
@@ -64,17 +69,38 @@ class OnPolicyAlgorithm(Algorithm):
         trials and the range is over trials: each minibatch is ``size`` steps rounded to whole trials of
         the batch's mean trial length (at least one trial); its ``step`` is the trials per minibatch.
 
-        A ``size`` above ``n`` makes every gradient step use the whole batch: the run says so once, in
-        one line, since the value asked for is not what the update does."""
-        if size > n and setting not in self._warned_minibatch:
-            self._warned_minibatch.add(setting)
-            whole = "" if trials is None else f" ({trials} trials)"
-            logger.warning("corral: algo.%s=%d is larger than the batch of %d steps%s this update learns from, so "
-                           "each gradient step uses the whole batch; lower algo.%s or raise trainer.batch_size",
-                           setting, size, n, whole, setting)
+        A ``size`` above ``n`` makes every gradient step use the whole batch; so does a ``size`` that
+        rounds up to all the batch's trials, and one below half a trial rounds up to one trial. Each
+        time the run says so once, in one line, since the value asked for is not what the update does."""
         if trials is None:
+            if size > n:
+                self._warn_minibatch_once(setting, f"algo.{setting}={size} is larger than the batch of {n} steps "
+                                          "this update learns from, so each gradient step uses the whole batch; "
+                                          f"lower algo.{setting} or raise trainer.batch_size")
             return range(0, n, size)
-        return range(0, trials, max(1, round(size / (n / trials))))
+        per_trial = n / trials
+        per_batch = max(1, round(size / per_trial))
+        if size > n:
+            self._warn_minibatch_once(setting, f"algo.{setting}={size} is larger than the batch of {n} steps "
+                                      f"({trials} trials) this update learns from, so each gradient step uses the "
+                                      f"whole batch; lower algo.{setting} or raise trainer.batch_size")
+        elif per_batch >= trials and size < n:
+            self._warn_minibatch_once(setting, f"algo.{setting}={size} rounds to whole trials of the batch's "
+                                      f"{per_trial:g} steps: all {trials} trials ({n} steps), so each gradient step "
+                                      f"uses the whole batch; give algo.{setting} at most "
+                                      f"{_steps(trials - 1, per_trial)} for minibatches of fewer trials")
+        elif round(size / per_trial) < 1:  # half a trial or less: one trial
+            self._warn_minibatch_once(setting, f"algo.{setting}={size} is half a trial or less of the batch's "
+                                      f"{per_trial:g} steps, so each minibatch is one whole trial "
+                                      f"({_steps(1, per_trial)} steps); give algo.{setting} at least "
+                                      f"{_steps(1, per_trial)}")
+        return range(0, trials, per_batch)
+
+    def _warn_minibatch_once(self, setting: str, line: str) -> None:
+        """Log ``line`` (the minibatch that runs is not the ``algo.<setting>`` given), once per setting."""
+        if setting not in self._warned_minibatch:
+            self._warned_minibatch.add(setting)
+            logger.warning("corral: %s", line)
 
     def values(self, observations: torch.Tensor) -> torch.Tensor:
         """V(s) for a batch of observations."""

@@ -47,10 +47,11 @@ from corral.framework.batch import EpisodeBatch
 from corral.framework.checks import check, checked
 from corral.framework.env import EnvSpec, child_seed
 from corral.framework.errors import ConfigError
+from corral.framework.evaluation import TrialEvaluation
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
 from corral.meta.context_encoder import kl_to_standard_normal
-from corral.meta.meta_eval import EVALUATING, curve_stats, pearl_episode_returns, run_meta_test
+from corral.meta.meta_eval import EVALUATING, curve_stats, meta_test_plan, pearl_episode_returns
 from corral.meta.task_replay import TaskReplayBuffers
 from corral.meta.tasks import TaskSampler, TaskSplit, schedule_length
 from corral.rl.networks import flat_dim, mlp
@@ -336,7 +337,11 @@ class PEARL(Algorithm):
     def meta_evaluate(self, env: Any, *, seed: int) -> dict[str, float]:
         """Adaptation curve on the held-out meta-test tasks: ``meta_eval/return_ep{i}`` (episode 0 on
         the prior, episode i on the posterior over episodes 0..i-1) and ``meta_eval/context_return_ep{i}``."""
-        episodes = self.meta_test(env, seed=seed)
+        return self.meta_statistics(self.meta_test(env, seed=seed))
+
+    @staticmethod
+    def meta_statistics(episodes: EpisodeBatch) -> dict[str, float]:
+        """The ``meta_eval/...`` statistics of a meta-test's episodes (whole trials, in order)."""
         returns = pearl_episode_returns(episodes)
         stats = curve_stats(returns)
         stats["meta_eval/return_prior"] = float(returns[:, 0].mean())
@@ -352,6 +357,16 @@ class PEARL(Algorithm):
                   n_episodes: int | None = None, deterministic: bool | None = None) -> EpisodeBatch:
         """Trials of ``n_episodes`` (default ``meta_eval_episodes``) episodes on every meta-test task
         (the same seeds every call), one prior episode first."""
+        return self.held_out_evaluation(env, seed=seed, trials_per_task=trials_per_task, which=which,
+                                        n_episodes=n_episodes, deterministic=deterministic).run(env)
+
+    def held_out_evaluation(self, env: Any, *, seed: int, n_trials: int | None = None,
+                            deterministic: bool | None = None, n_workers: int = 1,
+                            trials_per_task: int | None = None, which: str = "test",
+                            n_episodes: int | None = None) -> TrialEvaluation:
+        """The meta-test as a :class:`~corral.framework.evaluation.TrialEvaluation`: what
+        :meth:`meta_evaluate` runs, and ``corral eval`` of the run (``n_trials``: trials cycling
+        through the held-out tasks in its order; ``deterministic``: None for algo.meta_eval_deterministic)."""
         from corral.plugins.workers.pearl import PEARLWorker
 
         c = self.config
@@ -362,13 +377,14 @@ class PEARL(Algorithm):
                        "n_episodes_per_trial": n_episodes, "n_prior_episodes": 1}
         agent = copy.deepcopy(self.policy)
         agent.explore_z = c.meta_eval_sample_z  # type: ignore[attr-defined]
-        return run_meta_test(
+        return meta_test_plan(
             agent, env, split=self.split, worker_class=worker_class,  # type: ignore[arg-type]
             worker_args=worker_args,
             max_episode_length=factory.max_episode_length if factory is not None else self.env_spec.max_episode_length,
-            seed=seed, trials_per_task=trials_per_task or c.meta_eval_trials,
+            seed=seed, statistics=self.meta_statistics, trials_per_task=trials_per_task or c.meta_eval_trials,
             deterministic=c.meta_eval_deterministic if deterministic is None else deterministic,
-            which=which, episodes_per_trial=n_episodes,
+            which=which, episodes_per_trial=n_episodes, rows_per_trial=n_episodes, n_trials=n_trials,
+            n_workers=n_workers,
         )
 
     # ------------------------------------------------------------------ snapshots

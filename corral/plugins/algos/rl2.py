@@ -20,6 +20,7 @@ meta-test tasks and reports the adaptation curve ``meta_eval/return_ep{i}``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +33,10 @@ from corral.framework.batch import EpisodeBatch
 from corral.framework.checks import check
 from corral.framework.env import EnvSpec
 from corral.framework.errors import ConfigError
+from corral.framework.evaluation import TrialEvaluation
 from corral.framework.policy import Policy
 from corral.framework.sampler import Sampler
-from corral.meta.meta_eval import EVALUATING, adaptation_stats, run_meta_test
+from corral.meta.meta_eval import EVALUATING, adaptation_stats, meta_test_plan
 from corral.meta.tasks import TaskSampler, TaskSplit, schedule_length
 from corral.plugins.algos.ppo import PPO, PPOConfig
 from corral.rl.networks import flat_dim, mlp
@@ -188,7 +190,8 @@ class RL2PPO(PPO):
 
     def train_once(self, itr: int, episodes: EpisodeBatch) -> dict[str, float]:
         """``n_epochs`` passes of PPO over shuffled minibatches of whole trials (``minibatch_size`` steps
-        rounded to whole trials; one ``corral: warning:`` line when it is more than the batch's steps)."""
+        rounded to whole trials; one ``corral: warning:`` line when the rounding, or a value above the batch's
+        steps, makes every gradient step use the whole batch, or a minibatch one trial)."""
         c = self.config
         data = self.process(episodes)
         n = episodes.n_episodes
@@ -229,17 +232,30 @@ class RL2PPO(PPO):
     def meta_test(self, env: Any, *, seed: int, trials_per_task: int | None = None, which: str = "test"
                   ) -> EpisodeBatch:
         """Trials of the current policy on every meta-test task (the same seeds every call)."""
+        return self.held_out_evaluation(env, seed=seed, trials_per_task=trials_per_task, which=which).run(env)
+
+    def held_out_evaluation(self, env: Any, *, seed: int, n_trials: int | None = None,
+                            deterministic: bool | None = None, n_workers: int = 1,
+                            trials_per_task: int | None = None, which: str = "test") -> TrialEvaluation:
+        """The meta-test as a :class:`~corral.framework.evaluation.TrialEvaluation`: what
+        :meth:`meta_evaluate` runs, and ``corral eval`` of the run (``n_trials``: trials cycling
+        through the held-out tasks in its order; ``deterministic``: None for algo.meta_eval_deterministic)."""
         from corral.plugins.workers.rl2 import RL2Worker
 
         factory = self.sampler.worker_factory if self.sampler is not None else None
         worker_class = factory.worker_class if factory is not None else RL2Worker
         worker_args = dict(factory.worker_args) if factory is not None else {}
-        return run_meta_test(
+        per_trial = worker_args.get("n_episodes_per_trial")
+        if per_trial is None:  # the worker's own default (a worker class without the setting: one episode a trial)
+            setting = inspect.signature(worker_class).parameters.get("n_episodes_per_trial")  # type: ignore[arg-type]  # a Worker class
+            per_trial = 1 if setting is None or setting.default is inspect.Parameter.empty else setting.default
+        return meta_test_plan(
             self.policy, env, split=self.split, worker_class=worker_class,  # type: ignore[arg-type]
             worker_args=worker_args,
             max_episode_length=factory.max_episode_length if factory is not None else self.env_spec.max_episode_length,
-            seed=seed, trials_per_task=trials_per_task or self.config.meta_eval_trials,
-            deterministic=self.config.meta_eval_deterministic, which=which,
+            seed=seed, statistics=adaptation_stats, trials_per_task=trials_per_task or self.config.meta_eval_trials,
+            deterministic=self.config.meta_eval_deterministic if deterministic is None else deterministic,
+            which=which, episodes_per_trial=int(per_trial), n_trials=n_trials, n_workers=n_workers,
         )
 
 

@@ -98,6 +98,37 @@ def test_minibatches_are_minibatch_size_steps_rounded_to_whole_trials(minibatch_
         run.close()
 
 
+def test_a_minibatch_that_rounds_to_the_whole_batch_or_one_trial_is_said_once(caplog: pytest.LogCaptureFixture
+                                                                              ) -> None:
+    """Rounding to whole trials that makes a minibatch the whole batch (a size within half a trial below
+    its steps) or one trial (half a trial or less) is one warning, as a size above the batch is; a size
+    whose rounding leaves several minibatches of several trials says nothing."""
+    run = make_run()
+    try:
+        batch = run.algo.sample(0, 200)
+        n_steps, n_trials = len(batch), batch.n_episodes
+        per_trial = n_steps / n_trials
+        said = {}
+        for size in (n_steps - 1, 1, 100):
+            run.algo._warned_minibatch.clear()
+            caplog.clear()
+            with caplog.at_level("WARNING", logger="corral.rl.on_policy"):
+                run.algo.minibatch_starts("minibatch_size", size, n_steps, trials=n_trials)
+                run.algo.minibatch_starts("minibatch_size", size, n_steps, trials=n_trials)
+            said[size] = [r.getMessage() for r in caplog.records]
+        assert said[n_steps - 1] == [
+            f"corral: algo.minibatch_size={n_steps - 1} rounds to whole trials of the batch's {per_trial:g} steps: all "
+            f"{n_trials} trials ({n_steps} steps), so each gradient step uses the whole batch; give "
+            f"algo.minibatch_size at most {round((n_trials - 1) * per_trial)} for minibatches of fewer trials"]
+        assert said[1] == [
+            f"corral: algo.minibatch_size=1 is half a trial or less of the batch's {per_trial:g} steps, so each "
+            f"minibatch is one whole trial ({round(per_trial)} steps); give algo.minibatch_size at least "
+            f"{round(per_trial)}"]
+        assert said[100] == []
+    finally:
+        run.close()
+
+
 def test_meta_evaluate_reports_an_adaptation_curve_on_held_out_tasks() -> None:
     run = make_run()
     try:
