@@ -132,3 +132,12 @@ def test_the_getting_started_library_example_runs_as_written(tmp_path: Path) -> 
     epochs, steps = re.fullmatch(r"epochs (\d+) steps (\d+)", proc.stdout.splitlines()[-1]).groups()  # type: ignore[union-attr]
     assert int(epochs) == 2 and int(steps) >= 512, proc.stdout
     assert (tmp_path / "runs" / "ppo" / "snapshots" / "latest").is_file()
+    # corral eval rebuilds a run from its config, which a run trained from Python does not keep: one line
+    # that says how such a run is evaluated instead
+    proc = subprocess.run([sys.executable, "-m", "corral.framework.cli", "eval", str(tmp_path / "runs" / "ppo"), "--episodes", "1"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "does not exist, so corral eval cannot rebuild the run (corral eval takes runs made by train.py); a run "
+        "trained from Python is evaluated where it was built: trainer.restore(<run dir>), then trainer.evaluate()"), \
+        proc.stderr

@@ -444,7 +444,9 @@ def _run_config(snapshot: Path, run_dir: Path, overrides: Sequence[str], trust: 
     if cfg is None:
         hydra_cfg = run_dir / ".hydra" / "config.yaml"
         if not hydra_cfg.is_file():
-            raise ConfigError(f"{snapshot} holds no config and {hydra_cfg} does not exist; corral eval cannot rebuild the run")
+            raise ConfigError(f"{snapshot} holds no config and {hydra_cfg} does not exist, so corral eval cannot rebuild "
+                              "the run (corral eval takes runs made by train.py); a run trained from Python is "
+                              "evaluated where it was built: trainer.restore(<run dir>), then trainer.evaluate()")
         cfg = OmegaConf.load(hydra_cfg)
     # an option whose plugin is missing here (uninstalled, CORRAL_DISABLE_PLUGINS): one line naming the package;
     # the run's sampler and loggers take no part in an evaluation

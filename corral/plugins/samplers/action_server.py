@@ -146,6 +146,8 @@ class ActionServerSampler(MultiprocessingSampler):
                             worker_class=VecWorker, worker_args=dict(n_envs=8))
         ActionServerSampler.from_worker_factory(factory, agents=policy, envs=env, device="cpu")
 
+    In a script, build it under ``if __name__ == "__main__":``, as the multiprocessing sampler.
+
     Options are the multiprocessing sampler's (``start_method``, ``timeout``,
     ``on_worker_failure``, ``max_restarts``, ``cpu_affinity``) plus ``device``, ``slot_mib`` and
     ``spin_us``.

@@ -112,6 +112,9 @@ class MultiprocessingSampler(Sampler):
                                worker_class=VecWorker, worker_args=dict(n_envs=8))
         MultiprocessingSampler.from_worker_factory(factory, agents=policy, envs=env, timeout=60)
 
+    In a script, build it under ``if __name__ == "__main__":``: worker processes start with ``spawn``,
+    which imports the script again in each of them.
+
     Attributes:
         n_restarts: workers restarted so far (``on_worker_failure="restart"``).
         agent_version: agent updates sent so far; replies to older requests are discarded.
