@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from corral.testing.plugin_packages import PLUGIN_SWITCHES, plugin_env
+
 HERE = Path(__file__).resolve().parent
 
 #: distribution name -> (import package, entry-point name, version)
@@ -32,7 +34,7 @@ DISTS: dict[str, tuple[str, str, str]] = {
 }
 
 #: Environment variables that change which plugins load; cleared for every test.
-PLUGIN_ENV_VARS = ("CORRAL_PLUGINS", "CORRAL_DISABLE_PLUGINS", "CORRAL_STRICT_PLUGINS")
+PLUGIN_ENV_VARS = PLUGIN_SWITCHES
 
 _INSTALLED: dict[str, Path] = {}
 
@@ -71,18 +73,9 @@ def install(root: Path) -> dict[str, Path]:
 
 
 def subprocess_env(sites: Mapping[str, Path], *dists: str, **extra: str) -> dict[str, str]:
-    """``os.environ`` with only ``dists`` visible (on ``PYTHONPATH``) and no CORRAL_* plugin switches."""
-    env = {k: v for k, v in os.environ.items() if k not in PLUGIN_ENV_VARS}
-    paths = [str(sites[d]) for d in dists]
-    if env.get("PYTHONPATH"):
-        paths.append(env["PYTHONPATH"])
-    if paths:
-        env["PYTHONPATH"] = os.pathsep.join(paths)
-    else:
-        env.pop("PYTHONPATH", None)
-    env.pop("HYDRA_FULL_ERROR", None)  # Hydra's short error messages, as a user sees them
-    env.update(extra)
-    return env
+    """``os.environ`` with only ``dists`` visible (on ``PYTHONPATH``), no CORRAL_* plugin switches and Hydra's
+    short error messages, as a user sees them (:func:`corral.testing.plugin_packages.plugin_env`)."""
+    return plugin_env([sites[d] for d in dists], **extra)
 
 
 @contextlib.contextmanager
