@@ -17,6 +17,7 @@ ray = pytest.importorskip("ray")
 from corral import EnvFactory, EnvSpec, MLPPolicy, RaySampler  # noqa: E402
 from corral.testing.processes import (  # noqa: E402
     cmdline,
+    default_signal_dispositions,
     descendants,
     started_session,
     stop_session,
@@ -160,9 +161,9 @@ def ray_cluster(tmp_path: Path):
     common = ["--num-cpus=1", "--object-store-memory=150000000", "--disable-usage-stats", f"--temp-dir={temp_dir}"]
     try:
         subprocess.run([ray_cli, "start", "--head", f"--port={port}", "--include-dashboard=false", *common],
-                       check=True, capture_output=True, timeout=120, env=env)
+                       check=True, capture_output=True, timeout=120, env=env, preexec_fn=default_signal_dispositions)
         subprocess.run([ray_cli, "start", f"--address=127.0.0.1:{port}", *common],
-                       check=True, capture_output=True, timeout=120, env=env)
+                       check=True, capture_output=True, timeout=120, env=env, preexec_fn=default_signal_dispositions)
         yield f"127.0.0.1:{port}", env
     finally:
         left = stop_cluster(port, temp_dir)
