@@ -1,8 +1,8 @@
 """Hydra's joblib launcher, with its settings checked before the sweep starts and each job in a worker
 process of its own (``hydra/launcher=joblib``; settings in corral/conf/hydra/launcher/joblib.yaml).
 
-Settings: the launcher uses ``n_jobs``, ``timeout`` and ``verbose``, and runs the jobs in loky worker
-processes whatever ``backend`` says; hydra-joblib-launcher handed the others to ``joblib.Parallel``,
+Settings: the launcher uses ``n_jobs``, ``timeout``, ``verbose`` and its own ``cancel_grace_s``, and runs
+the jobs in loky worker processes whatever ``backend`` says; hydra-joblib-launcher handed the others to ``joblib.Parallel``,
 which the launcher does not use: ``n_jobs=0`` was joblib's traceback, and ``backend=threading``,
 ``prefer=threads``, ``batch_size=4`` or ``pre_dispatch=1`` ran the jobs as before without a word.
 :meth:`CorralJoblibLauncher.check_config` refuses such a setting (:data:`UNUSED`: one that differs
@@ -25,7 +25,7 @@ does (:class:`~corral.framework.entry.SweepJobFailed`'s line, exit status 1). ``
 is per job the same way, and the others go on: a job past it is sent SIGTERM, as a user's ``kill`` does,
 so its trainer keeps or drops the epoch in progress, writes its snapshot and a ``summary.json`` with
 ``status: interrupted``; its line says it stopped at the timeout and how to resume it. A job still
-running :data:`TIMEOUT_GRACE_S` seconds after that (code in it that handles SIGTERM without stopping,
+running ``hydra.launcher.cancel_grace_s`` seconds (:data:`CANCEL_GRACE_S`) after that (code in it that handles SIGTERM without stopping,
 such as an environment's own handler) is killed (SIGKILL) and failed, its line saying so and how to
 resume it from its latest snapshot; one whose process ended on the SIGTERM by itself is failed with a
 line saying that.
@@ -42,14 +42,14 @@ processes of ``sampler=multiprocessing`` start in a job as they do in a run of i
 (:func:`corral.launchers.job_processes.run_in_job_process`).
 
 Ctrl-C (and a job stopped by Ctrl-C or SIGTERM) stops the whole sweep, as it did: the running jobs,
-which a terminal's Ctrl-C reaches too, get :data:`STOP_GRACE_S` seconds to write their snapshot and
-summary, then their processes are killed. SIGTERM to the sweep's process takes the same path: ``kill``,
+which a terminal's Ctrl-C reaches too, get ``hydra.launcher.cancel_grace_s`` seconds to write their snapshot and
+summary (30 s by default: an epoch that takes longer to finish than the 3 s they had before was lost), then
+their processes are killed. SIGTERM to the sweep's process takes the same path: ``kill``,
 systemd or a supervisor sends it to that process alone, which died of it at once and left its jobs
 training, orphaned, and loky's processes and semaphores (``/dev/shm/sem.loky-*``) behind. The launcher
 passes it on to each running job's process, so each job stops as the trainer does on SIGTERM (its
-epoch kept or dropped, its snapshot and ``summary.json``: interrupted), gives them :data:`TERM_GRACE_S`
-seconds, kills what is left and shuts loky's processes down; the sweep then ends with its interrupted
-line. A job killed after its grace (after Ctrl-C's too) is not lost in silence: it had no line and no
+epoch kept or dropped, its snapshot and ``summary.json``: interrupted), gives them the same grace, kills
+what is left and shuts loky's processes down; the sweep then ends with its interrupted line. A job killed after its grace (after Ctrl-C's too) is not lost in silence: it had no line and no
 ``summary.json``; now :func:`corral.launchers.job_death.killed` prints its line (the job, its directory, what
 its latest snapshot holds) and writes its ``summary.json`` with ``status: killed``. A scheduler that
 sends SIGTERM to every process (``kill -TERM -<pgid>``) reaches the jobs itself
@@ -63,6 +63,7 @@ Kept import-light: Hydra imports every module under ``hydra_plugins`` when it sc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import signal
 import sys
@@ -70,6 +71,8 @@ import time
 from collections import deque
 from pathlib import Path
 from typing import Any, Sequence
+
+from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 from corral.framework.checks import check_minimums
 from corral.framework.errors import ConfigError
@@ -106,18 +109,49 @@ UNUSED: dict[str, tuple[str | None, str]] = {
 #: Seconds between the sweep's looks at its running jobs (for ``hydra.launcher.timeout``); a job that
 #: ends or dies is seen at once.
 POLL_S = 1.0
-#: Seconds the running jobs get after Ctrl-C (which a terminal sends them too) to write their snapshot
-#: and summary before their processes are killed; Ctrl-C again kills them at once.
-STOP_GRACE_S = 3.0
-#: Seconds the running jobs get after a SIGTERM to the sweep's process, which the launcher passes on to them,
-#: to stop as the trainer does on SIGTERM before their processes are killed; a further Ctrl-C or SIGTERM to
-#: the sweep's process kills them at once (a scheduler's copy of the same SIGTERM does not).
-TERM_GRACE_S = 30.0
-#: Seconds a job past ``hydra.launcher.timeout`` gets after SIGTERM to stop as the trainer does on a user's
-#: SIGTERM (keep or drop its epoch, write its snapshot and summary) before it is killed (SLURM's KillWait
-#: default is the same).
-TIMEOUT_GRACE_S = 30.0
+#: The default of ``hydra.launcher.cancel_grace_s`` (as ``hydra/launcher=ray``'s): seconds a running job gets
+#: to save its snapshot and summary and stop, after Ctrl-C (which a terminal sends the jobs too), after a
+#: SIGTERM to the sweep's process (which the launcher passes on to them) and after the SIGTERM the launcher
+#: sends a job past ``hydra.launcher.timeout``, before its process is killed (SLURM's KillWait default is the
+#: same). A further Ctrl-C or SIGTERM to the sweep's process kills them at once (a scheduler's copy of the
+#: same SIGTERM does not).
+CANCEL_GRACE_S = 30.0
 
+
+def _settings_schema() -> Any:
+    """hydra-joblib-launcher's settings schema (``JobLibLauncherConf``) with this launcher's own setting,
+    ``cancel_grace_s``, and its ``_target_`` (None without hydra-joblib-launcher). Made with
+    ``make_dataclass``: Hydra's plugin scan executes this module before it is in ``sys.modules``, where
+    ``@dataclass`` cannot read this module's annotations."""
+    if not INSTALLED:
+        return None
+    from hydra_plugins.hydra_joblib_launcher.config import JobLibLauncherConf
+
+    return dataclasses.make_dataclass(
+        "CorralJobLibLauncherConf",
+        [("_target_", str, dataclasses.field(default=f"{__name__}.CorralJoblibLauncher")),
+         ("cancel_grace_s", float, dataclasses.field(default=CANCEL_GRACE_S))],
+        bases=(JobLibLauncherConf,), namespace={"__module__": __name__})
+
+
+#: The schema Hydra merges ``hydra/launcher=joblib`` (corral/conf/hydra/launcher/joblib.yaml) with.
+CorralJobLibLauncherConf = _settings_schema()
+
+
+class JoblibSettingsSchema(SearchPathPlugin):
+    """Stores :data:`CorralJobLibLauncherConf` as ``hydra/launcher/joblib``'s schema, over
+    hydra-joblib-launcher's ``JobLibLauncherConf``, which its module stores each time Hydra's plugin scan
+    executes it (corral's joblib.yaml, merged with that schema, could not have ``cancel_grace_s``). Not a
+    search path: Hydra calls every ``SearchPathPlugin`` once the scan is over and before it composes a
+    config, which is the moment to store it."""
+
+    def manipulate_search_path(self, search_path: Any) -> None:
+        """Store the schema; the search path is left as it is."""
+        if CorralJobLibLauncherConf is not None:
+            from hydra.core.config_store import ConfigStore
+
+            ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=CorralJobLibLauncherConf,
+                                         provider="corral")
 
 class CorralJoblibLauncher(JoblibLauncher):
     """``hydra/launcher=joblib``: each job in a loky worker process; a process that dies fails only its
@@ -150,6 +184,10 @@ class CorralJoblibLauncher(JoblibLauncher):
         timeout = cfg.get("timeout")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
             raise ConfigError(f"hydra.launcher.timeout must be > 0 seconds or null (no limit), got {timeout!r}")
+        grace = cfg.get("cancel_grace_s", CANCEL_GRACE_S)
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+            raise ConfigError(f"hydra.launcher.cancel_grace_s must be >= 0 seconds (how long a job stopped by Ctrl-C, "
+                              f"SIGTERM or its timeout gets to save before it is killed), got {grace!r}")
         for key, (preset, what) in UNUSED.items():
             value = cfg.get(key, preset)
             if (value is None) != (preset is None) or (value is not None and str(value) != preset):
@@ -187,6 +225,7 @@ class CorralJoblibLauncher(JoblibLauncher):
             log.info("\t#%d : %s", initial_job_idx + idx, " ".join(filter_overrides(overrides)))
 
         timeout = settings.get("timeout")
+        grace_s = float(settings.get("cancel_grace_s", CANCEL_GRACE_S))
         verbose = int(settings.get("verbose") or 0)
         state = Singleton.get_state()
         queue = deque((initial_job_idx + i, [str(o) for o in overrides]) for i, overrides in enumerate(job_overrides))
@@ -224,10 +263,10 @@ class CorralJoblibLauncher(JoblibLauncher):
                             job.timed_out = float(timeout)
                             job.stop_t0 = now
                             stop(job.process)  # the trainer stops as on a user's SIGTERM
-                        if job.timed_out is not None and now - job.stop_t0 >= TIMEOUT_GRACE_S and not future.done():
+                        if job.timed_out is not None and now - job.stop_t0 >= grace_s and not future.done():
                             job.slot.close(kill=True)  # still running after its grace: killed
                             running.pop(future)
-                            results[job.num] = self._died(job, timeout=float(timeout), grace=TIMEOUT_GRACE_S)
+                            results[job.num] = self._died(job, timeout=float(timeout), grace=grace_s)
                             free.append(job.slot)
         except BaseException as exc:
             left: list[Job] = []  # the jobs still running after their grace: killed, each said and recorded
@@ -240,7 +279,7 @@ class CorralJoblibLauncher(JoblibLauncher):
                 if terminated:  # sent to this process alone, or to all (then the trainer drops this copy)
                     for job in running.values():
                         stop(job.process)
-                grace = TERM_GRACE_S if terminated else STOP_GRACE_S
+                grace = grace_s
                 cut_short = True
                 with contextlib.suppress(KeyboardInterrupt), catch_stop_signals():  # again: kill them now
                     wait(list(running), timeout=grace)
@@ -448,5 +487,5 @@ def exit_code(process: Any, said: str = "") -> int | None:
     return int(found.group(1)) if found else code if isinstance(code, int) else None
 
 
-__all__ = ["BACKEND", "TIMEOUT_GRACE_S", "UNUSED", "CorralJoblibLauncher", "JobProcessDied", "Slot", "died",
+__all__ = ["BACKEND", "CANCEL_GRACE_S", "UNUSED", "CorralJobLibLauncherConf", "CorralJoblibLauncher", "JoblibSettingsSchema", "JobProcessDied", "Slot", "died",
            "exit_code", "stop", "workers"]

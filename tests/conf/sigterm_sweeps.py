@@ -1,4 +1,4 @@
-"""A two-job sweep signalled with SIGTERM once both jobs have saved an epoch, for the launchers' SIGTERM tests.
+"""A two-job sweep signalled with SIGTERM (or Ctrl-C) once both jobs have saved an epoch, for the launchers' SIGTERM tests.
 
 ``tests/launchers/test_{joblib,ray_launcher,submitit}_sigterm.py`` each run ``train.py -m`` with their
 launcher through :func:`signalled_sweep` and check what it returns; imported with
@@ -58,10 +58,12 @@ def progress_rows(run_dir: Path) -> int:
 
 
 def signalled_sweep(cwd: Path, sweep_dir: Path, args: Sequence[str], *, whom: str, env: dict[str, str] | None = None,
-                    wait_s: float = 240, stop_s: float = 120, left_s: float = 10) -> SignalledSweep:
+                    wait_s: float = 240, stop_s: float = 120, left_s: float = 10,
+                    sig: int = signal.SIGTERM) -> SignalledSweep:
     """Run ``train.py -m <args> hydra.sweep.dir=<sweep_dir>`` in a session of its own; once jobs 0 and 1
-    have each logged an epoch (within ``wait_s``), send SIGTERM to the sweep's process alone
-    (``whom="process"``) or to its process group (``"process group"``); wait ``stop_s`` for it to end,
+    have each logged an epoch (within ``wait_s``), send SIGTERM (or ``sig``: SIGINT to the process group is a
+    terminal's Ctrl-C) to the sweep's process alone (``whom="process"``) or to its process group
+    (``"process group"``); wait ``stop_s`` for it to end,
     then ``left_s`` for its session's processes and ``/dev/shm`` entries to go. Fails the test when the
     sweep ends before the signal or does not end after it."""
     cmd = [sys.executable, str(TRAIN), "-m", *args, f"hydra.sweep.dir={sweep_dir}"]
@@ -71,18 +73,18 @@ def signalled_sweep(cwd: Path, sweep_dir: Path, args: Sequence[str], *, whom: st
         lines, reader = lines_read_in_background(proc)
         deadline = time.monotonic() + wait_s
         while min(progress_rows(sweep_dir / "0"), progress_rows(sweep_dir / "1")) < 1:
-            assert proc.poll() is None, "the sweep ended before SIGTERM:\n" + "\n".join(lines[-40:])
+            assert proc.poll() is None, f"the sweep ended before {signal.Signals(sig).name}:\n" + "\n".join(lines[-40:])
             assert time.monotonic() < deadline, f"no epoch of both jobs within {wait_s} s:\n" + "\n".join(lines[-40:])
             time.sleep(0.1)
         seen = session_processes(proc.pid)  # the sweep's process, its launcher's and the jobs'
         if whom == "process":
-            os.kill(proc.pid, signal.SIGTERM)
+            os.kill(proc.pid, sig)
         else:
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, sig)
         try:
             status = proc.wait(timeout=stop_s)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"the sweep still ran {stop_s} s after SIGTERM:\n" + "\n".join(lines[-40:]))
+            pytest.fail(f"the sweep still ran {stop_s} s after {signal.Signals(sig).name}:\n" + "\n".join(lines[-40:]))
         reader.join(timeout=30)
         left = {pid: cmdline(pid) for pid in session_left(proc.pid, left_s)}
         prefixes = tuple(pattern.format(pid=pid) for pid in seen for pattern in SHM_PID_PATTERNS)

@@ -7,7 +7,7 @@ it SIGTERM, as a user's ``kill`` does: the trainer keeps its epoch, writes its s
 it; the other jobs run to their end, and the sweep ends with exit status 1 (a job did not complete).
 
 A job whose own code keeps SIGTERM from stopping it (an environment's SIGTERM handler,
-``tests/conf/stubborn_env.py``) is killed ``TIMEOUT_GRACE_S`` seconds after the SIGTERM. Before, its line
+``tests/conf/stubborn_env.py``) is killed ``hydra.launcher.cancel_grace_s`` seconds after the SIGTERM. Before, its line
 said only that its process "was killed" (nothing of the SIGTERM it did not stop on, nor of the grace); a
 job whose process ended on the SIGTERM by itself (SIGTERM's default action) got the same line, though the
 launcher had not killed it.
@@ -39,11 +39,14 @@ SLOW, FAST = 10_000, 2
 TIMEOUT_S = 20  # long enough for job 0 to save an epoch on a loaded machine (12 s was not, at load 4-5)
 #: The timeout of the sweep whose three jobs must all be training when it comes (on a busy machine too).
 STUBBORN_TIMEOUT_S = 25
+#: ``hydra.launcher.cancel_grace_s`` of that sweep: long enough for job 1 (3 s in its handler, then its epoch and
+#: snapshot) to stop within it on a busy machine, and shorter than the default 30 s, which holds the test longer.
+STUBBORN_GRACE_S = 15
 
 
 def test_a_job_past_its_timeout_stops_as_on_sigterm_and_can_be_resumed(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "multirun"
-    # TIMEOUT_GRACE_S (30 s) after the SIGTERM: the job stops within a second of it
+    # hydra.launcher.cancel_grace_s (30 s) after the SIGTERM: the job stops within a second of it
     cmd = [sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
            f"hydra.launcher.timeout={TIMEOUT_S}", "env=gym",
            "env.id=CartPole-v1", f"trainer.n_epochs={SLOW},{FAST}", "trainer.batch_size=500", "trainer.eval_every=0",
@@ -82,16 +85,14 @@ def test_a_job_that_does_not_stop_on_the_timeouts_sigterm_is_killed_after_the_gr
     """Three jobs past the timeout, each with an environment whose SIGTERM handler replaced the trainer's:
     job 0's ignores it (killed after the grace), job 1's passes it on to the trainer's after a few seconds
     (stops as on a user's SIGTERM, within the grace: not killed), job 2's ends its process on it."""
-    from hydra_plugins.corral_joblib_launcher.joblib_launcher import TIMEOUT_GRACE_S
-
     before = shm_entries()
     sweep_dir = tmp_path / "multirun"
-    limit_s = STUBBORN_TIMEOUT_S + TIMEOUT_GRACE_S + 60  # startup and the jobs' ends, on a busy machine
+    limit_s = STUBBORN_TIMEOUT_S + STUBBORN_GRACE_S + 60  # startup and the jobs' ends, on a busy machine
     t0 = time.monotonic()
     code, err, seen = dying_jobs.run_watched_sweep(
         tmp_path, {"stubborn_env": (ROOT / "tests" / "conf" / "stubborn_env.py").read_text()},
         "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", f"hydra.launcher.timeout={STUBBORN_TIMEOUT_S}",
-        "env=gym", "env.id=stubborn_env:corral_test/StubbornCartPole-v1",
+        f"hydra.launcher.cancel_grace_s={STUBBORN_GRACE_S}", "env=gym", "env.id=stubborn_env:corral_test/StubbornCartPole-v1",
         "+env.kwargs.on_sigterm=ignore,pass_on,default", "+env.kwargs.flush_s=3", f"trainer.n_epochs={SLOW}",
         "trainer.max_env_steps=null", "trainer.batch_size=500", "trainer.eval_every=0", "logger=[csv]",
         "trainer.progress=false", "sampler=local", limit_s=limit_s)
@@ -99,7 +100,7 @@ def test_a_job_that_does_not_stop_on_the_timeouts_sigterm_is_killed_after_the_gr
     assert code == 1, err[-3000:]
     assert "Traceback" not in err and "leaked" not in err, err[-3000:]
     # the launcher's kill ended it (job 0 would run on), not before the grace
-    assert STUBBORN_TIMEOUT_S + TIMEOUT_GRACE_S <= took < limit_s, (took, err[-3000:])
+    assert STUBBORN_TIMEOUT_S + STUBBORN_GRACE_S <= took < limit_s, (took, err[-3000:])
     lines = err.strip().splitlines()
 
     def job_line(num: int, how: str) -> tuple[int, dict]:
@@ -130,9 +131,9 @@ def test_a_job_that_does_not_stop_on_the_timeouts_sigterm_is_killed_after_the_gr
         return pid, summary
 
     timeout = rf"the job ran past hydra.launcher.timeout={STUBBORN_TIMEOUT_S} s"
-    # job 0: still running TIMEOUT_GRACE_S after the SIGTERM: killed, and its line says so (and, as it trained on,
+    # job 0: still running STUBBORN_GRACE_S after the SIGTERM: killed, and its line says so (and, as it trained on,
     # how to resume it from its latest snapshot)
-    _, ignored = job_line(0, rf"{timeout} and did not stop within {TIMEOUT_GRACE_S:g} s of SIGTERM, so the job's "
+    _, ignored = job_line(0, rf"{timeout} and did not stop within {STUBBORN_GRACE_S:g} s of SIGTERM, so the job's "
                              r"process \(pid (\d+)\) was killed with SIGKILL \(code in the job handles SIGTERM without "
                              r"stopping, such as an environment's own SIGTERM handler, or a call in it does not "
                              r"return\)")
