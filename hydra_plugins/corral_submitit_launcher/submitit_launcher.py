@@ -53,9 +53,12 @@ its job controllers and jobs training on, unattended; sent to the whole process 
 -<pgid>``), the jobs stopped and saved (the group's signal reached them, and each controller passed its own
 on), and the sweep's process still ended without a line. Now, while the jobs run, SIGTERM stops the sweep
 (:class:`~corral.launchers.sweep_sigterm.SweepSigterm`): the launcher passes SIGTERM on to each running job through its controller (which
-sends it to the job, as submitit's does), waits up to :data:`STOP_GRACE_S` seconds for the jobs to save
-and end, ends what is left of them (:func:`end_local_leftovers`), and the sweep ends with corral's
-interrupted line (exit 130). A job that gets SIGTERM twice (the group's and its controller's, moments
+sends it to the job, as submitit's does), waits up to ``hydra.launcher.cancel_grace_s`` seconds
+(:data:`CANCEL_GRACE_S`, as under ``hydra/launcher=ray`` and ``joblib``) for the jobs to save and end, ends
+what is left of them (:func:`end_local_leftovers`), and the sweep ends with corral's interrupted line (exit
+143). A job still running after the grace is not lost in silence: it was ended with a warning in the log and
+no ``summary.json``; now :func:`corral.launchers.job_death.killed` gives it its ``[job N] corral: error:``
+line (the job, its directory, what its latest snapshot holds) and a ``summary.json`` with ``status: killed``. A job that gets SIGTERM twice (the group's and its controller's, moments
 apart) takes them as one stop (corral's trainer drops a repeated SIGTERM).
 
 Kept import-light: Hydra imports every module under ``hydra_plugins`` when it scans for plugins.
@@ -63,6 +66,7 @@ Kept import-light: Hydra imports every module under ``hydra_plugins`` when it sc
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -76,6 +80,7 @@ from typing import Any, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, filter_overrides
+from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.checks import check_minimums
@@ -92,9 +97,9 @@ SETTING_MINIMUMS = {"timeout_min": 1, "cpus_per_task": 1, "gpus_per_node": 0, "t
                     "gpus_per_task": 1}
 #: The settings that may be null (submitit's or corral's default for them).
 NULLABLE = ("cpus_per_task", "gpus_per_node", "mem_gb", "cpus_per_gpu", "gpus_per_task")
-#: Seconds the running jobs of a ``submitit_local`` sweep stopped by SIGTERM get to save and end before
-#: they are killed (the default of ``hydra/launcher=ray``'s ``cancel_grace_s``).
-STOP_GRACE_S = 30.0
+#: The default of ``submitit_local``'s ``hydra.launcher.cancel_grace_s``: seconds the running jobs of a sweep
+#: stopped by SIGTERM get to save and end before they are killed (as ``hydra/launcher=ray``'s and ``joblib``'s).
+CANCEL_GRACE_S = 30.0
 
 
 def env_processes(job_cfg: DictConfig | dict) -> int:
@@ -121,10 +126,10 @@ def job_cpus(job_cfg: DictConfig | dict) -> int:
 
 
 try:
-    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf, LocalQueueConf
     from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 except ImportError:  # hydra-submitit-launcher not installed: the presets say what to install
-    BaseQueueConf = None  # type: ignore[assignment,misc]
+    BaseQueueConf = LocalQueueConf = None  # type: ignore[assignment,misc]
 
     class BaseSubmititLauncher:  # type: ignore[no-redef]
         """Stand-in that explains what is missing."""
@@ -132,6 +137,38 @@ except ImportError:  # hydra-submitit-launcher not installed: the presets say wh
         def __init__(self, **params: Any) -> None:
             raise ImportError("hydra/launcher=submitit_* needs hydra-submitit-launcher: pip install 'corral[sweep]' "
                               "(or pip install hydra-submitit-launcher)")
+
+
+def _local_settings_schema() -> Any:
+    """hydra-submitit-launcher's ``LocalQueueConf`` with corral's ``_target_`` and ``cancel_grace_s`` (None
+    without hydra-submitit-launcher). Made with ``make_dataclass``: Hydra's plugin scan executes this module
+    before it is in ``sys.modules``, where ``@dataclass`` cannot read this module's annotations."""
+    if LocalQueueConf is None:
+        return None
+    return dataclasses.make_dataclass(
+        "CorralLocalQueueConf",
+        [("_target_", str, dataclasses.field(default=f"{__name__}.CorralLocalLauncher")),
+         ("cancel_grace_s", float, dataclasses.field(default=CANCEL_GRACE_S))],
+        bases=(LocalQueueConf,), namespace={"__module__": __name__})
+
+
+#: The schema Hydra merges ``hydra/launcher=submitit_local`` (corral/conf/hydra/launcher/submitit_local.yaml) with.
+CorralLocalQueueConf = _local_settings_schema()
+
+
+class LocalSettingsSchema(SearchPathPlugin):
+    """Stores :data:`CorralLocalQueueConf` as ``hydra/launcher/submitit_local``'s schema, over
+    hydra-submitit-launcher's ``LocalQueueConf``, which its module stores each time Hydra's plugin scan
+    executes it. Not a search path: Hydra calls every ``SearchPathPlugin`` once the scan is over and before
+    it composes a config, which is the moment to store it."""
+
+    def manipulate_search_path(self, search_path: Any) -> None:
+        """Store the schema; the search path is left as it is."""
+        if CorralLocalQueueConf is not None:
+            from hydra.core.config_store import ConfigStore
+
+            ConfigStore.instance().store(group="hydra/launcher", name="submitit_local", node=CorralLocalQueueConf,
+                                         provider="corral")
 
 
 class _SizedJobs(BaseSubmititLauncher):
@@ -150,6 +187,10 @@ class _SizedJobs(BaseSubmititLauncher):
             raise ConfigError(f"{option} submits each job to SLURM, and this machine has no `srun` on PATH: run the "
                               "sweep on a SLURM login node, or rehearse it here with hydra/launcher=submitit_local")
         check_minimums(cfg, "hydra.launcher", SETTING_MINIMUMS, nullable=NULLABLE)
+        grace = cfg.get("cancel_grace_s", CANCEL_GRACE_S)
+        if isinstance(grace, bool) or not isinstance(grace, (int, float)) or grace < 0:
+            raise ConfigError(f"hydra.launcher.cancel_grace_s must be >= 0 seconds (how long a job of a sweep stopped "
+                              f"by SIGTERM gets to save before it is killed), got {grace!r}")
         for key in ("tasks_per_node", "nodes"):  # each task would run the whole job again, in its directory
             if cfg.get(key, 1) not in (1, None):
                 raise ConfigError(f"hydra.launcher.{key}={cfg.get(key)}: a corral job is one trainer process, and "
@@ -162,6 +203,7 @@ class _SizedJobs(BaseSubmititLauncher):
         import submitit
 
         params = dict(self.params)
+        params.pop("cancel_grace_s", None)  # corral's own, not submitit's
         if cpus is not None:
             params["cpus_per_task"] = cpus
         if self._EXECUTOR == "local" and params.get("gpus_per_node") is None:
@@ -234,39 +276,41 @@ class _SizedJobs(BaseSubmititLauncher):
             except KeyboardInterrupt:  # Ctrl-C reached the jobs too, and each stops on its own
                 if sigterm.received:
                     self._stop_local_jobs([(initial_job_idx + i, list(job_overrides[i]), job)
-                                           for members, jobs in submitted for i, job in zip(members, jobs)])
+                                           for members, jobs in submitted for i, job in zip(members, jobs)],
+                                          started)
                 raise
         return results
 
-    def _stop_local_jobs(self, jobs: list[tuple[int, list[str], Any]]) -> None:
+    def _stop_local_jobs(self, jobs: list[tuple[int, list[str], Any]], started: float) -> None:
         """SIGTERM stopped the sweep: send it to each running job of ``jobs`` (its number, overrides and
-        submitit job) through the job's controller, which passes it on to the job, wait up to
-        :data:`STOP_GRACE_S` seconds for them to end (a further SIGTERM or Ctrl-C: not longer), then end
-        the processes of those still running, and of every job the processes it left
-        (:func:`end_local_leftovers`), and their controllers."""
+        submitit job, submitted at ``started``) through the job's controller, which passes it on to the job,
+        wait up to ``hydra.launcher.cancel_grace_s`` seconds for them to end (a further SIGTERM or Ctrl-C: not
+        longer), then end the processes of those still running, and of every job the processes it left
+        (:func:`end_local_leftovers`), and their controllers. Each job that was still running is said and
+        recorded as killed (:func:`corral.launchers.job_death.killed`)."""
         from corral.launchers.job_death import job_config
 
         assert self.config is not None and self.hydra_context is not None
+        grace = float(self.params.get("cancel_grace_s", CANCEL_GRACE_S))
         controllers = {num: job._process for num, _, job in jobs if getattr(job, "_process", None) is not None}
         running = {num: proc for num, proc in controllers.items() if proc.poll() is None}
         if not running:
             return
-        log.warning("Submitit 'local' launcher: SIGTERM; stopping %d running job(s) (up to %.0f s for snapshots)",
-                    len(running), STOP_GRACE_S)
+        log.warning("Submitit 'local' launcher: SIGTERM; stopping %d running job(s) (up to %g s for snapshots)",
+                    len(running), grace)
         for proc in running.values():
             proc.send_signal(signal.SIGTERM)  # nothing when it has ended meanwhile (Popen knows)
-        deadline = time.monotonic() + STOP_GRACE_S
+        deadline = time.monotonic() + grace
+        cut_short = False
         try:
             while any(proc.poll() is None for proc in running.values()) and time.monotonic() < deadline:
                 time.sleep(0.1)
         except KeyboardInterrupt:  # SIGTERM or Ctrl-C again: end them now
-            pass
+            cut_short = True
         for num, overrides, job in jobs:
             if num not in running:
                 continue
-            if running[num].poll() is None:
-                log.warning("job #%d did not stop within %.0f s of SIGTERM; ending its processes", num,
-                            STOP_GRACE_S)
+            left = running[num].poll() is None
             cfg = job_config(self.hydra_context, self.config, overrides, num)
             end_local_leftovers(job, Path(str(cfg.hydra.sweep.dir), str(cfg.hydra.sweep.subdir)))
             try:
@@ -274,6 +318,21 @@ class _SizedJobs(BaseSubmititLauncher):
             except subprocess.TimeoutExpired:
                 running[num].kill()
                 running[num].wait(timeout=5.0)
+            if left:
+                self._killed(cfg, overrides, started, grace, cut_short)
+
+    def _killed(self, cfg: Any, overrides: list[str], started: float, grace: float, cut_short: bool) -> None:
+        """Say and record a job whose processes were ended because it had not stopped ``grace`` seconds after
+        the sweep's SIGTERM (``cut_short``: a further signal ended the grace early); a failure to say it is a
+        warning, never a traceback instead of the sweep's line."""
+        from corral.launchers.job_death import killed
+
+        try:
+            killed(cfg, overrides=overrides, started=started, pid=None, stop="the sweep's SIGTERM", grace=grace,
+                   cut_short=cut_short)
+        except Exception as exc:  # noqa: BLE001 - the sweep's own line still comes
+            log.warning("job #%s (%s) was killed after the sweep's SIGTERM and could not be recorded (%s: %s)",
+                        cfg.hydra.job.num, " ".join(overrides), type(exc).__name__, exc)
 
     def _result(self, job: Any, overrides: list[str], num: int, started: float) -> JobReturn:
         """The ``JobReturn`` of a submitit job once it has ended: its own; a failed one when its process
@@ -385,5 +444,5 @@ class CorralSlurmLauncher(_SizedJobs):
     _EXECUTOR = "slurm"
 
 
-__all__ = ["QUIET_CONTROLLER", "STOP_GRACE_S", "CorralLocalLauncher", "CorralSlurmLauncher",
-           "end_local_leftovers", "job_cpus", "job_state_words", "quiet_controllers"]
+__all__ = ["CANCEL_GRACE_S", "QUIET_CONTROLLER", "CorralLocalLauncher", "CorralLocalQueueConf", "CorralSlurmLauncher",
+           "LocalSettingsSchema", "end_local_leftovers", "job_cpus", "job_state_words", "quiet_controllers"]

@@ -8,12 +8,20 @@ the launcher passes SIGTERM on to each running job through its controller, waits
 writes an ``interrupted`` summary), and the sweep ends with corral's interrupted line (exit 143, as a run stopped by SIGTERM), leaving no
 process and no ``/dev/shm`` segment behind.
 
+A job still running ``hydra.launcher.cancel_grace_s`` after the SIGTERM (code in it that handles SIGTERM without
+stopping: here an environment's own handler, ``tests/conf/stubborn_env.py``) had its processes ended with only a
+warning in the sweep's log: no line and no ``summary.json``, so ``corral results`` listed it as unfinished. Now it
+gets one ``[job N] corral: error:`` line naming the job, its directory and what its latest snapshot holds, and a
+``summary.json`` with ``status: killed``.
+
 Each test runs a 2-job sweep in a session of its own and sends SIGTERM once both jobs have saved an epoch.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -24,6 +32,7 @@ pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
 pytest.importorskip("submitit")
 
 ROOT = Path(__file__).resolve().parents[2]
+CONF = ROOT / "tests" / "conf"
 #: ``tests/conf/sigterm_sweeps.py``: the sweep run, signalled and waited for.
 sweeps = import_path(ROOT / "tests" / "conf" / "sigterm_sweeps.py", "sigterm_sweeps")
 #: Two jobs of tiny epochs (500 steps, one evaluation episode, CSV only), running until stopped.
@@ -46,3 +55,36 @@ def test_sigterm_stops_the_jobs_and_waits_for_them(tmp_path: Path, whom: str) ->
         assert (sweep / str(job) / "snapshots" / "latest").is_file()
         logs = sorted((sweep / ".submitit").rglob("*_0_log.err"))
         assert any(f"[job {job}] corral: interrupted by SIGTERM" in log.read_text() for log in logs), logs
+
+
+#: ``hydra.launcher.cancel_grace_s`` of the stubborn sweep (the default 30 s would hold the test that much longer).
+GRACE_S = 5
+
+
+def test_a_job_still_running_after_the_grace_is_named_and_recorded_as_killed(tmp_path: Path) -> None:
+    """Both jobs' environments ignore SIGTERM: the sweep still ends as stopped by SIGTERM, with nothing left
+    running, and each job gets its line and a ``summary.json`` that says it was killed."""
+    sweep = tmp_path / "multirun"
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(CONF), os.environ.get("PYTHONPATH", "")) if p)}
+    args = ["hydra/launcher=submitit_local", f"hydra.launcher.cancel_grace_s={GRACE_S}", "seed=1,2", "env=gym",
+            "env.id=stubborn_env:corral_test/StubbornCartPole-v1", "+env.kwargs.on_sigterm=ignore",
+            "trainer.n_epochs=1000000", "trainer.max_env_steps=null", "trainer.batch_size=200", "trainer.eval_every=0",
+            "logger=[csv]", "trainer.progress=false", "sampler=local"]
+    run = sweeps.signalled_sweep(tmp_path, sweep, args, whom="process", env=env, stop_s=GRACE_S + 90, left_s=30)
+    sweeps.assert_ended_as_interrupted(run, sweep)
+    for num in (0, 1):
+        job_dir = sweep / str(num)
+        said = [line for line in run.lines if line.startswith(f"[job {num}] corral: error: ")]
+        assert len(said) == 1, run.tail
+        snapshot = (job_dir / "snapshots" / "latest").read_text().strip()
+        saved = int(snapshot.split("_")[1].split(".")[0])
+        found = re.fullmatch(
+            rf"\[job {num}\] corral: error: job {num} \(seed={num + 1} .*, in {re.escape(str(job_dir))}\) did not stop "
+            rf"within {GRACE_S:g} s of the sweep's SIGTERM, so its process \(pid (\d+)\) was killed with SIGKILL; "
+            rf"its latest snapshot \({re.escape(snapshot)}\) holds epochs 0-{saved - 1}: "
+            rf"{re.escape(f'trainer.resume={job_dir}')} continues it", said[0])
+        assert found is not None, said[0]
+        killed = json.loads((job_dir / "summary.json").read_text())
+        assert killed["status"] == "killed" and killed["error"] == f"JobKilled: {said[0].split('error: ', 1)[1]}", \
+            killed
+        assert killed["epochs"] == saved and killed["pid"] == int(found.group(1)), killed
