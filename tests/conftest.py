@@ -13,6 +13,8 @@ from typing import Iterator
 import pytest
 import torch
 
+from corral.testing.modules import import_path
+
 # Tiny networks are fastest single-threaded, and on a 2-core machine extra intra-op threads spin
 # against the other processes a test starts (the trainer does the same; see trainer.torch_threads).
 torch.set_num_threads(1)
@@ -87,3 +89,12 @@ def ray_dir() -> Iterator[Path]:
     suite's Ray runtimes (in process, under train.py, a ``ray start`` cluster) write stays in /tmp/ray."""
     yield RAY_DIR
     remove_the_suites_ray_dir()
+
+
+@pytest.fixture(scope="session")
+def tiny_meta_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An RL2 run on 5-armed bandits (``rl2``) and a PEARL point-robot run (``pearl``), one tiny epoch each and
+    no evaluation (``tests/conf/tiny_runs.py``), trained once for the tests that evaluate, load or resume them.
+    Read-only: a test that would change one (an in-place resume) works on a copy."""
+    tiny_runs = import_path(Path(__file__).parent / "conf" / "tiny_runs.py", "tiny_runs")
+    return tiny_runs.meta_runs(tmp_path_factory.mktemp("tiny_meta_runs"))

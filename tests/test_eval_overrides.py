@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from corral.framework.errors import ConfigError
+from corral.testing.modules import import_path
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 300
+tiny_runs = import_path(REPO / "tests" / "conf" / "tiny_runs.py", "tiny_runs")
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -25,29 +27,23 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def train(run_dir: Path, *overrides: str) -> Path:
-    proc = run([sys.executable, str(REPO / "train.py"), *overrides, "trainer.progress=false", "trainer.eval_every=0",
-                "logger=[csv]", f"hydra.run.dir={run_dir}"], run_dir.parent)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir
-
-
 def corral_eval(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return run([sys.executable, "-m", "corral.framework.cli", "eval", *args, "-o", ""], cwd)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A PPO CartPole run, an RL2 run on 5-armed bandits and a PEARL point-robot run, each one tiny epoch."""
+    """A PPO CartPole run of one tiny epoch (``ppo``)."""
     where = tmp_path_factory.mktemp("eval_overrides")
-    train(where / "ppo", "trainer.n_epochs=1", "trainer.batch_size=200")
-    train(where / "rl2", "experiment=rl2_bandits", "trainer.n_epochs=1", "trainer.max_env_steps=null",
-          "trainer.batch_size=200", "worker.n_envs=2", "algo.n_train_tasks=10", "algo.n_test_tasks=2",
-          "algo.minibatch_size=100")
-    train(where / "pearl", "experiment=pearl_pointnav", "trainer.n_epochs=1", "trainer.max_env_steps=null",
-          "trainer.batch_size=60", "algo.min_buffer_size=60", "worker.n_envs=1", "algo.n_train_tasks=4",
-          "algo.n_test_tasks=2", "algo.meta_batch=2")
+    tiny_runs.train(where / "ppo", "trainer.n_epochs=1", "trainer.batch_size=200")
     return where
+
+
+@pytest.fixture
+def meta(tiny_meta_runs: Path) -> Path:
+    """An RL2 run on 5-armed bandits (``rl2``) and a PEARL point-robot run (``pearl``), one tiny epoch each
+    (``tests/conftest.py``)."""
+    return tiny_meta_runs
 
 
 def test_a_mapping_is_read_with_hydras_grammar(runs: Path) -> None:
@@ -69,8 +65,8 @@ def test_an_override_hydra_cannot_read_or_a_sweep_is_one_line(runs: Path, overri
     assert str(caught.value).startswith(says) and "\n" not in str(caught.value), str(caught.value)
 
 
-def test_an_override_that_changes_the_spaces_is_one_line(runs: Path) -> None:
-    proc = corral_eval(str(runs / "rl2"), "env.n_arms=3", "--episodes", "1", cwd=runs)
+def test_an_override_that_changes_the_spaces_is_one_line(meta: Path) -> None:
+    proc = corral_eval(str(meta / "rl2"), "env.n_arms=3", "--episodes", "1", cwd=meta)
     lines = proc.stderr.splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert lines[0].startswith("corral eval: error: env.n_arms=3 changes the environment's spaces to observations "
@@ -78,11 +74,11 @@ def test_an_override_that_changes_the_spaces_is_one_line(runs: Path) -> None:
     assert "(6,), float32), actions Discrete(3), and the run's policy takes observations Box(" in lines[0]
     assert lines[0].endswith("(8,), float32), actions Discrete(5), which it was trained on; evaluate with env.* "
                              "settings that keep the spaces, or train a run with env.n_arms=3"), lines[0]
-    same = corral_eval(str(runs / "rl2"), "env.n_arms=5", "--episodes", "1", cwd=runs)
+    same = corral_eval(str(meta / "rl2"), "env.n_arms=5", "--episodes", "1", cwd=meta)
     assert same.returncode == 0, same.stderr
 
 
-def test_parameters_that_do_not_fit_the_rebuilt_policy_are_one_line(runs: Path) -> None:
+def test_parameters_that_do_not_fit_the_rebuilt_policy_are_one_line(meta: Path) -> None:
     """What the spaces check stands before: the snapshot's parameters loaded into a policy of other sizes."""
     from corral.framework.eval_run import _load_weights, _run_config
     from corral.framework.plugins import get_plugin_manager
@@ -90,8 +86,8 @@ def test_parameters_that_do_not_fit_the_rebuilt_policy_are_one_line(runs: Path) 
     from corral.testing.plugin import build_run
 
     get_plugin_manager()  # as evaluate_run: the plugins' snapshot types are registered before the snapshot is read
-    snapshot = find_snapshot(runs / "rl2")
-    cfg, _ = _run_config(snapshot, runs / "rl2", ["env.n_arms=3"], trust=False)
+    snapshot = find_snapshot(meta / "rl2")
+    cfg, _ = _run_config(snapshot, meta / "rl2", ["env.n_arms=3"], trust=False)
     rebuilt = build_run(cfg)
     try:
         with pytest.raises(ConfigError) as caught:
@@ -105,18 +101,18 @@ def test_parameters_that_do_not_fit_the_rebuilt_policy_are_one_line(runs: Path) 
                                               "trained with")
 
 
-def test_no_prior_episodes_is_refused_with_the_evaluations_own_line(runs: Path) -> None:
-    proc = corral_eval(str(runs / "pearl"), "worker.n_prior_episodes=0", "--episodes", "3", cwd=runs)
+def test_no_prior_episodes_is_refused_with_the_evaluations_own_line(meta: Path) -> None:
+    proc = corral_eval(str(meta / "pearl"), "worker.n_prior_episodes=0", "--episodes", "3", cwd=meta)
     assert proc.returncode == 2 and proc.stderr.splitlines() == [
         "corral eval: error: worker.n_prior_episodes=0: corral eval starts each trial with an empty context, whose "
         "posterior is the prior, so the first episode acts on the prior either way and 0 evaluates exactly as "
         "worker.n_prior_episodes=1, the run's own value; leave it out"], proc.stderr
-    other = corral_eval(str(runs / "pearl"), "worker.n_prior_episodes=2", "--episodes", "3", cwd=runs)
+    other = corral_eval(str(meta / "pearl"), "worker.n_prior_episodes=2", "--episodes", "3", cwd=meta)
     assert other.returncode == 0, other.stderr
 
 
 @pytest.mark.parametrize("deterministic", [True, False])
-def test_no_prior_episodes_evaluates_as_one(runs: Path, deterministic: bool) -> None:
+def test_no_prior_episodes_evaluates_as_one(meta: Path, deterministic: bool) -> None:
     """What the line above says: the evaluation's episodes of n_prior_episodes=0 are those of 1."""
     from corral.framework.eval_run import _load_weights, _run_config
     from corral.framework.evaluation import evaluation_episodes, evaluation_factory
@@ -125,8 +121,8 @@ def test_no_prior_episodes_evaluates_as_one(runs: Path, deterministic: bool) -> 
     from corral.testing.plugin import build_run
 
     get_plugin_manager()  # as evaluate_run: the plugins' snapshot types are registered before the snapshot is read
-    snapshot = find_snapshot(runs / "pearl")
-    cfg, _ = _run_config(snapshot, runs / "pearl", [], trust=False)
+    snapshot = find_snapshot(meta / "pearl")
+    cfg, _ = _run_config(snapshot, meta / "pearl", [], trust=False)
     rebuilt = build_run(cfg)
     try:
         _load_weights(rebuilt, snapshot, False)

@@ -30,26 +30,11 @@ def fresh(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def train(run_dir: Path, *overrides: str) -> Path:
-    proc = subprocess.run([sys.executable, str(REPO / "train.py"), *overrides, "trainer.progress=false",
-                           "trainer.eval_every=0", "logger=[csv]", f"hydra.run.dir={run_dir}"], cwd=run_dir.parent,
-                          capture_output=True, text=True, timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return run_dir
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An RL2 bandit run and a PEARL point-robot run, one tiny epoch each: their snapshots hold task
-    schedules, dataclasses that corral.meta.tasks registers for snapshots."""
-    where = tmp_path_factory.mktemp("library_fresh")
-    train(where / "rl2", "experiment=rl2_bandits", "trainer.n_epochs=1", "trainer.max_env_steps=null",
-          "trainer.batch_size=200", "worker.n_envs=2", "algo.n_train_tasks=10", "algo.n_test_tasks=2",
-          "algo.minibatch_size=100")
-    train(where / "pearl", "experiment=pearl_pointnav", "trainer.n_epochs=1", "trainer.max_env_steps=null",
-          "trainer.batch_size=60", "algo.min_buffer_size=60", "worker.n_envs=1", "algo.n_train_tasks=4",
-          "algo.n_test_tasks=2", "algo.meta_batch=2")
-    return where
+@pytest.fixture
+def runs(tiny_meta_runs: Path) -> Path:
+    """An RL2 bandit run and a PEARL point-robot run, one tiny epoch each (``tests/conftest.py``): their
+    snapshots hold task schedules, dataclasses that corral.meta.tasks registers for snapshots."""
+    return tiny_meta_runs
 
 
 @pytest.mark.parametrize(("run", "algo"), [("rl2", "rl2_ppo"), ("pearl", "pearl")])
