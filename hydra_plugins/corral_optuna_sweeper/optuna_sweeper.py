@@ -41,6 +41,8 @@ RESULTS_FILE = "optimization_results.yaml"
 #: The statistic a pruner hears from each trial unless ``prune_on`` names another.
 PRUNE_ON_DEFAULT = "eval/return_mean"
 
+#: The exit statuses of a job that Ctrl-C (130) or SIGTERM (143) stopped (``corral.framework.entry``'s job).
+INTERRUPTED_JOB_EXITS = (130, 143)
 
 def distribution(override: Override) -> Any:
     """The Optuna distribution of one sweep override (``key=interval(0.1, 1)`` and such); a
@@ -224,6 +226,8 @@ class CorralOptunaSweeper(Sweeper):
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
         self.launcher: Any = None
+        #: The batch being launched: each trial with its job's number (its directory under the sweep's).
+        self._launched: list[tuple[Any, int]] = []
 
     @classmethod
     def check_config(cls, cfg: Any, overrides: Sequence[str] = ()) -> None:
@@ -404,6 +408,16 @@ class CorralOptunaSweeper(Sweeper):
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM, in a batch or between two: the finished trials are kept
             note_kept(self._interrupted(study, sweep_dir))
             raise
+        except SystemExit as exc:
+            if exc.code not in INTERRUPTED_JOB_EXITS:
+                raise
+            # A trial run in this process (Hydra's basic launcher) stopped by Ctrl-C or SIGTERM: its trainer said
+            # so and ended the job with 130 / 143. The sweep ends as stopped while a launcher waits for its jobs:
+            # the study's trials kept and said, then the interrupted sweep's line (it had ended with none).
+            from corral.framework.interrupts import Terminated
+
+            note_kept(self._interrupted(study, sweep_dir))
+            raise (Terminated() if exc.code == 143 else KeyboardInterrupt()) from None
         self._report(study, sweep_dir)
         return study
 
@@ -422,7 +436,9 @@ class CorralOptunaSweeper(Sweeper):
             self.validate_batch_is_legal(overrides)
             numbers = [t.number for t in trials]
             first = numbers[0] if numbers == list(range(numbers[0], numbers[0] + batch)) else done
+            self._launched = [(trial, first + i) for i, trial in enumerate(trials)]
             returns = self.launcher.launch(overrides, initial_job_idx=first)
+            self._launched = []
             stops = [self._tell(study, trial, ret) for trial, ret in zip(trials, returns)]
             stop = next((s for s in stops if s is not None), None)
             if stop is not None:  # every trial is told first, so a stored study holds no trial left running
@@ -431,9 +447,11 @@ class CorralOptunaSweeper(Sweeper):
 
     def _interrupted(self, study: Any, sweep_dir: Path) -> str:
         """Record what an interrupted search has: ``optimization_results.yaml`` with its finished trials (number,
-        state, value, parameters) and the best so far, marked ``interrupted``; return the clause of the sweep's
-        last line that says where they are (a stored study: in its storage, and the same command resumes it;
-        "" for a study in memory with none). Never raises: a record that cannot be written is said instead."""
+        state, value, parameters), the best so far, and the trials of the batch that was running (number,
+        parameters, job directory: they have no value; a stored study runs them again when resumed), marked
+        ``interrupted``; return the clause of the sweep's last line that says where they are (a stored study: in
+        its storage, and the same command resumes it; "" for a study in memory with none finished and none
+        running). Never raises: a record that cannot be written is said instead."""
         from optuna.trial import TrialState
 
         try:
@@ -453,6 +471,12 @@ class CorralOptunaSweeper(Sweeper):
                                  "params": dict(t.params)} for t in finished]}
         if best is not None:
             results.update(best_params=dict(best.params), best_value=best.value, best_trial=best.number)
+        told = {t.number for t in finished}
+        running = [(trial, job) for trial, job in self._launched if trial.number not in told]
+        if running:
+            results["interrupted_trials"] = [
+                {"number": trial.number, "params": dict(trial.params), "job_dir": str(sweep_dir / str(job))}
+                for trial, job in running]
         where = sweep_dir / RESULTS_FILE
         try:
             OmegaConf.save(OmegaConf.create(results), where)
@@ -460,14 +484,19 @@ class CorralOptunaSweeper(Sweeper):
         except Exception as exc:  # noqa: BLE001 - a full disk: the study itself still says
             written = f"not {where}: {type(exc).__name__}: {exc}"
         which = f"{len(finished)}{f'; best value {best.value:g}, trial {best.number}' if best is not None else ''}"
+        numbers = ", ".join(str(trial.number) for trial, _ in running)
+        were = f"trial{'s' if len(running) > 1 else ''} {numbers}, which {'were' if len(running) > 1 else 'was'} running"
         if self.storage:
             again = ("the same command resumes the search" if self.study_name else
                      f"the same command with hydra.sweeper.study_name={study.study_name} resumes the search")
+            if running:
+                again += f" and runs {were}, again"
             return (f"the Optuna study {study.study_name!r} keeps its finished trials ({which}) in {self.storage} "
                     f"(and {written}); {again}")
-        if not finished:
+        if not finished and not running:
             return ""  # nothing finished, nothing to find again
-        return (f"the Optuna study was in memory: its finished trials ({which}) are in {written} (a search with "
+        listed = f"its finished trials ({which})" + (f" and {were}," if running else "")
+        return (f"the Optuna study was in memory: {listed} are in {written} (a search with "
                 "hydra.sweeper.storage and hydra.sweeper.study_name can be resumed)")
 
     def _tell(self, study: Any, trial: Any, ret: Any) -> SweepSettingError | None:

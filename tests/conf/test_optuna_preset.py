@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from corral.testing.processes import default_signal_dispositions, file_size_limit
+from corral.testing.processes import default_signal_dispositions, file_size_limit, started_session
 
 optuna = pytest.importorskip("optuna")
 if int(optuna.__version__.split(".")[0]) < 3:
@@ -151,6 +151,18 @@ def test_an_interrupted_search_resumes_from_its_sqlite_storage(tmp_path: Path) -
     states = [t.state.name for t in study.trials]
     assert states[0] == "COMPLETE" and states[1] == "RUNNING", states
     interrupted_params = study.trials[1].params
+    # the trial that was running is recorded, and the last line says the search runs it again
+    recorded = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    assert recorded["interrupted"] is True and [t["number"] for t in recorded["finished_trials"]] == [0], recorded
+    assert recorded["interrupted_trials"] == [{"number": 1, "params": interrupted_params,
+                                               "job_dir": str(sweep_dir / "1")}], recorded
+    # the sweep's own line ends it, as for any launcher (with the in-process launcher it had none)
+    assert proc.returncode == 130, out[-3000:]
+    assert out.strip().splitlines()[-1] == (
+        f"corral: interrupted; finished jobs keep their summary.json (`corral results {sweep_dir}` lists each one's "
+        f"status); the Optuna study 'resume_me' keeps its finished trials (1; best value "
+        f"{study.trials[0].value:g}, trial 0) in {storage} (and {sweep_dir / 'optimization_results.yaml'}); the same "
+        "command resumes the search and runs trial 1, which was running, again"), out[-3000:]
     before = (sweep_dir / "0" / "summary.json").read_bytes()
 
     resumed = train(tmp_path, *common, "hydra.sweeper.n_trials=3", "trainer.max_env_steps=1000")
@@ -168,6 +180,35 @@ def test_an_interrupted_search_resumes_from_its_sqlite_storage(tmp_path: Path) -
         assert by_job[number]["config"]["algo"]["learning_rate"] == pytest.approx(
             study.trials[number].params["algo.learning_rate"])
         assert by_job[number]["final_eval_return"] == pytest.approx(study.trials[number].value)
+
+
+def test_ctrl_c_in_a_trial_of_an_in_memory_search_records_it_and_ends_with_the_sweeps_line(tmp_path: Path) -> None:
+    """Ctrl-C while the first trial of an in-memory search runs in the sweep's process (Hydra's basic launcher):
+    the trial's job stops and saves, ``optimization_results.yaml`` records the trial that was running (its
+    parameters and job directory) and the sweep ends with its interrupted line, exit 130 (it ended with the
+    job's exit status, no line and no record)."""
+    sweep_dir = tmp_path / "multirun"
+    cmd = [sys.executable, str(ROOT / "train.py"), "-m", "experiment=ppo_cartpole_optuna", "hydra.sweeper.pruner=null",
+           "hydra.sweeper.n_trials=2", *TINY, "trainer.max_env_steps=100000000", "trainer.n_epochs=1000000",
+           f"hydra.sweep.dir={sweep_dir}"]
+    with started_session(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert _wait_for([sweep_dir / "0" / "progress.csv"], proc, 180), "trial 0 did not start"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out[-3000:]
+    results = sweep_dir / "optimization_results.yaml"
+    recorded = yaml.safe_load(results.read_text())
+    assert recorded["interrupted"] is True and recorded["finished_trials"] == [], recorded
+    (trial,) = recorded["interrupted_trials"]
+    assert trial["number"] == 0 and trial["job_dir"] == str(sweep_dir / "0"), recorded
+    assert set(trial["params"]) == {"algo.learning_rate", "algo.clip_range"}, recorded
+    summary = json.loads((sweep_dir / "0" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["config"]["algo"]["learning_rate"] == pytest.approx(
+        trial["params"]["algo.learning_rate"]), summary
+    assert out.strip().splitlines()[-1] == (
+        f"corral: interrupted; finished jobs keep their summary.json (`corral results {sweep_dir}` lists each one's "
+        f"status); the Optuna study was in memory: its finished trials (0) and trial 0, which was running, are in "
+        f"{results} (a search with hydra.sweeper.storage and hydra.sweeper.study_name can be resumed)"), out[-3000:]
 
 
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("hydra_plugins.hydra_joblib_launcher"),
