@@ -63,7 +63,6 @@ Kept import-light: Hydra imports every module under ``hydra_plugins`` when it sc
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import signal
 import sys
@@ -72,11 +71,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Sequence
 
-from hydra.plugins.search_path_plugin import SearchPathPlugin
-
 from corral.framework.checks import check_minimums
 from corral.framework.errors import ConfigError
 from corral.launchers.job_death import JobProcessDied
+from corral.launchers.settings_schema import extended, storing_plugin
 
 log = logging.getLogger(__name__)
 
@@ -119,39 +117,21 @@ CANCEL_GRACE_S = 30.0
 
 
 def _settings_schema() -> Any:
-    """hydra-joblib-launcher's settings schema (``JobLibLauncherConf``) with this launcher's own setting,
-    ``cancel_grace_s``, and its ``_target_`` (None without hydra-joblib-launcher). Made with
-    ``make_dataclass``: Hydra's plugin scan executes this module before it is in ``sys.modules``, where
-    ``@dataclass`` cannot read this module's annotations."""
+    """hydra-joblib-launcher's settings schema (``JobLibLauncherConf``) with this launcher's ``_target_`` and
+    its own setting, ``cancel_grace_s`` (None without hydra-joblib-launcher)."""
     if not INSTALLED:
         return None
     from hydra_plugins.hydra_joblib_launcher.config import JobLibLauncherConf
 
-    return dataclasses.make_dataclass(
-        "CorralJobLibLauncherConf",
-        [("_target_", str, dataclasses.field(default=f"{__name__}.CorralJoblibLauncher")),
-         ("cancel_grace_s", float, dataclasses.field(default=CANCEL_GRACE_S))],
-        bases=(JobLibLauncherConf,), namespace={"__module__": __name__})
+    return extended(JobLibLauncherConf, "CorralJobLibLauncherConf", __name__,
+                    [("_target_", str, f"{__name__}.CorralJoblibLauncher"), ("cancel_grace_s", float, CANCEL_GRACE_S)])
 
 
 #: The schema Hydra merges ``hydra/launcher=joblib`` (corral/conf/hydra/launcher/joblib.yaml) with.
 CorralJobLibLauncherConf = _settings_schema()
+#: Stores :data:`CorralJobLibLauncherConf` over hydra-joblib-launcher's schema once Hydra has scanned its plugins.
+JoblibSettingsSchema = storing_plugin("JoblibSettingsSchema", __name__, "joblib", CorralJobLibLauncherConf)
 
-
-class JoblibSettingsSchema(SearchPathPlugin):
-    """Stores :data:`CorralJobLibLauncherConf` as ``hydra/launcher/joblib``'s schema, over
-    hydra-joblib-launcher's ``JobLibLauncherConf``, which its module stores each time Hydra's plugin scan
-    executes it (corral's joblib.yaml, merged with that schema, could not have ``cancel_grace_s``). Not a
-    search path: Hydra calls every ``SearchPathPlugin`` once the scan is over and before it composes a
-    config, which is the moment to store it."""
-
-    def manipulate_search_path(self, search_path: Any) -> None:
-        """Store the schema; the search path is left as it is."""
-        if CorralJobLibLauncherConf is not None:
-            from hydra.core.config_store import ConfigStore
-
-            ConfigStore.instance().store(group="hydra/launcher", name="joblib", node=CorralJobLibLauncherConf,
-                                         provider="corral")
 
 class CorralJoblibLauncher(JoblibLauncher):
     """``hydra/launcher=joblib``: each job in a loky worker process; a process that dies fails only its
@@ -487,5 +467,5 @@ def exit_code(process: Any, said: str = "") -> int | None:
     return int(found.group(1)) if found else code if isinstance(code, int) else None
 
 
-__all__ = ["BACKEND", "CANCEL_GRACE_S", "UNUSED", "CorralJobLibLauncherConf", "CorralJoblibLauncher", "JoblibSettingsSchema", "JobProcessDied", "Slot", "died",
-           "exit_code", "stop", "workers"]
+__all__ = ["BACKEND", "CANCEL_GRACE_S", "UNUSED", "CorralJobLibLauncherConf", "CorralJoblibLauncher", "JobProcessDied",
+           "JoblibSettingsSchema", "Slot", "died", "exit_code", "stop", "workers"]

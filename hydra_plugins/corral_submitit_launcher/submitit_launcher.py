@@ -66,7 +66,6 @@ Kept import-light: Hydra imports every module under ``hydra_plugins`` when it sc
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -80,11 +79,11 @@ from typing import Any, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, filter_overrides
-from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from corral.framework.checks import check_minimums
 from corral.framework.errors import ConfigError
+from corral.launchers.settings_schema import extended, storing_plugin
 
 log = logging.getLogger(__name__)
 
@@ -141,34 +140,17 @@ except ImportError:  # hydra-submitit-launcher not installed: the presets say wh
 
 def _local_settings_schema() -> Any:
     """hydra-submitit-launcher's ``LocalQueueConf`` with corral's ``_target_`` and ``cancel_grace_s`` (None
-    without hydra-submitit-launcher). Made with ``make_dataclass``: Hydra's plugin scan executes this module
-    before it is in ``sys.modules``, where ``@dataclass`` cannot read this module's annotations."""
+    without hydra-submitit-launcher)."""
     if LocalQueueConf is None:
         return None
-    return dataclasses.make_dataclass(
-        "CorralLocalQueueConf",
-        [("_target_", str, dataclasses.field(default=f"{__name__}.CorralLocalLauncher")),
-         ("cancel_grace_s", float, dataclasses.field(default=CANCEL_GRACE_S))],
-        bases=(LocalQueueConf,), namespace={"__module__": __name__})
+    return extended(LocalQueueConf, "CorralLocalQueueConf", __name__,
+                    [("_target_", str, f"{__name__}.CorralLocalLauncher"), ("cancel_grace_s", float, CANCEL_GRACE_S)])
 
 
 #: The schema Hydra merges ``hydra/launcher=submitit_local`` (corral/conf/hydra/launcher/submitit_local.yaml) with.
 CorralLocalQueueConf = _local_settings_schema()
-
-
-class LocalSettingsSchema(SearchPathPlugin):
-    """Stores :data:`CorralLocalQueueConf` as ``hydra/launcher/submitit_local``'s schema, over
-    hydra-submitit-launcher's ``LocalQueueConf``, which its module stores each time Hydra's plugin scan
-    executes it. Not a search path: Hydra calls every ``SearchPathPlugin`` once the scan is over and before
-    it composes a config, which is the moment to store it."""
-
-    def manipulate_search_path(self, search_path: Any) -> None:
-        """Store the schema; the search path is left as it is."""
-        if CorralLocalQueueConf is not None:
-            from hydra.core.config_store import ConfigStore
-
-            ConfigStore.instance().store(group="hydra/launcher", name="submitit_local", node=CorralLocalQueueConf,
-                                         provider="corral")
+#: Stores :data:`CorralLocalQueueConf` over hydra-submitit-launcher's schema once Hydra has scanned its plugins.
+LocalSettingsSchema = storing_plugin("LocalSettingsSchema", __name__, "submitit_local", CorralLocalQueueConf)
 
 
 class _SizedJobs(BaseSubmititLauncher):

@@ -8,6 +8,7 @@ launcher through :func:`signalled_sweep` and check what it returns; imported wit
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -94,6 +95,23 @@ def signalled_sweep(cwd: Path, sweep_dir: Path, args: Sequence[str], *, whom: st
     return SignalledSweep(status, lines, left, shm)
 
 
+def killed_line(num: int, job_dir: Path, grace: float, stop: str = "the sweep's SIGTERM") -> tuple[str, int]:
+    """The regular expression of job ``num``'s line when its launcher killed it ``grace`` seconds after ``stop``
+    (:func:`corral.launchers.job_death.killed`; its group: the pid), ending with what its latest snapshot in
+    ``job_dir`` holds (or that it saved none), and the epochs that snapshot holds (0: none)."""
+    latest = job_dir / "snapshots" / "latest"
+    if latest.is_file():
+        snapshot = latest.read_text().strip()
+        saved = int(snapshot.split("_")[1].split(".")[0])
+        then = (rf"its latest snapshot \({re.escape(snapshot)}\) holds epochs 0-{saved - 1}: "
+                rf"{re.escape(f'trainer.resume={job_dir}')} continues it")
+    else:
+        saved, then = 0, "it saved no snapshot, so run it again with its overrides"
+    return (rf"\[job {num}\] corral: error: job {num} \(seed={num + 1} .*, in {re.escape(str(job_dir))}\) did not stop "
+            rf"within {grace:g} s of {re.escape(stop)}, so its process \(pid (\d+)\) was killed with SIGKILL; {then}",
+            saved)
+
+
 def assert_ended_as_interrupted(run: SignalledSweep, sweep_dir: Path) -> None:
     """The sweep ended as a run stopped by SIGTERM does (exit 143), without a traceback, its last line
     corral's interrupted-sweep line naming ``sweep_dir`` (quoted for a shell), and left nothing behind:
@@ -107,4 +125,5 @@ def assert_ended_as_interrupted(run: SignalledSweep, sweep_dir: Path) -> None:
     assert not run.shm, run.shm
 
 
-__all__ = ["SignalledSweep", "TRAIN", "assert_ended_as_interrupted", "progress_rows", "signalled_sweep"]
+__all__ = ["SignalledSweep", "TRAIN", "assert_ended_as_interrupted", "killed_line", "progress_rows",
+           "signalled_sweep"]

@@ -55,14 +55,9 @@ def test_jobs_still_running_after_the_sigterm_grace_are_named_and_recorded_as_ki
         said = [line for line in run.lines if line.startswith(f"[job {num}] corral: error: ")]
         assert len(said) == 1, out
         job_dir = sweep_dir / str(num)
-        snapshot = (job_dir / "snapshots" / "latest").read_text().strip()
-        saved = int(snapshot.split("_")[1].split(".")[0])
-        assert saved >= 1, snapshot
-        found = re.fullmatch(
-            rf"\[job {num}\] corral: error: job {num} \(seed={num + 1} .*, in {re.escape(str(job_dir))}\) did not stop "
-            rf"within {GRACE_S:g} s of the sweep's SIGTERM, so its process \(pid (\d+)\) was killed with SIGKILL; "
-            rf"its latest snapshot \({re.escape(snapshot)}\) holds epochs 0-{saved - 1}: "
-            rf"{re.escape(f'trainer.resume={job_dir}')} continues it", said[0])
+        pattern, saved = sweeps.killed_line(num, job_dir, GRACE_S)
+        assert saved >= 1, pattern
+        found = re.fullmatch(pattern, said[0])
         assert found is not None, said[0]
         killed = json.loads((job_dir / "summary.json").read_text())
         assert killed["status"] == "killed", killed
@@ -128,10 +123,8 @@ def test_a_job_still_finishing_its_epoch_after_the_ctrl_c_grace_is_named_and_rec
         job_dir = sweep_dir / str(num)
         said = [line for line in run.lines if line.startswith(f"[job {num}] corral: error: ")]
         assert len(said) == 1, out
-        assert re.fullmatch(
-            rf"\[job {num}\] corral: error: job {num} \(seed={num + 1} .*, in {re.escape(str(job_dir))}\) did not stop "
-            r"within 1 s of the sweep's Ctrl-C, so its process \(pid \d+\) was killed with SIGKILL; it saved no "
-            r"snapshot, so run it again with its overrides", said[0]), said[0]
+        pattern, saved = sweeps.killed_line(num, job_dir, 1, stop="the sweep's Ctrl-C")
+        assert saved == 0 and re.fullmatch(pattern, said[0]), said[0]  # snapshot_every=1000: none yet
         killed = json.loads((job_dir / "summary.json").read_text())
         assert killed["status"] == "killed" and killed["error"] == f"JobKilled: {said[0].split('error: ', 1)[1]}", killed
 
