@@ -76,6 +76,18 @@ def test_an_override_that_changes_the_spaces_is_one_line(meta: Path) -> None:
                              "settings that keep the spaces, or train a run with env.n_arms=3"), lines[0]
     same = corral_eval(str(meta / "rl2"), "env.n_arms=5", "--episodes", "1", cwd=meta)
     assert same.returncode == 0, same.stderr
+    assert "run in the environment with" not in same.stdout, same.stdout  # the run's own value: its tasks
+
+
+def test_an_env_override_of_a_meta_rl_run_says_its_tasks_are_not_the_runs(meta: Path) -> None:
+    """A PEARL point-robot run evaluated with its goals farther away (env.goal_distance): the same held-out task
+    ids, other goals; the tasks: line says so instead of claiming the run's meta-eval (it said nothing)."""
+    proc = corral_eval(str(meta / "pearl"), "env.goal_distance=2.0", "--episodes", "2", cwd=meta)
+    assert proc.returncode == 0, proc.stderr
+    (tasks,) = [line for line in proc.stdout.splitlines() if line.startswith("tasks: ")]
+    assert tasks.startswith("tasks: the run's 2 held-out meta-test tasks (ids 4-5, algo.task_seed=0)"), tasks
+    assert tasks.endswith("; run in the environment with env.goal_distance=2.0 (the run's: 1.0): not the environment "
+                          "of the run's meta-eval, so its meta_eval numbers are not repeated"), tasks
 
 
 def test_parameters_that_do_not_fit_the_rebuilt_policy_are_one_line(meta: Path) -> None:

@@ -220,7 +220,8 @@ def evaluate_run(
             _load_weights(run, snapshot, trust, overrides)
         env = run.env
         eval_seed = run_seed if seed is None else int(seed)
-        trials = _held_out_evaluation(run, cfg, env_id, episodes, deterministic, eval_seed, n_workers)
+        trials = _held_out_evaluation(run, cfg, env_id, episodes, deterministic, eval_seed, n_workers,
+                                      changed_env=_changed_settings(cfg.env, run_env, "env"))
         if trials is None:
             _check_run_task_known(run_env, overrides, run.worker_factory.worker_class)
             if video_dir is not None and episodes is None and 10 % n_workers:
@@ -271,11 +272,13 @@ def evaluate_run(
 
 
 def _held_out_evaluation(run: Any, cfg: Any, env_id: str | None, episodes: int | None, deterministic: bool,
-                         seed: int, n_workers: int) -> TrialEvaluation | None:
+                         seed: int, n_workers: int, changed_env: Sequence[str] = ()) -> TrialEvaluation | None:
     """The trials of the run's meta-evaluation, when its algorithm runs trials on held-out tasks (it has
     ``held_out_evaluation``, see :class:`~corral.framework.evaluation.TrialEvaluation`); None for any
     other run. ``episodes`` trials (None: the meta-evaluation's own) in ``deterministic`` mode; an
-    option that takes the held-out tasks away is one :class:`ConfigError` line."""
+    option that takes the held-out tasks away is one :class:`ConfigError` line. ``changed_env``: the env
+    settings the command line changed (:func:`_changed_settings`): the held-out tasks then run in another
+    environment than the run's meta-eval ran them in (its tasks may differ too), and the ``tasks:`` words say so."""
     plan = getattr(run.algo, "held_out_evaluation", None)
     if not callable(plan):
         return None
@@ -296,7 +299,30 @@ def _held_out_evaluation(run: Any, cfg: Any, env_id: str | None, episodes: int |
         mode = "the policy's mode" if own else "sampled actions"
         trials = dataclasses.replace(trials, tasks=f"{trials.tasks}; the run's meta-eval acts with {mode} "
                                      f"(algo.meta_eval_deterministic={str(own).lower()}): run {flag} to repeat it")
+    if changed_env:
+        trials = dataclasses.replace(trials, tasks=f"{trials.tasks}; run in the environment with "
+                                     f"{', '.join(changed_env)}: not the environment of the run's meta-eval, so its "
+                                     "meta_eval numbers are not repeated")
     return trials
+
+
+def _changed_settings(now: Any, run: Any, prefix: str) -> list[str]:
+    """``<prefix>.<key>=<value> (the run's: <value>)`` for each setting of the config node ``now`` that differs
+    from the run's own node ``run`` (a key the run lacks: ``the run has none``), in key order."""
+    from omegaconf import OmegaConf
+
+    def flat(node: Any, at: str) -> dict[str, Any]:
+        if not isinstance(node, dict):
+            return {at: node}
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            out.update(flat(value, f"{at}.{key}"))
+        return out
+
+    mine = flat(OmegaConf.to_container(now, resolve=True), prefix)
+    theirs = flat(OmegaConf.to_container(run, resolve=True), prefix)
+    return [f"{key}={mine[key]} (the run's: {theirs[key]})" if key in theirs else f"{key}={mine[key]} (the run has none)"
+            for key in sorted(mine) if key not in theirs or mine[key] != theirs[key]]
 
 
 def _check_run_task_known(run_env: Any, overrides: Sequence[str], worker_class: Any) -> None:
