@@ -495,8 +495,11 @@ class CorralOptunaSweeper(Sweeper):
                     f"(and {written}); {again}")
         if not finished and not running:
             return ""  # nothing finished, nothing to find again
-        listed = f"its finished trials ({which})" + (f" and {were}," if running else "")
-        return (f"the Optuna study was in memory: {listed} are in {written} (a search with "
+        if not finished:
+            listed = f"no trial had finished, and {were}, {'are' if len(running) > 1 else 'is'}"
+        else:
+            listed = f"its finished trials ({which})" + (f" and {were}," if running else "") + " are"
+        return (f"the Optuna study was in memory: {listed} in {written} (a search with "
                 "hydra.sweeper.storage and hydra.sweeper.study_name can be resumed)")
 
     def _tell(self, study: Any, trial: Any, ret: Any) -> SweepSettingError | None:

@@ -207,7 +207,7 @@ def test_ctrl_c_in_a_trial_of_an_in_memory_search_records_it_and_ends_with_the_s
         trial["params"]["algo.learning_rate"]), summary
     assert out.strip().splitlines()[-1] == (
         f"corral: interrupted; finished jobs keep their summary.json (`corral results {sweep_dir}` lists each one's "
-        f"status); the Optuna study was in memory: its finished trials (0) and trial 0, which was running, are in "
+        f"status); the Optuna study was in memory: no trial had finished, and trial 0, which was running, is in "
         f"{results} (a search with hydra.sweeper.storage and hydra.sweeper.study_name can be resumed)"), out[-3000:]
 
 

@@ -115,12 +115,15 @@ def test_ctrl_c_names_the_sweep_directory_in_a_command_that_pastes(tmp_path: Pat
 
 def test_optuna_says_the_directory_whichever_launcher_runs_its_trials(tmp_path: Path) -> None:
     """corral's Optuna sweeper with Hydra's own joblib launcher (which tells corral nothing): the line still
-    names the sweep's directory."""
+    names the sweep's directory, then the two trials that were running and where they are recorded."""
     pytest.importorskip("optuna")
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     lines = _interrupted_sweep(tmp_path, [*OPTUNA, "hydra/launcher=joblib", HYDRA_JOBLIB, "hydra.launcher.n_jobs=2"],
                                saved_job="0", finished_job=None)
-    assert lines[-1] == _note(f"corral results {shlex.quote(NAME)}"), "\n".join(lines[-40:])
+    assert lines[-1] == _note(f"corral results {shlex.quote(NAME)}") + (
+        f"; the Optuna study was in memory: no trial had finished, and trials 0, 1, which were running, are in "
+        f"{NAME}/optimization_results.yaml (a search with hydra.sweeper.storage and hydra.sweeper.study_name can be "
+        "resumed)"), "\n".join(lines[-40:])
 
 
 def test_a_launcher_that_says_nothing_gets_no_placeholder(tmp_path: Path) -> None:
