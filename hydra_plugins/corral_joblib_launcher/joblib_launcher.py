@@ -2,8 +2,8 @@
 process of its own (``hydra/launcher=joblib``; settings in corral/conf/hydra/launcher/joblib.yaml).
 
 Settings: the launcher uses ``n_jobs``, ``timeout``, ``verbose`` and its own ``cancel_grace_s``, and runs
-the jobs in loky worker processes whatever ``backend`` says; hydra-joblib-launcher handed the others to ``joblib.Parallel``,
-which the launcher does not use: ``n_jobs=0`` was joblib's traceback, and ``backend=threading``,
+the jobs in loky worker processes whatever ``backend`` says; hydra-joblib-launcher handed the others to
+``joblib.Parallel``, which the launcher does not use: ``n_jobs=0`` was joblib's traceback, and ``backend=threading``,
 ``prefer=threads``, ``batch_size=4`` or ``pre_dispatch=1`` ran the jobs as before without a word.
 :meth:`CorralJoblibLauncher.check_config` refuses such a setting (:data:`UNUSED`: one that differs
 from the preset's value) in one line before any job (``corral.framework.precheck.check_sweep_plugins``
@@ -25,8 +25,8 @@ does (:class:`~corral.framework.entry.SweepJobFailed`'s line, exit status 1). ``
 is per job the same way, and the others go on: a job past it is sent SIGTERM, as a user's ``kill`` does,
 so its trainer keeps or drops the epoch in progress, writes its snapshot and a ``summary.json`` with
 ``status: interrupted``; its line says it stopped at the timeout and how to resume it. A job still
-running ``hydra.launcher.cancel_grace_s`` seconds (:data:`CANCEL_GRACE_S`) after that (code in it that handles SIGTERM without stopping,
-such as an environment's own handler) is killed (SIGKILL) and failed, its line saying so and how to
+running ``hydra.launcher.cancel_grace_s`` seconds (:data:`CANCEL_GRACE_S`) after that (code in it that
+handles SIGTERM without stopping, such as an environment's own handler) is killed (SIGKILL) and failed, its line saying so and how to
 resume it from its latest snapshot; one whose process ended on the SIGTERM by itself is failed with a
 line saying that.
 
@@ -42,14 +42,15 @@ processes of ``sampler=multiprocessing`` start in a job as they do in a run of i
 (:func:`corral.launchers.job_processes.run_in_job_process`).
 
 Ctrl-C (and a job stopped by Ctrl-C or SIGTERM) stops the whole sweep, as it did: the running jobs,
-which a terminal's Ctrl-C reaches too, get ``hydra.launcher.cancel_grace_s`` seconds to write their snapshot and
-summary (30 s by default: an epoch that takes longer to finish than the 3 s they had before was lost), then
-their processes are killed. SIGTERM to the sweep's process takes the same path: ``kill``,
+which a terminal's Ctrl-C reaches too, get ``hydra.launcher.cancel_grace_s`` seconds to write their
+snapshot and summary (30 s by default: an epoch that took longer to finish than the 3 s they had before was
+lost), then their processes are killed. SIGTERM to the sweep's process takes the same path: ``kill``,
 systemd or a supervisor sends it to that process alone, which died of it at once and left its jobs
 training, orphaned, and loky's processes and semaphores (``/dev/shm/sem.loky-*``) behind. The launcher
 passes it on to each running job's process, so each job stops as the trainer does on SIGTERM (its
 epoch kept or dropped, its snapshot and ``summary.json``: interrupted), gives them the same grace, kills
-what is left and shuts loky's processes down; the sweep then ends with its interrupted line. A job killed after its grace (after Ctrl-C's too) is not lost in silence: it had no line and no
+what is left and shuts loky's processes down; the sweep then ends with its interrupted line. A job killed
+after its grace (after Ctrl-C's too) is not lost in silence: it had no line and no
 ``summary.json``; now :func:`corral.launchers.job_death.killed` prints its line (the job, its directory, what
 its latest snapshot holds) and writes its ``summary.json`` with ``status: killed``. A scheduler that
 sends SIGTERM to every process (``kill -TERM -<pgid>``) reaches the jobs itself

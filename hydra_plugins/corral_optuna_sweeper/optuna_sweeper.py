@@ -44,6 +44,7 @@ PRUNE_ON_DEFAULT = "eval/return_mean"
 #: The exit statuses of a job that Ctrl-C (130) or SIGTERM (143) stopped (``corral.framework.entry``'s job).
 INTERRUPTED_JOB_EXITS = (130, 143)
 
+
 def distribution(override: Override) -> Any:
     """The Optuna distribution of one sweep override (``key=interval(0.1, 1)`` and such); a
     :class:`ConfigError` naming the override for one Optuna cannot search (``interval(1, 0.1)``)."""
