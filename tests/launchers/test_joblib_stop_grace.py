@@ -36,8 +36,8 @@ stubborn_env = import_path(CONF / "stubborn_env.py", "stubborn_env")
 #: ``hydra.launcher.cancel_grace_s`` of these sweeps (the default 30 s would hold the test that much longer).
 GRACE_S = 8
 #: Two jobs at once whose environments ignore SIGTERM, each training until stopped.
-SWEEP = ["hydra/launcher=joblib", f"hydra.launcher.cancel_grace_s={GRACE_S}", "hydra.launcher.n_jobs=2", "seed=1,2", "env=gym",
-         "env.id=stubborn_env:corral_test/StubbornCartPole-v1", "+env.kwargs.on_sigterm=ignore",
+SWEEP = ["hydra/launcher=joblib", f"hydra.launcher.cancel_grace_s={GRACE_S}", "hydra.launcher.n_jobs=2", "seed=1,2",
+         "env=gym", "env.id=stubborn_env:corral_test/StubbornCartPole-v1", "+env.kwargs.on_sigterm=ignore",
          "trainer.batch_size=200", "trainer.n_epochs=1000000", "trainer.max_env_steps=null", "trainer.eval_every=0",
          "logger=[csv]", "trainer.progress=false", "sampler=local"]
 

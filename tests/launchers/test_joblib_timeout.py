@@ -92,7 +92,8 @@ def test_a_job_that_does_not_stop_on_the_timeouts_sigterm_is_killed_after_the_gr
     code, err, seen = dying_jobs.run_watched_sweep(
         tmp_path, {"stubborn_env": (ROOT / "tests" / "conf" / "stubborn_env.py").read_text()},
         "hydra/launcher=joblib", "hydra.launcher.n_jobs=3", f"hydra.launcher.timeout={STUBBORN_TIMEOUT_S}",
-        f"hydra.launcher.cancel_grace_s={STUBBORN_GRACE_S}", "env=gym", "env.id=stubborn_env:corral_test/StubbornCartPole-v1",
+        f"hydra.launcher.cancel_grace_s={STUBBORN_GRACE_S}", "env=gym",
+        "env.id=stubborn_env:corral_test/StubbornCartPole-v1",
         "+env.kwargs.on_sigterm=ignore,pass_on,default", "+env.kwargs.flush_s=3", f"trainer.n_epochs={SLOW}",
         "trainer.max_env_steps=null", "trainer.batch_size=500", "trainer.eval_every=0", "logger=[csv]",
         "trainer.progress=false", "sampler=local", limit_s=limit_s)
