@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import sys
@@ -167,15 +168,18 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
     :class:`~corral.framework.errors.CorralWarning` (a ``corral: warning:`` line on the command line),
     before anything is built, for the dotted keys in ``given`` (``corral eval``'s overrides; ``()``:
     none). None: in a config made in Python (library use), every value that differs from its field's
-    default counts as given (a shipped preset holds none that its own choices ignore); in a Hydra job
-    (``train.py``'s), none is named here: its pre-run check, or the sweep's job, named those of its
-    command line (:func:`warn_ignored`)."""
+    default counts as given (a shipped preset holds none that its own choices ignore); in a Hydra job,
+    the keys of the job's command line (a user's own ``@hydra.main`` that calls ``build``), except in
+    ``train.py``'s jobs, whose pre-run check or sweep job named them already
+    (:func:`command_line_warned`, :func:`warn_ignored`)."""
     import torch
 
     manager = manager or get_plugin_manager()
     validate(cfg, manager)
     if given is None and _in_hydra_job():
-        given = ()
+        from corral.framework.override_keys import job_given_keys
+
+        given = () if _COMMAND_LINE_WARNED.get() else job_given_keys()
     for message in composed_ignored(cfg, manager.registry, KINDS, given):
         warnings.warn(CorralWarning(message), stacklevel=2)
     reg = manager.registry
@@ -258,8 +262,23 @@ def build(cfg: DictConfig, *, log_dir: str | Path | None = None, manager: Plugin
     return Run(cfg, env, env_spec, policy, worker_factory, sampler, algo, loggers, trainer)
 
 
+#: True in a job of corral's own entry point (``train.py``), whose command line's ignored values were said.
+_COMMAND_LINE_WARNED: contextvars.ContextVar[bool] = contextvars.ContextVar("command_line_warned", default=False)
+
+
+@contextlib.contextmanager
+def command_line_warned() -> Iterator[None]:
+    """In the block, the Hydra job's command line had its ignored values said already (``train.py``'s
+    pre-run check, or :func:`warn_ignored` in a sweep's job), so :func:`build` does not say them again."""
+    token = _COMMAND_LINE_WARNED.set(True)
+    try:
+        yield
+    finally:
+        _COMMAND_LINE_WARNED.reset(token)
+
+
 def _in_hydra_job() -> bool:
-    """Whether this is a Hydra job (``train.py``'s), whose command line its own checks have seen."""
+    """Whether this is a Hydra job (``train.py``'s, or a user's own ``@hydra.main``)."""
     from hydra.core.hydra_config import HydraConfig
 
     return bool(HydraConfig.initialized())

@@ -225,15 +225,18 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
 def _job(cfg: DictConfig) -> float | None:
     """One job of ``train.py``: train ``cfg``; a CorralError is one ``corral: error:`` line, exit code 2."""
+    from corral.framework.compose import command_line_warned
     from corral.framework.sweep_jobs import running
     from corral.framework.trainer import TrainingInterrupted
 
-    with running(HydraConfig.get()) as job:  # a sweep's job run here: main() knows which jobs have run
+    # running: a sweep's job run here, so main() knows which jobs have run; command_line_warned: the
+    # command line's ignored values are said by precheck() (one run) or just below (a sweep's job)
+    with running(HydraConfig.get()) as job, command_line_warned():
         try:
             if HydraConfig.get().mode == RunMode.MULTIRUN and not cfg.trainer.get("resume"):
                 # A sweep's job: the warnings precheck() gives one run, for the job's own overrides.
                 from corral.framework.compose import warn_ignored
-                from corral.framework.precheck import given_keys
+                from corral.framework.override_keys import given_keys
 
                 warn_ignored(cfg, given_keys(_task_overrides()))
             return run(cfg, log_dir=HydraConfig.get().runtime.output_dir)

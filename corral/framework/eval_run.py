@@ -161,8 +161,8 @@ def evaluate_run(
         recording_envs,
         require_video,
     )
+    from corral.framework.override_keys import given_keys
     from corral.framework.plugins import get_plugin_manager
-    from corral.framework.precheck import given_keys
     from corral.framework.trainer import find_snapshot, runs_inside
     from corral.results.writable import directory_problem, write_atomically
 

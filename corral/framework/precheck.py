@@ -33,14 +33,11 @@ from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 from corral.framework.config import CONFIG_MODULE, CONFIG_NAME, searchpath_entry_problem
 from corral.framework.errors import ConfigError, CorralError
+from corral.framework.override_keys import given_keys
+from corral.framework.override_keys import override_key as _key
 from corral.framework.plugins import failed_plugin_note
 from corral.framework.resume import check_branch_dir, check_resume_source, holds_run, resume_arg, resumed_config
 from corral.framework.shell_words import shell_override
-
-
-def _key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
-
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 #: Flags that make Hydra compose another primary config than corral's: nothing is checked against corral's.
@@ -1122,24 +1119,6 @@ def true_false_message(key: str, written: str, read_as: bool | None = None) -> s
     return f"{key} must be true or false, got {written}{read}; give {key}=true or {key}=false"
 
 
-def given_keys(overrides: Sequence[str]) -> set[str]:
-    """The dotted keys a list of overrides sets (``+algo.x=1`` and ``algo.x=1`` both give ``algo.x``;
-    ``algo=ppo`` gives ``algo``)."""
-    return {_key(o) for o in overrides if "=" in o}
-
-
-def job_given_keys() -> set[str] | None:
-    """The dotted keys this Hydra job's command line set (:func:`given_keys` of its overrides); None
-    outside a Hydra job (the pre-run check, library use), where a given value cannot be told from a
-    default. For a part that says something only about values the user gave."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        return given_keys([str(o) for o in HydraConfig.get().overrides.task])
-    except (ImportError, ValueError):
-        return None
-
-
 def hydra_message(exc: BaseException) -> str:
     """Hydra's composition error as one paragraph: the override and the reason (``worker.n_envs=abc:
     Value 'abc' of type 'str' could not be converted to Integer``); multi-line lists (available
@@ -1273,4 +1252,4 @@ def type_message(override: str, reason: str) -> str:
     return f"{override}: {key} takes {wanted}, not {shown}{hint}"
 
 
-__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "MODE_FLAGS", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_flags", "added_group_message", "check_choices", "check_bool_values", "check_keys_given", "check_one_preset", "check_deletions", "check_episode_length_source", "check_group_additions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_preset_fits", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "given_keys", "hydra_config", "job_given_keys", "hydra_message", "no_addition_warnings", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "shape_message", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]
+__all__ = ["MAX_JOB_CHECKS", "MAX_VALUE_CHECKS", "MULTIRUN_FLAGS", "INFO_VALUES", "MODE_FLAGS", "OTHER_CONFIG_FLAGS", "VALUE_FLAGS", "check_added_hydra_keys", "check_flags", "added_group_message", "check_choices", "check_bool_values", "check_keys_given", "check_one_preset", "check_deletions", "check_episode_length_source", "check_group_additions", "check_no_hydra_sweep", "check_output_dir", "check_plugin_names", "check_preset_fits", "check_sweep_jobs", "check_sweep_lists", "check_sweep_plugins", "check_sweep_values", "composition_error", "first_job_number", "hydra_config", "hydra_message", "no_addition_warnings", "not_overridable", "precheck", "repeated_key_warnings", "repeated_keys", "RUN_ONLY", "shape_message", "run_only_warnings", "SWEEP_ONLY", "split_flags", "sweep_only_warnings", "true_false_message", "type_message", "unknown_option_message"]

@@ -7,6 +7,8 @@ that were really given; a condition that names no setting is the option's mistak
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import subprocess
 import sys
 import warnings
@@ -123,6 +125,50 @@ def test_a_sweeps_job_says_it_for_its_own_value(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     said = [line for line in done.stderr.splitlines() if "goal_radius" in line]
     assert len(said) == 1 and said[0].endswith(f"corral: warning: {DENSE_RADIUS}"), done.stderr[-3000:]
+
+
+def users_own_main() -> str:
+    """The Python block of docs/getting-started.md's "Your own Hydra app" section."""
+    section = (ROOT / "docs" / "getting-started.md").read_text().split("## Your own Hydra app", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 1, blocks
+    return blocks[0]
+
+
+def test_a_users_own_hydra_main_is_warned_for_its_command_line(tmp_path: Path) -> None:
+    """``corral.build(cfg)`` inside a user's own ``@hydra.main`` (the docs' script, as written; there is
+    no corral pre-run check) names the ignored values of the job's command line, once each, and trains;
+    ``entry.run`` in its place also writes ``summary.json``."""
+    script = tmp_path / "my_train.py"
+    script.write_text(users_own_main())
+    small = ["trainer.n_epochs=1", "trainer.batch_size=40", "trainer.eval_every=0", "logger=[csv]",
+             "trainer.progress=false"]
+
+    def run(*overrides: str, out: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run([sys.executable, str(script), "env=point_nav", *overrides, *small,
+                               f"hydra.run.dir={tmp_path / out}"], capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert (tmp_path / out / "progress.csv").is_file(), done.stderr[-3000:]
+        return done
+
+    done = run("env.goal_radius=0.5", out="ignored")
+    assert done.stderr.count("CorralWarning: ") == 1, done.stderr[-3000:]
+    assert f"CorralWarning: {DENSE_RADIUS}\n" in done.stderr, done.stderr[-3000:]
+    done = run("env.goal_radius=0.5", "env.sparse=true", out="applies")  # the sparse reward reads it
+    assert "CorralWarning" not in done.stderr, done.stderr[-3000:]
+    with_run = users_own_main().replace("from corral import build\n", "from corral.framework.entry import run\n")
+    old = """    run = build(cfg, log_dir=HydraConfig.get().runtime.output_dir)
+    try:
+        print(run.train())
+    finally:
+        run.close()
+"""
+    assert old in with_run, with_run  # the one change made here: say if the page changed it
+    script.write_text(with_run.replace(old, "    print(run(cfg, log_dir=HydraConfig.get().runtime.output_dir))\n"))
+    done = run("env.goal_radius=0.5", out="entry_run")
+    assert done.stderr.count("CorralWarning: ") == 1, done.stderr[-3000:]
+    assert json.loads((tmp_path / "entry_run" / "summary.json").read_text())["status"] == "completed"
 
 
 # ---------------------------------------------------------------------- conditions that name nothing

@@ -172,7 +172,8 @@ def test_a_value_the_user_set_that_its_option_would_ignore_is_named_a_preset_s_i
     default) holds: ``experiment=dqn_cartpole`` sets ``trainer.eval_episodes=10``, and switching
     evaluation off must not ask the user to undo the preset."""
     from corral.framework.compose import warn_ignored
-    from corral.framework.precheck import given_keys, precheck
+    from corral.framework.override_keys import given_keys
+    from corral.framework.precheck import precheck
 
     args = ["trainer.eval_every=0", "+algo.utd_ratio=2", "algo.gradient_steps=3", "algo=dqn"]
     assert given_keys(args) == {"trainer.eval_every", "algo.utd_ratio", "algo.gradient_steps", "algo"}

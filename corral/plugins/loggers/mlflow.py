@@ -60,7 +60,7 @@ class ResumeExperimentWarning(CorralWarning):
 
 def _given_on_command_line(key: str) -> bool:
     """Whether this Hydra job's overrides set ``key`` (outside Hydra, library use: the config is the caller's, so yes)."""
-    from corral.framework.precheck import job_given_keys
+    from corral.framework.override_keys import job_given_keys
 
     given = job_given_keys()
     return given is None or key in given
