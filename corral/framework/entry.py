@@ -424,10 +424,11 @@ def _run(cfg: DictConfig, log_dir: str | Path | None) -> float | None:
                 if "eval/return_mean" not in stats and built.trainer.config.eval_every and built.trainer.epoch > 0:
                     # the final policy's evaluation: with trainer.video_every, its video too (a run shorter
                     # than trainer.eval_every epochs has no other evaluation to record)
-                    stats.update(built.trainer.evaluate(video=bool(built.trainer.config.video_every)))
-                    best = built.trainer.best_eval_return
-                    final = stats["eval/return_mean"]
-                    built.trainer.best_eval_return = final if best is None else max(best, final)
+                    trainer = built.trainer
+                    stats.update(trainer.evaluate(video=bool(trainer.config.video_every)))
+                    if (trainer.count_evaluation(stats["eval/return_mean"]) and trainer.config.keep_best
+                            and trainer.snapshot_dir is not None and trainer.snapshot_epoch == trainer.epoch):
+                        trainer.save_snapshot(best=True)  # the final snapshot, now the best one too
             except BaseException:
                 failing = True
                 stopping.enter_context(hold_while_stopping(stopping_notice))  # until the record is written
@@ -543,6 +544,13 @@ def _read_summary(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def _best_snapshot_path(trainer: Any) -> str | None:
+    """The path of the run's best snapshot (``trainer.keep_best``), or None."""
+    name = getattr(trainer, "best_snapshot", None)
+    directory = getattr(trainer, "snapshot_dir", None)
+    return str(Path(directory) / name) if name and directory is not None else None
+
+
 def _closing_line(trainer: Any, status: str, stats: dict[str, float], summary: dict[str, Any] | None,
                   wall_time: float, log_dir: str | Path | None) -> None:
     """The run's last line: status (and the limit that ended it), final and best evaluation
@@ -609,6 +617,7 @@ def _write_summary(cfg: DictConfig, log_dir: str | Path, built: Any, stats: dict
         "error": error,
         "final_eval_return": stats.get("eval/return_mean"),
         "best_eval_return": trainer.best_eval_return if trainer is not None else None,
+        "best_snapshot": _best_snapshot_path(trainer),
         "final_train_return": stats.get("train/return_mean"),
         "env_steps": trainer.total_env_steps if trainer is not None else 0,
         "epochs": trainer.epoch if trainer is not None else 0,

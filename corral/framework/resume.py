@@ -214,6 +214,7 @@ def copy_history(resume: ResumePlan) -> list[Path]:
     if resume.in_place or resume.origin is None or resume.run_dir is None:
         return []
     from corral.framework.snapshot import objects_path
+    from corral.framework.trainer import BEST_POINTER
 
     dest = resume.run_dir
     dest.mkdir(parents=True, exist_ok=True)
@@ -234,17 +235,35 @@ def copy_history(resume: ResumePlan) -> list[Path]:
         if not snapshots.exists():
             copied.append(snapshots)
         snapshots.mkdir(exist_ok=True)
-        copy(resume.snapshot, snapshots / resume.snapshot.name)
-        objects = objects_path(resume.snapshot)
-        if objects.is_file():  # the snapshot's objects part travels with it
-            copy(objects, snapshots / objects.name)
+        best = _best_as_of(resume.snapshot, BEST_POINTER)
+        for snapshot in dict.fromkeys([resume.snapshot] + ([best] if best is not None else [])):
+            copy(snapshot, snapshots / snapshot.name)
+            objects = objects_path(snapshot)
+            if objects.is_file():  # the snapshot's objects part travels with it
+                copy(objects, snapshots / objects.name)
         (snapshots / "latest").write_text(resume.snapshot.name + "\n")
+        if best is not None:
+            (snapshots / BEST_POINTER).write_text(best.name + "\n")
     except OSError as exc:  # shutil.Error (copytree's list of failures) is one too
         _remove(copied)
         raise OutputError(f"could not copy the history of {resume.origin} into the branch {dest} "
                           f"({_copy_failure(exc, copied[-1] if copied else dest)}); make room there, or give the "
                           "branch a directory on another file system (hydra.run.dir=...), and start it again") from None
     return copied
+
+
+def _best_as_of(snapshot: Path, pointer: str) -> Path | None:
+    """The snapshot of the best evaluation up to ``snapshot`` (``trainer.keep_best``), when the run's
+    ``snapshots/<pointer>`` names one no later than it: no evaluation between the two beat it. None
+    when it names a later one (the best as of ``snapshot`` was then pruned or is unknown here) or none."""
+    named = snapshot.parent / pointer
+    try:
+        best = snapshot.parent / named.read_text().strip() if named.is_file() else None
+    except OSError:
+        return None
+    if best is None or not best.is_file() or not best.name.startswith("epoch_") or best.name > snapshot.name:
+        return None
+    return best
 
 
 def _run_of_its_own(entry: Path, dest: Path) -> bool:

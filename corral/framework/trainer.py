@@ -54,6 +54,11 @@ from corral.framework.video import check_recordable
 from corral.results.writable import write_atomically
 
 SNAPSHOT_FORMAT = 1
+#: The file in a run's ``snapshots/`` that names the snapshot of its best evaluation (``trainer.keep_best``),
+#: as ``latest`` names the newest one; either can be given where a snapshot is asked for.
+BEST_POINTER = "best"
+#: The pointer files of a snapshot directory: each holds the file name of one snapshot beside it.
+POINTERS = ("latest", BEST_POINTER)
 
 
 @dataclass
@@ -76,6 +81,10 @@ class TrainerConfig:
                    "(needs corral[video]; 0: never)"))
     snapshot_every: int = field(default=1, metadata=check(ge=0, help="write a snapshot every N epochs (0: only at the end)"))
     keep_snapshots: int = field(default=3, metadata=check(ge=0, help="how many recent snapshots to keep (0: all)"))
+    keep_best: bool = field(default=False, metadata=check(
+        applies_if=("eval_every", ">", 0),
+        help="also keep the snapshot of the epoch with the best evaluation return, named by snapshots/best "
+             "(written when an evaluation beats every earlier one; keep_snapshots never removes it)"))
     resume: Optional[str] = field(default=None, metadata={"help": "run directory (or snapshot file) to resume from"})
     trust_snapshot: bool = field(default=False, metadata=check(
         applies_if=("resume", "!=", None),
@@ -179,6 +188,8 @@ class Trainer:
         self.elapsed = 0.0
         self.last_stats: dict[str, float] = {}
         self.best_eval_return: float | None = None
+        #: The file name of the snapshot of the best evaluation (``trainer.keep_best``), else None.
+        self.best_snapshot: str | None = None
         self._sampler_state: Any = None
         self._progress: ProgressBar | None = None
         #: Where the trainer is now (one of :data:`PHASES`).
@@ -538,12 +549,10 @@ class Trainer:
         totals (:attr:`elapsed`, :attr:`best_eval_return`, :attr:`last_stats`) count the epoch from
         here on (the hooks and the snapshot see them), and go back to the last committed epoch's
         when any part fails, as :meth:`train` puts the epoch and step counters back."""
-        before = (self.elapsed, self.best_eval_return, self.last_stats)
+        before = (self.elapsed, self.best_eval_return, self.last_stats, self.best_snapshot)
         try:
             self.elapsed += seconds
-            if "eval/return_mean" in stats:
-                best = self.best_eval_return
-                self.best_eval_return = stats["eval/return_mean"] if best is None else max(best, stats["eval/return_mean"])
+            new_best = "eval/return_mean" in stats and self.count_evaluation(stats["eval/return_mean"])
             self._epoch_end_hooks(epoch, stats)
             self.last_stats = stats
             if self._progress is not None:
@@ -554,14 +563,38 @@ class Trainer:
                     if self.last_video is not None and callable(getattr(logger, "log_video", None)):
                         logger.log_video(epoch, self.last_video, stats)
             every = self.config.snapshot_every
-            if self.snapshot_dir is not None and every and self.epoch % every == 0:
-                self.save_snapshot()
+            best = new_best and self.config.keep_best
+            if self.snapshot_dir is not None and (best or (every and self.epoch % every == 0)):
+                self.save_snapshot(best=best)
         except BaseException:
             # The epoch is not part of the run: neither its seconds nor its evaluation count (summary.json's
             # train_time_s and best_eval_return, and any later snapshot, hold the committed epochs only).
-            self.elapsed, self.best_eval_return, self.last_stats = before
+            self.elapsed, self.best_eval_return, self.last_stats, self.best_snapshot = before
             raise
         self._committed = (self.epoch, self.total_env_steps)
+
+    def _restored_best(self, name: Any) -> str | None:
+        """The best snapshot a restored state names, when it is in this run's snapshots (a branch
+        may lack it: then None, with a note when ``trainer.keep_best`` would keep one)."""
+        if not isinstance(name, str) or not name or self.snapshot_dir is None:
+            return None
+        if (self.snapshot_dir / name).is_file():
+            pointer = self.snapshot_dir / BEST_POINTER
+            with self._writing(f"could not write snapshots/{BEST_POINTER}"):  # OutputError: one line
+                if not pointer.is_file() or pointer.read_text().strip() != name:  # a branch of the epoch it names
+                    write_atomically(pointer, lambda f: f.write(name + "\n"), text=True)
+            return name
+        if self.config.keep_best:
+            print(f"{job_prefix()}{_restored_best_note(name, self.snapshot_dir, self.best_eval_return)}",
+                  file=sys.stderr, flush=True)
+        return None
+
+    def count_evaluation(self, return_mean: float) -> bool:
+        """Count an evaluation's mean return in :attr:`best_eval_return`; True when it beats every
+        earlier one (the first always does)."""
+        best = self.best_eval_return
+        self.best_eval_return = return_mean if best is None else max(best, return_mean)
+        return best is None or return_mean > best
 
     def _epoch_end_hooks(self, epoch: int, stats: dict[str, float]) -> None:
         """The ``corral_epoch_end`` hooks of epoch ``epoch``. What each implementation added to (or
@@ -676,6 +709,7 @@ class Trainer:
             "total_env_steps": self.total_env_steps,
             "elapsed": self.elapsed,
             "best_eval_return": self.best_eval_return,
+            "best_snapshot": self.best_snapshot,
             "last_stats": self.last_stats,
             "algo": self.algo.state_dict(),
             "sampler": self._sampler_state,
@@ -695,21 +729,33 @@ class Trainer:
 
         return OmegaConf.to_yaml(self.run_config)
 
-    def save_snapshot(self) -> Path:
-        """Write a snapshot atomically (temporary file, fsync, rename) and prune old ones."""
+    def save_snapshot(self, *, best: bool = False) -> Path:
+        """Write a snapshot atomically (temporary file, fsync, rename) and prune old ones. ``best``:
+        it is the snapshot of the best evaluation so far, which ``snapshots/best`` names and pruning
+        keeps (``trainer.keep_best``)."""
         directory = self.snapshot_dir
         if directory is None:
             raise SnapshotError("this trainer has no snapshot_dir")
         path = directory / f"epoch_{self.epoch:06d}.pt"
-        with self._writing(f"could not write the snapshot {path.name}"):  # OutputError: one line
-            directory.mkdir(parents=True, exist_ok=True)
-            save_snapshot(self.state_dict(), path)  # data only; objects beside it (corral.framework.snapshot)
-            write_atomically(directory / "latest", lambda f: f.write(path.name + "\n"), text=True)
+        before = self.best_snapshot
+        if best:
+            self.best_snapshot = path.name  # the snapshot records that it is the best one
+        try:
+            with self._writing(f"could not write the snapshot {path.name}"):  # OutputError: one line
+                directory.mkdir(parents=True, exist_ok=True)
+                save_snapshot(self.state_dict(), path)  # data only; objects beside it (corral.framework.snapshot)
+                write_atomically(directory / "latest", lambda f: f.write(path.name + "\n"), text=True)
+                if best:
+                    write_atomically(directory / BEST_POINTER, lambda f: f.write(path.name + "\n"), text=True)
+        except BaseException:
+            self.best_snapshot = before
+            raise
         self.snapshot_epoch = self.epoch
         keep = self.config.keep_snapshots
         if keep:
             for old in sorted(directory.glob("epoch_*.pt"))[:-keep]:
-                remove_snapshot(old)
+                if old.name != self.best_snapshot:
+                    remove_snapshot(old)
         return path
 
     def restore(self, source: str | os.PathLike) -> Path:
@@ -726,6 +772,7 @@ class Trainer:
         self.total_env_steps = int(state["total_env_steps"])
         self.elapsed = float(state["elapsed"])
         self.best_eval_return = state.get("best_eval_return")
+        self.best_snapshot = self._restored_best(state.get("best_snapshot"))
         self.last_stats = dict(state.get("last_stats") or {})
         if state.get("sampler") is not None and self.algo.sampler is not None:
             try:
@@ -749,6 +796,14 @@ class Trainer:
         return path
 
 
+def _restored_best_note(name: str, directory: Path | None, best: float | None) -> str:
+    """The note for a resumed run whose snapshot names a best snapshot that this run's directory lacks."""
+    above = f" above {best:.2f}" if best is not None else ""
+    return (f"corral: note: the best snapshot as of the resumed epoch ({name}) is not in {directory} (a branch "
+            f"keeps it only while the original run's best came no later); this run's next evaluation{above} "
+            "writes its best snapshot")
+
+
 def _logger_name(logger: Any) -> str:
     """The logger's option name (``tensorboard``), or its class name in library use."""
     return str(getattr(logger, "option_name", None) or type(logger).__name__)
@@ -760,8 +815,15 @@ def _epochs(first: int, last: int) -> str:
 
 
 def find_snapshot(source: str | os.PathLike) -> Path:
-    """Resolve a run directory, a snapshot directory or a file to the snapshot to load."""
+    """Resolve a run directory, a snapshot directory, a snapshot file or a pointer file
+    (``snapshots/latest``, ``snapshots/best``) to the snapshot to load."""
     p = Path(source).expanduser()
+    if p.is_file() and p.name in POINTERS:  # snapshots/latest or snapshots/best: the snapshot it names
+        named = p.parent / p.read_text().strip()
+        if named.is_file():
+            return named
+        raise SnapshotError(f"{p} names {named.name}, which is not in {p.parent}; give a snapshot file or the run "
+                            "directory")
     if p.is_file():
         return p
     if not p.exists():
@@ -873,6 +935,6 @@ def _try_state(sampler: Any) -> Any:
 
 
 __all__ = [
-    "PHASES", "StopRequest", "Terminated", "finish_epoch_on_interrupt", "Trainer", "TrainerConfig", "TrainingInterrupted", "defer_interrupts", "episode_stats",
+    "BEST_POINTER", "PHASES", "POINTERS", "StopRequest", "Terminated", "finish_epoch_on_interrupt", "Trainer", "TrainerConfig", "TrainingInterrupted", "defer_interrupts", "episode_stats",
     "diverged_values", "find_snapshot", "catch_stop_signals", "statistic_value",
 ]

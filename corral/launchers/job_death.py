@@ -263,8 +263,8 @@ def write_failed_summary(run_dir: Path, cfg: Any, *, num: int, overrides: Sequen
         return dt.datetime.fromtimestamp(t, dt.timezone.utc).isoformat(timespec="seconds")
 
     summary: dict[str, Any] = existing or {
-        "final_eval_return": None, "best_eval_return": None, "final_train_return": None, "env_steps": None,
-        "epochs": None, "train_time_s": None, "started_at": started, "started_utc": utc(started),
+        "final_eval_return": None, "best_eval_return": None, "best_snapshot": None, "final_train_return": None,
+        "env_steps": None, "epochs": None, "train_time_s": None, "started_at": started, "started_utc": utc(started),
         "wall_time_s": now - started, "overrides": list(overrides),
         "job": {"name": cfg.hydra.job.name, "num": num, "id": cfg.hydra.job.id, "mode": "MULTIRUN"},
     }
