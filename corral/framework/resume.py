@@ -550,14 +550,18 @@ def finished_message(run_dir: Any, reason: str, epoch: int, env_steps: int, bran
     """What resuming a run that already reached its limit says; ``branch``: the directory of a
     branch that was therefore not made."""
     key, _, value = reason.partition("=")
+    made = f", so the branch {branch} was not made" if branch is not None else ""
+    into = f" {shell_override('hydra.run.dir', branch)}" if branch is not None else ""
+    head = (f"corral: the run in {run_dir} already finished: {reason} reached at epoch {epoch} "
+            f"({env_steps:,} env steps); nothing to do{made}.")
+    if key == "stop_at_eval_return":  # its last evaluation reached the target: no limit to double
+        return (f"{head} To train on, resume without that target, e.g. {shell_override('trainer.resume', run_dir)}"
+                f"{into} trainer.stop_at_eval_return=null (or a higher one)")
     # twice the limit, or twice where the run is when a resume gave a limit below that (n_epochs=1 at epoch 3)
     reached = {"n_epochs": epoch, "max_env_steps": env_steps}.get(key, 0)
     larger = f"trainer.{key}={max(int(value), reached) * 2}" if value.isdigit() else f"a larger trainer.{key}"
     other = "trainer.max_env_steps" if key == "n_epochs" else "trainer.n_epochs"
-    made = f", so the branch {branch} was not made" if branch is not None else ""
-    into = f" {shell_override('hydra.run.dir', branch)}" if branch is not None else ""
-    return (f"corral: the run in {run_dir} already finished: {reason} reached at epoch {epoch} "
-            f"({env_steps:,} env steps); nothing to do{made}. To train longer, resume with a larger limit, "
+    return (f"{head} To train longer, resume with a larger limit, "
             f"e.g. {shell_override('trainer.resume', run_dir)}{into} {larger} (and {other} if it would stop the run first)")
 
 

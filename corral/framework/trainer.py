@@ -73,6 +73,10 @@ class TrainerConfig:
         default=100_000, metadata=check(ge=1, help="stop after the epoch that reaches this many environment steps (null: no limit)")
     )
     batch_size: int = field(default=2048, metadata=check(ge=1, help="environment steps collected per epoch (at least)"))
+    stop_at_eval_return: Optional[float] = field(default=None, metadata=check(
+        applies_if=("eval_every", ">", 0),
+        help="stop after the first evaluation whose eval/return_mean reaches this (null: never), as well as at "
+             "n_epochs / max_env_steps"))
     eval_every: int = field(default=5, metadata=check(ge=0, help="run deterministic evaluation every N epochs (0: never)"))
     eval_episodes: int = field(default=10, metadata=check(ge=1, applies_if=("eval_every", ">", 0),
                                                           help="episodes per evaluation"))
@@ -257,11 +261,16 @@ class Trainer:
         return (None if n_epochs is None else int(n_epochs)), (None if max_env_steps is None else int(max_env_steps))
 
     def limit_reached(self, n_epochs: int | None, max_env_steps: int | None) -> str | None:
-        """The limit the run has reached, as ``"n_epochs=50"`` or ``"max_env_steps=100000"`` (None: neither)."""
+        """The limit the run has reached, as ``"n_epochs=50"``, ``"max_env_steps=100000"`` or
+        ``"stop_at_eval_return=475"`` (the last epoch's evaluation reached ``trainer.stop_at_eval_return``;
+        None: none of them)."""
         if n_epochs is not None and self.epoch >= n_epochs:
             return f"n_epochs={n_epochs}"
         if max_env_steps is not None and self.total_env_steps >= max_env_steps:
             return f"max_env_steps={max_env_steps}"
+        target, reached = self.config.stop_at_eval_return, self.last_stats.get("eval/return_mean")
+        if target is not None and reached is not None and self.epoch > 0 and reached >= target:
+            return f"stop_at_eval_return={target:g}"
         return None
 
     def train(self, n_epochs: int | None = None, batch_size: int | None = None,

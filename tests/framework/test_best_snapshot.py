@@ -58,8 +58,9 @@ def test_the_best_evaluations_snapshot_is_kept_named_and_evaluated_again(tmp_pat
     assert summary["best_eval_return"] == max(returns) and summary["best_snapshot"] == str(snapshots / best)
     # snapshots/best is where a snapshot is asked for: corral eval repeats that evaluation's episodes
     assert find_snapshot(snapshots / "best") == snapshots / best
-    done = subprocess.run([sys.executable, "-m", "corral.framework.cli", "eval", str(snapshots / "best"), "--episodes", "2",
-                           "--json", "-o", ""], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run([sys.executable, "-m", "corral.framework.cli", "eval", str(snapshots / "best"),
+                           "--episodes", "2", "--json", "-o", ""], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert Path(result["snapshot"]).name == best and result["return_mean"] == max(returns), (result, returns)
