@@ -6,6 +6,7 @@ Imported with :func:`corral.testing.modules.import_path` (``tests`` is not an im
 
 from __future__ import annotations
 
+import csv
 import os
 import subprocess
 import sys
@@ -31,6 +32,29 @@ def train(run_dir: Path, *overrides: str) -> Path:
                           capture_output=True, text=True, timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir
+
+
+#: A PPO CartPole run of 256-step epochs that evaluates 2 episodes every epoch unless the test says otherwise.
+EVALUATING = ("trainer.batch_size=256", "trainer.max_env_steps=null", "logger=[csv]", "trainer.progress=false")
+
+
+def train_evaluating(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
+    """``python train.py`` of :data:`EVALUATING` with ``trainer.eval_every=1 trainer.eval_episodes=2``
+    (unless ``overrides`` set ``trainer.eval_every``) and ``overrides``, into ``run_dir`` (bounded; fails the
+    test with the run's stderr when it does not complete). Returns the finished process."""
+    evaluate = [] if any(o.startswith("trainer.eval_every=") for o in overrides) else [
+        "trainer.eval_every=1", "trainer.eval_episodes=2"]
+    proc = subprocess.run([sys.executable, str(REPO / "train.py"), *EVALUATING, *evaluate, *overrides,
+                           f"hydra.run.dir={run_dir}"], cwd=run_dir.parent, capture_output=True, text=True,
+                          timeout=TIMEOUT, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def eval_returns(run_dir: Path) -> list[float]:
+    """``eval/return_mean`` of each row of the run's ``progress.csv`` that has one, in order."""
+    with open(run_dir / "progress.csv") as f:
+        return [float(row["eval/return_mean"]) for row in csv.DictReader(f) if row.get("eval/return_mean")]
 
 
 def meta_runs(where: Path) -> Path:

@@ -6,7 +6,6 @@ evaluation was gone once three later epochs had been saved."""
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
@@ -18,25 +17,11 @@ from corral.framework.errors import SnapshotError
 from corral.framework.resume import copy_history, plan
 from corral.framework.snapshot import load_snapshot
 from corral.framework.trainer import find_snapshot
+from corral.testing.modules import import_path
 
-ROOT = Path(__file__).resolve().parents[2]
-TRAIN = ROOT / "train.py"
-SMALL = ["trainer.batch_size=256", "trainer.max_env_steps=null", "logger=[csv]", "trainer.progress=false"]
-EVALUATE = ["trainer.eval_every=1", "trainer.eval_episodes=2"]  # unless the test gives trainer.eval_every
-
-
-def train(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    evaluate = [] if any(o.startswith("trainer.eval_every=") for o in overrides) else EVALUATE
-    done = subprocess.run([sys.executable, str(TRAIN), *SMALL, *evaluate, *overrides, f"hydra.run.dir={run_dir}"],
-                          capture_output=True, text=True, timeout=300, cwd=run_dir.parent)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
-
-
-def evaluations(run_dir: Path) -> list[float]:
-    """``eval/return_mean`` of each epoch of ``progress.csv``, in order."""
-    with open(run_dir / "progress.csv") as f:
-        return [float(row["eval/return_mean"]) for row in csv.DictReader(f)]
+TINY = import_path(Path(__file__).resolve().parents[1] / "conf" / "tiny_runs.py", "tiny_runs")
+train = TINY.train_evaluating
+evaluations = TINY.eval_returns
 
 
 def best_name(returns: list[float]) -> str:
@@ -88,9 +73,7 @@ def test_the_final_evaluation_counts_and_a_branch_keeps_the_best_as_of_its_epoch
     run = tmp_path / "run"
     train(run, "trainer.n_epochs=3", "trainer.eval_every=2", "trainer.eval_episodes=2", "trainer.keep_snapshots=0",
           "trainer.keep_best=true")
-    with open(run / "progress.csv") as f:
-        rows = list(csv.DictReader(f))
-    evaluated = [float(r["eval/return_mean"]) for r in rows if r.get("eval/return_mean")]
+    evaluated = evaluations(run)
     assert len(evaluated) == 1  # epoch index 1 (the second epoch)
     final = json.loads((run / "summary.json").read_text())["final_eval_return"]
     expected = "epoch_000003.pt" if final > evaluated[0] else "epoch_000002.pt"

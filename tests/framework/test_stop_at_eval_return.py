@@ -3,29 +3,15 @@ names it as its stop reason, and a resume of it says it already finished until t
 
 from __future__ import annotations
 
-import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from corral.framework.resume import finished_message
+from corral.testing.modules import import_path
 
-ROOT = Path(__file__).resolve().parents[2]
-TRAIN = ROOT / "train.py"
-SMALL = ["trainer.batch_size=256", "trainer.max_env_steps=null", "logger=[csv]", "trainer.progress=false"]
-
-
-def train(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, str(TRAIN), *SMALL, *overrides, f"hydra.run.dir={run_dir}"],
-                          capture_output=True, text=True, timeout=300, cwd=run_dir.parent)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done
-
-
-def evaluations(run_dir: Path) -> list[float]:
-    with open(run_dir / "progress.csv") as f:
-        return [float(row["eval/return_mean"]) for row in csv.DictReader(f)]
+TINY = import_path(Path(__file__).resolve().parents[1] / "conf" / "tiny_runs.py", "tiny_runs")
+train = TINY.train_evaluating
+evaluations = TINY.eval_returns
 
 
 def test_the_run_stops_at_the_first_evaluation_that_reaches_the_target_and_a_resume_says_so(tmp_path: Path) -> None:
