@@ -26,6 +26,16 @@ class Algorithm(ABC):
 
     policy: Policy
     sampler: "Sampler | None" = None
+    #: The fraction (0 to 1) of the run's budget done before the current update: what the trainer last
+    #: passed to :meth:`set_training_progress` (0 until it does).
+    training_progress: float = 0.0
+
+    def set_training_progress(self, done: float) -> None:
+        """Called by the trainer before each ``train_once`` with the fraction (0 to 1) of the run's
+        budget done before this epoch's update: environment steps over ``trainer.max_env_steps``, or
+        epochs over ``trainer.n_epochs``, whichever is further along (0 at the first epoch). A schedule
+        (PPO's ``algo.anneal_lr``) reads :attr:`training_progress`."""
+        self.training_progress = float(done)
 
     def get_agent_update(self) -> Any:
         """What the workers need to act with the current policy (by default its parameters)."""

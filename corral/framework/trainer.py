@@ -194,6 +194,8 @@ class Trainer:
         self.best_eval_return: float | None = None
         #: The file name of the snapshot of the best evaluation (``trainer.keep_best``), else None.
         self.best_snapshot: str | None = None
+        #: The limits of the current :meth:`train` call, ``(n_epochs, max_env_steps)`` (None: no such limit).
+        self._budget: tuple[int | None, int | None] = (None, None)
         self._sampler_state: Any = None
         self._progress: ProgressBar | None = None
         #: Where the trainer is now (one of :data:`PHASES`).
@@ -260,6 +262,14 @@ class Trainer:
             max_env_steps = self.config.max_env_steps
         return (None if n_epochs is None else int(n_epochs)), (None if max_env_steps is None else int(max_env_steps))
 
+    def progress_done(self) -> float:
+        """The fraction (0 to 1) of this :meth:`train` call's budget done so far: environment steps over
+        its step limit or epochs over its epoch limit, whichever is further along."""
+        n_epochs, max_env_steps = self._budget
+        done = [self.epoch / n_epochs if n_epochs else 0.0,
+                self.total_env_steps / max_env_steps if max_env_steps else 0.0]
+        return min(1.0, max(done))
+
     def limit_reached(self, n_epochs: int | None, max_env_steps: int | None) -> str | None:
         """The limit the run has reached, as ``"n_epochs=50"``, ``"max_env_steps=100000"`` or
         ``"stop_at_eval_return=475"`` (the last epoch's evaluation reached ``trainer.stop_at_eval_return``;
@@ -286,6 +296,7 @@ class Trainer:
         if self.algo is None:
             raise RuntimeError("call trainer.setup(algo, env) before trainer.train()")
         epochs_limit, steps_limit = self.limits(n_epochs, max_env_steps)
+        self._budget = (epochs_limit, steps_limit)
         if epochs_limit is None and steps_limit is None:
             raise ConfigError("Trainer.train() needs a limit: pass n_epochs= or max_env_steps= "
                               "(or give the Trainer a TrainerConfig)")
@@ -457,6 +468,9 @@ class Trainer:
         # A second signal stops the update at once: an interrupted epoch is dropped anyway.
         with defer_interrupts(self._hold_notice, second_stops=True):
             self.phase = "training"
+            schedule = getattr(self.algo, "set_training_progress", None)  # Algorithm's; a duck-typed one may lack it
+            if callable(schedule):
+                schedule(self.progress_done())
             train_stats = self._train(epoch, episodes)
             # Counted now (evaluation reads them); not committed until _commit, and put back on an interrupt.
             self.epoch = epoch + 1

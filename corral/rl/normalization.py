@@ -414,6 +414,11 @@ class NormalizedAlgorithm(Algorithm):
         """The algorithm's environment update."""
         return self.inner.get_env_update(itr)
 
+    def set_training_progress(self, done: float) -> None:
+        """The algorithm's schedules see the run's progress."""
+        self.training_progress = float(done)
+        self.inner.set_training_progress(done)
+
     def train_once(self, itr: int, episodes: EpisodeBatch) -> dict[str, float]:
         """Normalise, update the statistics from the raw ``episodes``, train."""
         if self.off_policy:

@@ -40,6 +40,10 @@ class PPOConfig:
     normalize_advantages: bool = field(default=True, metadata={"help": "standardise advantages per minibatch"})
     target_kl: Optional[float] = field(default=None, metadata=check(gt=0, help="stop the epoch loop early above this KL"))
     vf_hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata=check(ge=1, help="value network widths"))
+    anneal_lr: bool = field(default=False, metadata={
+        "help": "decay the learning rate linearly over the run's budget (CleanRL's anneal_lr, SB3's linear schedule): "
+                "learning_rate x (1 - the fraction of trainer.max_env_steps, else trainer.n_epochs, done before the "
+                "update); logged as ppo/learning_rate"})
 
 
 class PPO(OnPolicyAlgorithm):
@@ -52,9 +56,20 @@ class PPO(OnPolicyAlgorithm):
                          gae_lambda=config.gae_lambda, vf_hidden_sizes=config.vf_hidden_sizes)
         self.optimizers["adam"] = torch.optim.Adam(self.parameters(), lr=config.learning_rate, eps=1e-5)
 
+    def scheduled_learning_rate(self) -> dict[str, float]:
+        """Set the optimiser's learning rate for this update (``algo.anneal_lr``: decayed linearly with
+        :attr:`training_progress`); return ``{"ppo/learning_rate": lr}``, or ``{}`` without a schedule."""
+        if not self.config.anneal_lr:
+            return {}
+        lr = self.config.learning_rate * (1.0 - self.training_progress)
+        for group in self.optimizers["adam"].param_groups:
+            group["lr"] = lr
+        return {"ppo/learning_rate": lr}
+
     def train_once(self, itr: int, episodes: EpisodeBatch) -> dict[str, float]:
         """Several epochs of minibatch updates on one batch of episodes."""
         c = self.config
+        learning_rate = self.scheduled_learning_rate()
         data = self.process(episodes)
         n = len(episodes)
         stats: dict[str, list[float]] = {}
@@ -73,7 +88,7 @@ class PPO(OnPolicyAlgorithm):
                     break
             if stop:
                 break
-        return {**self.summarize(stats),
+        return {**self.summarize(stats), **learning_rate,
                 "ppo/explained_variance": self.explained_variance(data["values"], data["returns"])}
 
     def clipped_step(self, advantages: torch.Tensor, log_prob: torch.Tensor, old_log_prob: torch.Tensor,

@@ -193,6 +193,7 @@ class RL2PPO(PPO):
         rounded to whole trials; one ``corral: warning:`` line when the rounding, or a value above the batch's
         steps, makes every gradient step use the whole batch, or a minibatch one trial)."""
         c = self.config
+        learning_rate = self.scheduled_learning_rate()
         data = self.process(episodes)
         n = episodes.n_episodes
         starts = self.minibatch_starts("minibatch_size", c.minibatch_size, len(episodes), trials=n)
@@ -216,7 +217,7 @@ class RL2PPO(PPO):
                 break
         returns = episodes.episode_returns
         return {
-            **self.summarize(stats),
+            **self.summarize(stats), **learning_rate,
             "ppo/explained_variance": self.explained_variance(data["values"], data["returns_flat"]),
             "rl2/trial_return": float(returns.mean()),
             "rl2/n_trials": float(n),
