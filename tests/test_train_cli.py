@@ -430,8 +430,8 @@ def test_a_flag_mistake_is_one_line(tmp_path: Path, sites: dict[str, Path], args
         (["experiment=ppo_cartpole_optuna", "algo.nope=choice(1,2)"],
          "corral: error: algo.nope is not a setting: algo=ppo has no setting 'nope'; its settings are algo.discount, "
          "algo.gae_lambda, algo.learning_rate, algo.n_epochs, algo.minibatch_size, algo.clip_range, algo.vf_coef, "
-         "algo.ent_coef, algo.max_grad_norm, algo.normalize_advantages, algo.target_kl, algo.vf_hidden_sizes "
-         "(`corral plugins` lists every option's settings) (an end of the search space of algo.nope)"),
+         "algo.ent_coef, algo.max_grad_norm, algo.normalize_advantages, algo.target_kl, algo.vf_hidden_sizes, "
+         "algo.anneal_lr (`corral plugins` lists every option's settings) (an end of the search space of algo.nope)"),
         (["experiment=ppo_cartpole_optuna", "hydra.sweeper.direction=up"],
          "corral: error: hydra.sweeper.direction must be maximize or minimize (train.py's objective is the final "
          "evaluation return: maximize), got 'up'"),

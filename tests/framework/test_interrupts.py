@@ -110,10 +110,10 @@ csv_logger.CSVLogger.log = logging
 save = T.Trainer.save_snapshot
 
 
-def snapshotting(self):
+def snapshotting(self, **kwargs):
     if phase == "snapshotting" and self.epoch - 1 == row:
         fire()
-    return save(self)
+    return save(self, **kwargs)
 
 
 T.Trainer.save_snapshot = snapshotting
