@@ -82,6 +82,22 @@ def remove_the_suites_ray_dir() -> None:
 atexit.register(remove_the_suites_ray_dir)
 
 
+#: Memory one pytest-xdist worker's tests may hold at once: a train.py, its sampler's processes, a Ray node.
+GIB_PER_WORKER = 3
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (README's test command): one worker per core this process may run on, no more than
+    memory holds at :data:`GIB_PER_WORKER` each, at least one. Each worker runs whole files (``--dist
+    loadfile``), so a module's fixtures are built once."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        memory_gib = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except (ValueError, OSError, AttributeError):
+        return max(1, cores)
+    return max(1, min(cores, int(memory_gib // GIB_PER_WORKER)))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def ray_dir() -> Iterator[Path]:
     """The suite's Ray directory, removed with everything in it at the end of the session, also when
