@@ -160,7 +160,11 @@ def test_an_empty_run_directory_is_one_line_not_the_current_directory(tmp_path: 
                                       "https://hydra.cc/docs/1.2/advanced/override_grammar/basic"),
     (True, "env.id=a~b", "corral: error: env.id=a~b: Hydra's override syntax does not take '~' there (character 9); "
                          "quote the value (key='...') or see https://hydra.cc/docs/1.2/advanced/override_grammar/basic"),
-    (False, "hydra.job.chdir=abc", "corral: error: hydra.job.chdir=abc: Value 'abc' is not a valid bool (type str)"),
+    # OmegaConf's words were "hydra.job.chdir=abc: Value 'abc' is not a valid bool (type str)"
+    (False, "hydra.job.chdir=abc", "corral: error: hydra.job.chdir must be true or false, got abc; give "
+                                   "hydra.job.chdir=true or hydra.job.chdir=false"),
+    (False, "trainer.progress=maybe", "corral: error: trainer.progress must be true or false, got maybe; give "
+                                      "trainer.progress=true or trainer.progress=false"),
     (True, "hydra.sweeper.max_batch_size=abc",
      "corral: error: hydra.sweeper.max_batch_size=abc: hydra.sweeper.max_batch_size takes a whole number, not 'abc'"),
     # OmegaConf's words were "Value '2.0' of type 'float' could not be converted to Integer"
@@ -183,7 +187,7 @@ def test_an_empty_run_directory_is_one_line_not_the_current_directory(tmp_path: 
                                "as true without a word); give normalize.obs=true or normalize.obs=false"),
     (True, "trainer.progress=true,off", "corral: error: trainer.progress must be true or false, got off (OmegaConf "
                                         "would read it as false without a word); give trainer.progress=true or "
-                                        "trainer.progress=false (a value of the sweep trainer.progress=True,off)"),
+                                        "trainer.progress=false (a value of the sweep trainer.progress=true,off)"),
     # these six were Hydra's two to six lines ("Could not override 'nope'. To append to your config use +nope=1 ...")
     (False, "nope=1", "corral: error: nope is not a setting: the top-level settings are seed and the groups trainer, "
                       "algo, env, policy, sampler, worker, logger, normalize, experiment"),
@@ -240,7 +244,8 @@ def test_an_empty_run_directory_is_one_line_not_the_current_directory(tmp_path: 
     (False, "+experiment=ppo_cartpole", "corral: error: +experiment=ppo_cartpole: experiment is a config group the run "
                                         "already has, so an option of it is chosen, not added; write "
                                         "experiment=ppo_cartpole, without the +"),
-], ids=["unreadable-run-dir", "unreadable-sweep-value", "hydra-type", "hydra-type-sweep", "float-for-int",
+], ids=["unreadable-run-dir", "unreadable-sweep-value", "hydra-type", "bool-as-other-word", "hydra-type-sweep",
+        "float-for-int",
         "plus-on-a-setting", "no-value", "unclosed-list", "deleted-setting", "bool-as-number", "bool-as-word-sweep",
         "unknown-key", "unknown-key-sweep", "hydra-key", "hydra-key-sweep", "added-hydra-key",
         "added-hydra-key-sweep", "unused-logger", "unused-logger-sweep", "preset-list", "scalar-for-list",

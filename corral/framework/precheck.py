@@ -348,6 +348,7 @@ def check_sweep_values(overrides: Sequence[str]) -> None:
     sweeps = {str(o.input_line).split("=", 1)[0]: list(o.sweep_string_iterator())
               for o in parsed if o.is_sweep_override() and o.value_type in listed}
     ranges = {str(o.input_line).split("=", 1)[0] for o in parsed if o.value_type == ValueType.RANGE_SWEEP}
+    written = {str(o.input_line).split("=", 1)[0]: str(o.input_line) for o in parsed}  # as given (true, not True)
     checks = 0
     for key, values in sweeps.items():
         others = [f"{k}={v[0]}" for k, v in sweeps.items() if k != key and v]
@@ -360,12 +361,12 @@ def check_sweep_values(overrides: Sequence[str]) -> None:
                 cfg = compose(config_name=CONFIG_NAME, overrides=[*fixed, *others, f"{key}={value}"])
             except (HydraException, OmegaConfBaseException) as exc:
                 if isinstance(exc.__cause__, ValidationError) or isinstance(exc, ValidationError):
-                    raise ConfigError(f"{hydra_message(exc)} (a value of the sweep {key}={','.join(values)})") from None
+                    raise ConfigError(f"{hydra_message(exc)} (a value of the sweep {written[key]})") from None
                 continue
             try:
                 check_bool_values([f"{key}={value}"], cfg)
             except ConfigError as exc:
-                raise ConfigError(f"{exc} (a value of the sweep {key}={','.join(values)})") from None
+                raise ConfigError(f"{exc} (a value of the sweep {written[key]})") from None
 
 
 def _listed_values(override: Any, options_of: Any) -> list[str] | None:
@@ -1192,6 +1193,8 @@ def added_group_message(text: str) -> str | None:
 
 
 _NOT_CONVERTED = re.compile(r"Value '(.*)' of type '(\w+)' could not be converted to (Integer|Float)")
+#: OmegaConf's words for a true/false setting given a word it does not read as one (``trainer.progress=maybe``).
+_NOT_A_BOOL = re.compile(r"Value '(.*)' is not a valid bool \(type \w+\)")
 #: OmegaConf's words for null given to a setting that must hold a value.
 _NOT_OPTIONAL = re.compile(r"field '[^']*' is not Optional")
 #: OmegaConf's words for a list setting given a scalar, and for a mapping setting given a scalar.
@@ -1225,11 +1228,14 @@ def type_message(override: str, reason: str) -> str:
     """``<override>: <reason>``, where OmegaConf's ``Value '1000.0' of type 'float' could not be
     converted to Integer`` becomes what the setting takes and, for a whole number written as a
     float (``trainer.batch_size=1e3``), how to write it (``write trainer.batch_size=1000``); null for a
-    setting that must hold a value says so; a list or mapping setting given something else is
-    :func:`shape_message`'s line."""
+    setting that must hold a value says so; a true/false setting given another word is
+    :func:`true_false_message`'s line, as for a number there; a list or mapping setting given something
+    else is :func:`shape_message`'s line."""
     key = _key(override)
     if _NOT_OPTIONAL.fullmatch(reason.strip()):
         return f"{override}: {key} cannot be null; give it a value, or leave it out for its default"
+    if (word := _NOT_A_BOOL.fullmatch(reason.strip())) is not None:
+        return true_false_message(key, override.split("=", 1)[1] if "=" in override else word.group(1))
     found = _NOT_CONVERTED.fullmatch(reason.strip())
     if found is None:
         return shape_message(override, reason) or f"{override}: {reason}"

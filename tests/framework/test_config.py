@@ -404,7 +404,7 @@ def test_a_true_false_setting_takes_only_true_or_false() -> None:
     with pytest.raises(ConfigError, match=r"^trainer.progress must be true or false, got 1 "):
         precheck(["++trainer.progress=1"])
     with pytest.raises(ConfigError, match=r"^algo.normalize_advantages must be true or false, got no .*"
-                                          r"\(a value of the sweep algo.normalize_advantages=True,no\)$"):
+                                          r"\(a value of the sweep algo.normalize_advantages=true,no\)$"):
         precheck(["-m", "algo.normalize_advantages=true,no"])
     precheck(["normalize.obs=true", "normalize.reward=False", "trainer.progress=${normalize.obs}"])
     precheck(["-m", "normalize.obs=true,false"])
@@ -595,7 +595,10 @@ def test_a_single_runs_and_a_sweeps_own_hydra_settings_are_told_apart() -> None:
      "seed=2.5: seed takes a whole number, not 2.5"),
     ("+algo.lr=[1]", "Value '[1]' of type 'ListConfig' could not be converted to Float",
      "+algo.lr=[1]: algo.lr takes a number, not a list ([1])"),
-    ("algo.lr=x", "Value 'x' is not a valid bool (type str)", "algo.lr=x: Value 'x' is not a valid bool (type str)"),
+    ("trainer.progress=maybe", "Value 'maybe' is not a valid bool (type str)",
+     "trainer.progress must be true or false, got maybe; give trainer.progress=true or trainer.progress=false"),
+    ("+trainer.progress='a b'", "Value 'a b' is not a valid bool (type str)",
+     "trainer.progress must be true or false, got 'a b'; give trainer.progress=true or trainer.progress=false"),
     # a list or mapping setting given something else: OmegaConf's words were about its own classes
     ("policy.hidden_sizes=64", "Invalid value assigned: int is not a ListConfig, list or tuple.",
      "policy.hidden_sizes=64: policy.hidden_sizes takes a list, not 64; write it in brackets, e.g. "
