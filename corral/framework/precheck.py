@@ -1232,10 +1232,11 @@ def type_message(override: str, reason: str) -> str:
     :func:`true_false_message`'s line, as for a number there; a list or mapping setting given something
     else is :func:`shape_message`'s line."""
     key = _key(override)
+    given = override.split("=", 1)[1] if "=" in override else None  # the value as the command line wrote it
     if _NOT_OPTIONAL.fullmatch(reason.strip()):
         return f"{override}: {key} cannot be null; give it a value, or leave it out for its default"
     if (word := _NOT_A_BOOL.fullmatch(reason.strip())) is not None:
-        return true_false_message(key, override.split("=", 1)[1] if "=" in override else word.group(1))
+        return true_false_message(key, word.group(1) if given is None else given)
     found = _NOT_CONVERTED.fullmatch(reason.strip())
     if found is None:
         return shape_message(override, reason) or f"{override}: {reason}"
@@ -1249,7 +1250,7 @@ def type_message(override: str, reason: str) -> str:
         shown = f"a mapping ({value})"
     else:
         shown = repr(value)
-    written = override.split("=", 1)[1] if "=" in override else value
+    written = value if given is None else given
     if shown == value and written != value:
         shown = f"{written} (read as {value})"
     hint = ""
