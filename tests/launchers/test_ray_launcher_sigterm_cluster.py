@@ -13,6 +13,7 @@ process runs a job's task any more, and the jobs' logs stop growing).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -46,17 +47,20 @@ CLUSTER_CPUS = ("import time, ray; ray.init(address='auto', log_to_driver=False)
 
 
 def job_tasks() -> list[int]:
-    """Processes of this machine running a job's task (Ray's title for the worker process)."""
+    """Processes of this machine running a job's task (Ray's title for the worker process) of a Ray runtime
+    this test process started: their environment has its ``RAY_TMPDIR`` (each pytest-xdist worker has a
+    directory of its own, tests/conftest.py), so the Ray tests another worker runs beside it do not count."""
+    mine = f"RAY_TMPDIR={os.environ['RAY_TMPDIR']}".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             title = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            if title.startswith(JOB_TASK) and mine in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
         except OSError:
             continue
-        if title.startswith(JOB_TASK):
-            found.append(int(entry.name))
     return found
 
 
