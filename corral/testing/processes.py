@@ -83,6 +83,23 @@ def shm_entries() -> set[str]:
         return set()
 
 
+def processes_with_environment(entry: str) -> set[int]:
+    """Live processes other than this one whose environment holds ``entry`` (``NAME=value``, as they were
+    started): the processes a run started with that variable set, and all they started in turn."""
+    needle = entry.encode()
+    found = set()
+    for pid, (_, state) in process_table().items():
+        if state == "Z" or pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.add(pid)
+        except OSError:
+            continue
+    return found
+
+
 def session_of(pid: int) -> int | None:
     """The session id of ``pid`` (from /proc), or None when it is gone."""
     try:
@@ -234,6 +251,6 @@ def lines_read_in_background(proc: subprocess.Popen) -> tuple[list[str], threadi
 
 
 __all__ = ["child_processes", "cmdline", "default_signal_dispositions", "descendants", "file_size_limit",
-           "interruptible", "lines_read_in_background", "process_alive",
-           "proc_stat", "remove_shm_of", "session_left", "session_processes", "shm_entries", "started_session", "stop_session",
+           "interruptible", "lines_read_in_background", "proc_stat", "process_alive", "processes_with_environment",
+           "remove_shm_of", "session_left", "session_processes", "shm_entries", "started_session", "stop_session",
            "wait_for_path", "wait_gone"]

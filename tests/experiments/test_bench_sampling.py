@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from corral.testing.modules import import_path
+from corral.testing.processes import cmdline, processes_with_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "bench_sampling.py"
@@ -34,21 +35,8 @@ def load_bench() -> ModuleType:
 
 def marked_processes(marker: str) -> list[str]:
     """Running processes whose environment holds ``marker`` (inherited from the benchmark run)."""
-    needle = marker.encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if needle not in f.read():
-                    continue
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-            found.append(f"{name}: {cmdline[:150]}")
-        except OSError:
-            continue
-    return found
+    return [f"{pid}: {cmdline(pid)[:150]}"
+            for pid in sorted(processes_with_environment(f"CORRAL_BENCH_TEST_MARKER={marker}"))]
 
 
 def run_bench(tmp_path: Path, *args: str, timeout: float = 240) -> tuple[subprocess.CompletedProcess, str, str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from corral.testing.modules import import_path
+from corral.testing.processes import cmdline, processes_with_environment
 
 pytest.importorskip("ray")
 
@@ -50,18 +51,8 @@ def job_tasks() -> list[int]:
     """Processes of this machine running a job's task (Ray's title for the worker process) of a Ray runtime
     this test process started: their environment has its ``RAY_TMPDIR`` (each pytest-xdist worker has a
     directory of its own, tests/conftest.py), so the Ray tests another worker runs beside it do not count."""
-    mine = f"RAY_TMPDIR={os.environ['RAY_TMPDIR']}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            title = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-            if title.startswith(JOB_TASK) and mine in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
+    mine = processes_with_environment(f"RAY_TMPDIR={os.environ['RAY_TMPDIR']}")
+    return sorted(pid for pid in mine if cmdline(pid).startswith(JOB_TASK))
 
 
 def no_job_tasks_within(timeout: float) -> list[int]:

@@ -20,7 +20,7 @@ from typing import Iterator
 
 import pytest
 
-from corral.testing.processes import started_session
+from corral.testing.processes import processes_with_environment, started_session
 
 pytestmark = pytest.mark.skipif(not __import__("importlib").util.find_spec("wandb"), reason="needs wandb")
 
@@ -50,25 +50,6 @@ def wandb_entries(directory: Path, timeout: float = 0.0) -> list[str]:
         time.sleep(0.2)
 
 
-def processes_with(marker: str) -> set[int]:
-    """Live processes whose environment holds ``marker`` (``TMPDIR=<this test's directory>``): the
-    run and what it started, W&B's service included (it runs in a session of its own)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open(f"/proc/{entry}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker.encode() in env and state != "Z":
-            found.add(int(entry))
-    return found
-
-
 @pytest.fixture
 def tmpdir_of_run(tmp_path: Path) -> Iterator[Path]:
     """A ``TMPDIR`` for the run; afterwards no process that has it is left running (W&B's service
@@ -78,7 +59,7 @@ def tmpdir_of_run(tmp_path: Path) -> Iterator[Path]:
     yield tmpdir
     marker = f"TMPDIR={tmpdir}"
     deadline = time.monotonic() + 20
-    while (left := processes_with(marker)) and time.monotonic() < deadline:
+    while (left := processes_with_environment(marker)) and time.monotonic() < deadline:
         time.sleep(0.2)
     for pid in left:
         try:
