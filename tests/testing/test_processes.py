@@ -100,3 +100,23 @@ def test_interruptible_raises_keyboard_interrupt_with_sigint_ignored() -> None:
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN, "the disposition it found is restored"
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_processes_with_environment_finds_a_child_started_with_the_entry_and_not_once_it_is_gone() -> None:
+    from corral.testing.processes import processes_with_environment
+
+    entry = f"CORRAL_TEST_MARK={os.getpid()}-{time.monotonic_ns()}"
+    name, value = entry.split("=", 1)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env=dict(os.environ, **{name: value}))
+    try:
+        deadline = time.monotonic() + 10
+        while child.pid not in processes_with_environment(entry) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert processes_with_environment(entry) == {child.pid}
+        assert child.pid not in processes_with_environment(f"{name}={value}-other")  # the whole entry, not a prefix
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+    assert processes_with_environment(entry) == set()
