@@ -30,6 +30,7 @@ _EXPORTS = {
     "check": "corral.framework.checks",
     "checked": "corral.framework.checks",
     "Check": "corral.framework.checks",
+    "OptionsWith": "corral.framework.checks",
     "CorralError": "corral.framework.errors",
     "PluginError": "corral.framework.errors",
     "ConfigError": "corral.framework.errors",

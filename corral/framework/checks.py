@@ -29,7 +29,10 @@ trainer.eval_every > 0; set that, or leave trainer.video_every at its default (0
 
 A condition may name another group's setting by its dotted key, read from the run's whole composed
 config: ``("worker.context_reward", "==", "sparse_reward")``; ``worker.name`` is the group's choice
-(``("worker.name", "not in", ("rl2", "pearl"))``, said as ``worker=rl2``). A setting the run does not
+(``("worker.name", "not in", ("vec", "fragment"))``, said as ``worker=vec``); where the options are those
+whose class has a trait, :class:`OptionsWith` names the trait instead of the names, so an installed
+plugin's option counts as a built-in one does (``env.task_seed``: ``OptionsWith("sets_tasks", ...)``,
+the trial-running workers). A setting the run does not
 have (``worker=default`` has no ``context_reward``) holds no value, so no condition on it holds. A key
 that names no setting (a typo) is caught when a run with the option is composed
 (:func:`condition_problems`, part of :func:`composed_problems`), as a sibling that is not a field is.
@@ -111,6 +114,24 @@ class Check:
         return None
 
 
+@dataclass(frozen=True)
+class OptionsWith:
+    """The value of a ``("<group>.name", "not in", ...)`` condition given by a trait rather than by names:
+    the group's options whose class (a registered factory's ``component_class``, else the factory) sets
+    ``attribute`` to a true value. The registry at hand decides which those are, so a plugin's option with
+    the trait counts as a built-in one does (``OptionsWith("sets_tasks", "a worker that runs trials")``:
+    every trial-running worker, ``worker=rl2`` and ``worker=pearl`` among them). ``words`` names them where
+    no registry is at hand."""
+
+    attribute: str
+    words: str
+
+    def names(self, kind: str, registry: Any) -> tuple[str, ...]:
+        """The names of the options of ``kind`` in ``registry`` that have the trait, in the registry's order."""
+        return tuple(reg.name for reg in registry if reg.kind == kind
+                     and getattr(getattr(reg.factory, "component_class", reg.factory), self.attribute, False))
+
+
 def check(*, gt: float | None = None, ge: float | None = None, lt: float | None = None, le: float | None = None,
           choices: Iterable[Any] | None = None, pattern: str | None = None, describe: str | None = None,
           finite: bool = True, gt_field: str | None = None, ge_field: str | None = None,
@@ -126,7 +147,8 @@ def check(*, gt: float | None = None, ge: float | None = None, lt: float | None 
     another field of the same config (``min_buffer_size: ... check(ge=1, le_field="buffer_size")``;
     skipped while either is None). ``applies_if`` says when the field has any effect: a condition
     ``(field, operator, value)`` with operator ``==``, ``!=``, ``>`` or ``not in`` (a tuple of values,
-    none of which it is), or a tuple of conditions of which any one is enough; a value other than the
+    none of which it is; for a group's choice, ``worker.name``, an :class:`OptionsWith`: none of the
+    options with a trait), or a tuple of conditions of which any one is enough; a value other than the
     field's default while none holds is named by :func:`ignored_values`, with ``ignored_because`` (why
     it then has no effect) in the line. The field is a sibling (``eval_every``), or another group's
     setting by its dotted key, read from the run's whole config (``trainer.eval_every``: an algorithm
@@ -142,9 +164,13 @@ def check(*, gt: float | None = None, ge: float | None = None, lt: float | None 
         if not isinstance(condition[0], str) or not _CONDITION_KEY.fullmatch(condition[0]):
             raise ValueError(f"an applies_if condition names a sibling field (eval_every) or another group's setting "
                              f"by its dotted key (trainer.eval_every), got {condition[0]!r}")
-        if condition[1] == "not in" and not isinstance(condition[2], (tuple, list, frozenset, set)):
+        if condition[1] == "not in" and not isinstance(condition[2], (tuple, list, frozenset, set, OptionsWith)):
             raise ValueError(f"an applies_if condition with 'not in' takes a tuple of values, got {condition!r}")
-    conditions = tuple((key, op, tuple(value) if op == "not in" else value) for key, op, value in conditions)
+        if isinstance(condition[2], OptionsWith) and not (condition[1] == "not in" and _is_choice(condition[0])):
+            raise ValueError(f"an applies_if condition on OptionsWith is ('<group>.name', 'not in', OptionsWith(...)), "
+                             f"got {condition!r}")
+    conditions = tuple((key, op, tuple(value) if op == "not in" and not isinstance(value, OptionsWith) else value)
+                       for key, op, value in conditions)
     spec = Check(gt=gt, ge=ge, lt=lt, le=le, choices=tuple(choices) if choices is not None else None,
                  pattern=pattern, describe_pattern=describe, finite=finite, gt_field=gt_field, ge_field=ge_field,
                  lt_field=lt_field, le_field=le_field, applies_if=conditions,  # type: ignore[arg-type]
@@ -173,9 +199,10 @@ def field_check(f: dataclasses.Field) -> Check | None:
     return spec if isinstance(spec, Check) else None
 
 
-def describe_field(f: dataclasses.Field) -> str:
+def describe_field(f: dataclasses.Field, registry: Any = None) -> str:
     """What a field accepts in words (``""`` when it declares nothing); ``... or null`` for an
-    ``Optional`` field; ``...; only with eval_every > 0`` for a field with ``applies_if``."""
+    ``Optional`` field; ``...; only with eval_every > 0`` for a field with ``applies_if`` (an
+    :class:`OptionsWith` condition names the options of ``registry`` that have its trait)."""
     spec = field_check(f)
     if spec is None:
         return ""
@@ -185,7 +212,7 @@ def describe_field(f: dataclasses.Field) -> str:
     if optional and accepts and "null" not in accepts:  # a description may say it already: "a URI (or null)"
         accepts += " or null"
     if spec.applies_if:
-        accepts += ("; " if accepts else "") + "only with " + applies_text(spec)
+        accepts += ("; " if accepts else "") + "only with " + applies_text(spec, registry=registry)
     return accepts
 
 
@@ -224,7 +251,7 @@ def field_problems(config: type, values: Mapping[str, Any], prefix: str) -> list
 
 
 def ignored_values(config: type, values: Mapping[str, Any], prefix: str,
-                   given: Collection[str] | None = None, run: Any = None) -> list[str]:
+                   given: Collection[str] | None = None, run: Any = None, registry: Any = None) -> list[str]:
     """The fields of ``config`` set away from their default where their ``applies_if`` does not hold
     (values the run would ignore), as messages ``"<prefix>.<field>=2 has no effect while ..."``.
 
@@ -233,13 +260,14 @@ def ignored_values(config: type, values: Mapping[str, Any], prefix: str,
     ``run`` is the run's whole config, where a condition on another group's setting
     (``trainer.eval_every``) is read (a setting it does not have satisfies no condition); without it,
     or where that setting does not resolve (:func:`composed_problems` names it), such a condition
-    counts as holding."""
+    counts as holding, as an :class:`OptionsWith` condition does without ``registry`` (the plugin
+    registry, which says which options have its trait)."""
     out = []
     for f in dataclasses.fields(config):
         spec = field_check(f)
         if spec is None or f.name not in values or (given is not None and f.name not in given):
             continue
-        message = _ignored(config, f, spec, values, prefix, run)
+        message = _ignored(config, f, spec, values, prefix, run, registry)
         if message is not None:
             out.append(message)
     return out
@@ -279,12 +307,19 @@ def _condition_name(other: str, prefix: str) -> str:
     return other[:-len(".name")] if other.endswith(".name") and other.count(".") == 1 else other
 
 
-def applies_text(spec: Check, prefix: str = "") -> str:
+def applies_text(spec: Check, prefix: str = "", registry: Any = None) -> str:
     """A field's ``applies_if`` in words: ``eval_every > 0``, ``obs=true or reward=true``, ``resume set``,
-    ``worker other than rl2 and pearl`` (each sibling's name after ``prefix``; another group's setting
-    by its own key, ``trainer.eval_every``, and a group's choice by the group's name)."""
+    ``worker other than vec and fragment`` (each sibling's name after ``prefix``; another group's setting
+    by its own key, ``trainer.eval_every``, and a group's choice by the group's name); an
+    :class:`OptionsWith` is said by the names of the options in ``registry`` that have its trait and its
+    words (``worker other than pearl and rl2 (the workers that run trials)``), by its words alone
+    without a registry or where no option has it."""
     def one(other: str, op: str, wanted: Any) -> str:
         name = _condition_name(other, prefix)
+        if isinstance(wanted, OptionsWith):
+            names = wanted.names(other.partition(".")[0], registry) if registry is not None else ()
+            return f"{name} other than {' and '.join(names)} ({wanted.words})" if names else \
+                f"{name} other than {wanted.words}"
         if op == "!=" and wanted is None:
             return f"{name} set"
         if op == "not in":
@@ -295,12 +330,13 @@ def applies_text(spec: Check, prefix: str = "") -> str:
 
 
 def _ignored(config: type, f: dataclasses.Field, spec: Check, values: Mapping[str, Any], prefix: str,
-             run: Any = None) -> str | None:
+             run: Any = None, registry: Any = None) -> str | None:
     """The message for a field set away from its default where its ``applies_if`` holds for none of
     its conditions (its value would be ignored), else None. A condition on another group's setting is
     read from ``run`` (the whole config): a setting the run does not have satisfies no condition; one
     that does not resolve there, or any without ``run``, counts as holding (as does a sibling that is
-    not a field, which :func:`condition_problems` names)."""
+    not a field, which :func:`condition_problems` names, and an :class:`OptionsWith` condition without
+    ``registry``)."""
     if not spec.applies_if:
         return None
     default = _default(f)
@@ -321,10 +357,14 @@ def _ignored(config: type, f: dataclasses.Field, spec: Check, values: Mapping[st
             have = values[other] if other in values else _default(by_name[other])
         else:  # not a field: condition_problems names it
             return None
+        if isinstance(wanted, OptionsWith):
+            if registry is None:
+                return None
+            wanted = wanted.names(other.partition(".")[0], registry)
         if _APPLIES_OPS[op](have, wanted):
             return None
         current.append(f"{_condition_name(other, prefix + '.')}={_yaml(have)}")
-    wants = applies_text(spec, prefix + ".")
+    wants = applies_text(spec, prefix + ".", registry)
     because = f"{spec.ignored_because}; " if spec.ignored_because else ""
     return (f"{prefix}.{f.name}={_yaml(value)} has no effect while {' and '.join(dict.fromkeys(current))}: {because}it "
             f"applies only with {wants}; set that, or leave {prefix}.{f.name} at its default ({_yaml(default)})")
@@ -488,6 +528,11 @@ def unknown_key_message(prefix: str, option: str, key: str, fields: list[str],
 _COMPARE = {">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
 
 
+def _is_choice(key: str) -> bool:
+    """True for a condition key that names a group's choice: ``worker.name``."""
+    return key.count(".") == 1 and key.endswith(".name")
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
@@ -542,6 +587,7 @@ __all__ = [
     "CHECK_KEY",
     "INSIDE_RUN_DIR",
     "Check",
+    "OptionsWith",
     "check",
     "check_defaults",
     "check_minimums",
@@ -712,7 +758,8 @@ def composed_ignored(cfg: Any, registry: Any, kinds: Iterable[str], given: Colle
             return
         assert isinstance(values, dict)
         mine = None if given is None else {key[len(prefix) + 1:] for key in given if key.startswith(prefix + ".")}
-        out.extend(ignored_values(reg.config, {str(k): v for k, v in values.items()}, prefix, given=mine, run=cfg))
+        out.extend(ignored_values(reg.config, {str(k): v for k, v in values.items()}, prefix, given=mine, run=cfg,
+                                  registry=registry))
 
     for prefix, _, kind, name, node in _option_nodes(cfg, kinds):
         check_node(prefix, kind, name, node)

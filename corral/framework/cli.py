@@ -137,7 +137,7 @@ def plugins_command(argv: Sequence[str]) -> int:
             "version": r.source.version,
             "plugin": r.source.plugin,
             "help": r.help,
-            "config": [{**f, "default": _jsonable(f["default"])} for f in r.config_fields()],
+            "config": [{**f, "default": _jsonable(f["default"])} for f in r.config_fields(registry)],
         }
         for r in registry
     ]

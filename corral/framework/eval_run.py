@@ -332,7 +332,7 @@ def _check_run_task_known(run_env: Any, overrides: Sequence[str], worker_class: 
     one task would report numbers for a task it did not train on. ``env.task_seed=N`` picks one."""
     from corral.framework.plugins import get_plugin_manager
 
-    if "task_seed" in run_env or getattr(worker_class, "tasks_without_schedule", None):
+    if "task_seed" in run_env or getattr(worker_class, "sets_tasks", False):
         return
     if any(o.partition("=")[0] == "env.task_seed" for o in overrides):
         return
@@ -353,9 +353,8 @@ def _tasks_used(worker_class: Any, env_cfg: Any) -> str | None:
     else the run's one task (see docs/meta-rl.md)."""
     if "task_seed" not in env_cfg:
         return None
-    drawn = getattr(worker_class, "tasks_without_schedule", None)
-    if drawn:
-        return str(drawn)
+    if getattr(worker_class, "sets_tasks", False):
+        return str(getattr(worker_class, "tasks_without_schedule", "a new task for every trial"))
     return f"the run's one task (env.task_seed={env_cfg.task_seed}), the one its training and evaluation episodes ran"
 
 

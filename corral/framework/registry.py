@@ -53,9 +53,10 @@ class Registration:
         """Where this option's settings live on the command line: ``algo``, ``logger.csv``."""
         return f"logger.{self.name}" if self.kind == "logger" else self.kind
 
-    def config_fields(self) -> list[dict[str, Any]]:
+    def config_fields(self, registry: Any = None) -> list[dict[str, Any]]:
         """The config dataclass's fields: name, the full ``path`` a user types (``logger.csv.filename``),
-        type, default, help and ``accepts`` (the declared range or choices, ``""`` when none)."""
+        type, default, help and ``accepts`` (the declared range or choices, ``""`` when none; a
+        condition on the options with a trait names those of ``registry``, the registry this option is in)."""
         if self.config is None:
             return []
         out = []
@@ -68,7 +69,7 @@ class Registration:
                 default = "???"
             typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
             out.append({"name": f.name, "path": f"{self.path}.{f.name}", "type": typ, "default": default,
-                        "help": f.metadata.get("help", ""), "accepts": describe_field(f)})
+                        "help": f.metadata.get("help", ""), "accepts": describe_field(f, registry)})
         return out
 
 

@@ -96,6 +96,11 @@ class Worker(ABC):
 
     #: True for workers whose episodes may end in a MID step (cut at a batch boundary).
     returns_fragments: bool = False
+    #: True for workers that set their environments' tasks themselves (the trial-running workers of
+    #: :mod:`corral.meta.trial_tasks`): from the algorithm's task schedules, or a new draw per trial,
+    #: never the run's one task, so ``env.task_seed`` does not apply (its ``applies_if`` names every
+    #: worker option whose class sets this, a plugin's too).
+    sets_tasks: bool = False
 
     def __init__(
         self,

@@ -8,7 +8,8 @@ worker, slot or seed branch, so the run's sampling, the trainer's evaluation and
 all run that task. Meta-RL algorithms (``algo=rl2_ppo``, ``algo=pearl``) set a task for every
 trial instead, and trial-running workers without a task schedule draw a new task per trial
 (:mod:`corral.meta.trial_tasks`), so ``env.task_seed`` does not apply to them: its ``applies_if``
-says so, and given with ``worker=rl2`` or ``worker=pearl`` a warning says it has no effect.
+names every worker whose class has ``sets_tasks = True`` (``worker=rl2``, ``worker=pearl``, a plugin's
+trial worker), and given with one of them a warning says it has no effect.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
-from corral.framework.checks import check
+from corral.framework.checks import OptionsWith, check
 from corral.framework.env import EnvFactory, before_making
 
-#: The workers that run trials (:mod:`corral.meta.trial_tasks`): their tasks come from the algorithm's
-#: schedules, or a new one per trial, never the run's one task, so ``env.task_seed`` has no effect there.
-TRIAL_WORKERS = ("rl2", "pearl")
+#: The workers that run trials (:mod:`corral.meta.trial_tasks`), those whose class has ``sets_tasks = True``:
+#: their tasks come from the algorithm's schedules, or a new one per trial, never the run's one task, so
+#: ``env.task_seed`` has no effect there.
+TRIAL_WORKERS = OptionsWith("sets_tasks", "the workers that run trials")
 
 
 @dataclass
@@ -48,7 +50,7 @@ class TaskEnvConfig:
                                        "split)",
                        help="seed of the run's one task for an algorithm that sets no tasks (algo=ppo ...): "
                             "every environment of the run, its evaluation and corral eval run it; "
-                            "meta-RL workers (worker=rl2, worker=pearl) ignore it"),
+                            "trial-running workers (worker=rl2, worker=pearl) ignore it"),
     )
 
     #: The option's own field that sets the episode length (bandits' ``n_pulls``), if it has one. It

@@ -36,6 +36,8 @@ TASK_STREAM = 2
 class TrialTasksMixin:
     """Mixed into a :class:`~corral.framework.worker.Worker` (before it in the bases)."""
 
+    #: Its trials set the environments' tasks (:attr:`corral.framework.worker.Worker.sets_tasks`).
+    sets_tasks: ClassVar[bool] = True
     schedule: TaskSchedule | None = None
     #: Trials started under the current schedule.
     trials_started: int = 0

@@ -19,13 +19,15 @@ from typing import Any
 import pytest
 
 from corral import hookimpl
-from corral.framework.checks import check, composed_ignored, condition_problems, describe_field
+from corral.framework.checks import OptionsWith, check, composed_ignored, condition_problems, describe_field
 from corral.framework.compose import build, validate
 from corral.framework.entry import prepare
 from corral.framework.errors import ConfigError, CorralWarning
 from corral.framework.plugins import get_registry
 from corral.framework.precheck import precheck
 from corral.framework.registry import KINDS
+from corral.plugins.envs.point_nav import PointNavEnvConfig
+from corral.plugins.workers.vec import VecWorker, VecWorkerConfig
 from corral.testing import compose_config, inline_plugin
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +41,8 @@ DENSE_RADIUS = (
 TRIAL_TASK_SEED = (
     "env.task_seed=3 has no effect while worker=rl2: a trial-running worker runs the algorithm's scheduled tasks, or a "
     "new task each trial, never the run's one task (algo.task_seed seeds the meta-RL task split); it applies only "
-    "with worker other than rl2 and pearl; set that, or leave env.task_seed at its default (0)")
+    "with worker other than pearl and rl2 (the workers that run trials); set that, or leave env.task_seed at its "
+    "default (0)")
 
 
 def ignored(*overrides: str, given: set[str] | None = None) -> list[str]:
@@ -71,10 +74,11 @@ def test_task_seed_names_the_trial_worker() -> None:
 
 def test_corral_plugins_says_the_conditions_in_words() -> None:
     """``corral plugins`` and the generated option pages show ``accepts`` (:func:`describe_field`)."""
-    fields = {f["name"]: f["accepts"] for f in get_registry().get("env", "point_nav").config_fields()}
+    registry = get_registry()
+    fields = {f["name"]: f["accepts"] for f in registry.get("env", "point_nav").config_fields(registry)}
     assert fields["goal_radius"] == (
         "> 0; only with sparse=true or worker.context_reward=sparse_reward or worker.context_reward=success")
-    assert fields["task_seed"] == ">= 0; only with worker other than rl2 and pearl"
+    assert fields["task_seed"] == ">= 0; only with worker other than pearl and rl2 (the workers that run trials)"
 
 
 def test_a_shipped_preset_holds_no_value_its_own_choices_ignore() -> None:
@@ -84,6 +88,41 @@ def test_a_shipped_preset_holds_no_value_its_own_choices_ignore() -> None:
     assert len(presets) >= 10
     for preset in presets:
         assert composed_ignored(compose_config([f"experiment={preset}"]), get_registry(), KINDS, None) == [], preset
+
+
+class TrialVecWorker(VecWorker):
+    """A plugin's own trial-running worker: it says so with the trait, as RL2's and PEARL's classes do."""
+
+    sets_tasks = True
+
+
+class TrialWorkerPlugin:
+    """Registers ``worker=my_trials``, a trial-running worker that corral's own code does not name."""
+
+    @hookimpl
+    def corral_register(self, register: Any) -> None:
+        """Register the option."""
+        register("worker", "my_trials", TrialVecWorker, config=VecWorkerConfig, help="a plugin's trial worker")
+
+
+def test_task_seed_names_a_plugins_trial_worker_as_it_names_the_built_in_ones() -> None:
+    """``env.task_seed``'s condition is the trait ``sets_tasks``, not a list of names: given with a
+    plugin's trial worker it is the same one line (it was silent: the condition listed rl2 and pearl),
+    and the line and ``corral plugins`` list the plugin's worker among those it does not apply to."""
+    with inline_plugin(TrialWorkerPlugin(), name="my_trials"):
+        assert ignored("env=point_nav", "worker=my_trials", "env.task_seed=3") == [
+            TRIAL_TASK_SEED.replace("worker=rl2", "worker=my_trials").replace("pearl and rl2", "my_trials and pearl and rl2")]
+        fields = {f["name"]: f["accepts"] for f in get_registry().get("env", "point_nav").config_fields(get_registry())}
+        assert fields["task_seed"] == (
+            ">= 0; only with worker other than my_trials and pearl and rl2 (the workers that run trials)")
+        assert ignored("env=point_nav", "worker=vec", "env.task_seed=3") == []
+    assert ignored("env=point_nav", "worker=vec", "env.task_seed=3") == []
+    task_seed = next(f for f in dataclasses.fields(PointNavEnvConfig) if f.name == "task_seed")
+    assert describe_field(task_seed) == ">= 0; only with worker other than the workers that run trials"  # no registry
+    with pytest.raises(ValueError, match="OptionsWith"):
+        check(applies_if=("worker.n_envs", "not in", OptionsWith("sets_tasks", "trial workers")))
+    with pytest.raises(ValueError, match="OptionsWith"):
+        check(applies_if=("worker.name", "==", OptionsWith("sets_tasks", "trial workers")))
 
 
 # ---------------------------------------------------------------------- where they are said
