@@ -119,7 +119,7 @@ class OptionsWith:
     """The value of a ``("<group>.name", "not in", ...)`` condition given by a trait rather than by names:
     the group's options whose class (a registered factory's ``component_class``, else the factory) sets
     ``attribute`` to a true value. The registry at hand decides which those are, so a plugin's option with
-    the trait counts as a built-in one does (``OptionsWith("sets_tasks", "a worker that runs trials")``:
+    the trait counts as a built-in one does (``OptionsWith("sets_tasks", "the workers that run trials")``:
     every trial-running worker, ``worker=rl2`` and ``worker=pearl`` among them). ``words`` names them where
     no registry is at hand."""
 
@@ -304,7 +304,7 @@ def _condition_name(other: str, prefix: str) -> str:
     group's setting by its key, a group's choice by the group (``worker.name``: ``worker``)."""
     if "." not in other:
         return f"{prefix}{other}"
-    return other[:-len(".name")] if other.endswith(".name") and other.count(".") == 1 else other
+    return other[:-len(".name")] if _is_choice(other) else other
 
 
 def applies_text(spec: Check, prefix: str = "", registry: Any = None) -> str:
